@@ -1,0 +1,29 @@
+#ifndef LLMRETRY_DETAIL_CONFIG_HPP
+#define LLMRETRY_DETAIL_CONFIG_HPP
+
+#include <cstdlib>
+#include <stdexcept>
+
+// Exceptions may be switched off (-fno-exceptions): the result-value style still works, and a
+// programming error that would throw aborts instead.
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS) || defined(_CPPUNWIND)
+#define LLMRETRY_HAS_EXCEPTIONS 1
+#else
+#define LLMRETRY_HAS_EXCEPTIONS 0
+#endif
+
+namespace llmretry::detail {
+
+/// Throws std::invalid_argument(message), or aborts when exceptions are off.
+[[noreturn]] inline void throw_invalid_argument(const char* message) {
+#if LLMRETRY_HAS_EXCEPTIONS
+  throw std::invalid_argument(message);
+#else
+  (void)message;
+  std::abort();
+#endif
+}
+
+}  // namespace llmretry::detail
+
+#endif  // LLMRETRY_DETAIL_CONFIG_HPP

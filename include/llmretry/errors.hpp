@@ -1,0 +1,76 @@
+#ifndef LLMRETRY_ERRORS_HPP
+#define LLMRETRY_ERRORS_HPP
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "classify.hpp"
+#include "failure.hpp"
+
+namespace llmretry {
+
+/// A provider call failed. Carries the classified Failure that decides whether to retry.
+class ProviderError : public std::runtime_error {
+ public:
+  /// An error for an HTTP status (0 when there was no response), classified by classify_status.
+  ProviderError(const std::string& message, int status) : ProviderError(message, classify_status(status)) {}
+  /// An error with a failure classified by the caller.
+  ProviderError(const std::string& message, const Failure& failure) : std::runtime_error(message), failure_(failure) {}
+
+  /// Returns the HTTP status, or 0 when there was no response.
+  int status() const noexcept { return failure_.status; }
+  /// Returns the classified failure.
+  const Failure& failure() const noexcept { return failure_; }
+
+ private:
+  Failure failure_;
+};
+
+/// HTTP 429: the provider did no work and asks the caller to slow down.
+class RateLimited : public ProviderError {
+ public:
+  /// `retry_after`: the wait the provider asked for, if it said.
+  explicit RateLimited(const std::string& message, std::optional<std::chrono::milliseconds> retry_after = {})
+      : ProviderError(message, with_retry_after(retry_after)) {}
+
+  /// Returns the wait the provider asked for, if any.
+  std::optional<std::chrono::milliseconds> retry_after() const noexcept { return failure().retry_after; }
+
+ private:
+  static Failure with_retry_after(std::optional<std::chrono::milliseconds> wait) {
+    Failure failure = classify_status(429);
+    failure.retry_after = wait;
+    return failure;
+  }
+};
+
+/// No answer arrived in time. `sent` says whether the request can have reached the provider:
+/// Sent::maybe (the default: a read timeout, the work may have been done and billed) or Sent::no
+/// (a connect timeout: nothing was sent, always safe to repeat).
+class ProviderTimeout : public ProviderError {
+ public:
+  explicit ProviderTimeout(const std::string& message, Sent sent = Sent::maybe)
+      : ProviderError(message, Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt}) {}
+};
+
+/// The connection failed: refused or unreachable before sending (Sent::no, the default), or reset after
+/// the request went out (Sent::maybe).
+class ConnectionError : public ProviderError {
+ public:
+  explicit ConnectionError(const std::string& message, Sent sent = Sent::no)
+      : ProviderError(message, Failure{FailureKind::connection, 0, std::nullopt, sent, std::nullopt}) {}
+};
+
+/// Returns the failure a ProviderError (or a class derived from it) carries; nullopt for any other
+/// exception, which is not the provider's doing and is never retried.
+inline std::optional<Failure> failure_of(const std::exception& error) noexcept {
+  if (const auto* provider_error = dynamic_cast<const ProviderError*>(&error)) return provider_error->failure();
+  return std::nullopt;
+}
+
+}  // namespace llmretry
+
+#endif  // LLMRETRY_ERRORS_HPP

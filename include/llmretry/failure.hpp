@@ -1,0 +1,96 @@
+#ifndef LLMRETRY_FAILURE_HPP
+#define LLMRETRY_FAILURE_HPP
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace llmretry {
+
+/// What went wrong with one attempt, as far as retrying is concerned.
+enum class FailureKind {
+  rate_limited,        ///< 429: the provider did no work; retry after a wait
+  quota_exhausted,     ///< 429 insufficient_quota / billing: waiting does not help
+  server_error,        ///< 5xx (529 overloaded included): retry if safe to repeat
+  request_timeout,     ///< 408: the server gave up waiting for the request; nothing was processed
+  timeout,             ///< no answer in time (the request may have been processed)
+  connection,          ///< the connection failed (before or after sending, see Failure::request_sent)
+  stream_interrupted,  ///< a streamed answer broke after content reached the caller: never replayed
+  invalid_request,     ///< 400 / 422: the same request fails again
+  context_length,      ///< the prompt is longer than the model accepts
+  content_filter,      ///< the provider refused the content
+  authentication,      ///< 401 / 403: key or permission
+  not_found,           ///< 404: model or deployment
+  client_error,        ///< any other 4xx
+  unknown,             ///< not recognised: never retried
+};
+
+/// Whether the request can have reached the provider, which decides if repeating it is safe.
+enum class Sent {
+  no,     ///< certainly not sent (connection refused, connect timeout): always safe to repeat
+  maybe,  ///< may have been received and processed (read timeout, reset after send, 5xx)
+  yes,    ///< received and answered without doing the work (429, 408): safe to repeat
+};
+
+/// One failed attempt, classified. Cheap to copy; holds no message text.
+struct Failure {
+  FailureKind kind = FailureKind::unknown;
+  int status = 0;                                       ///< HTTP status, or 0 when there was no response
+  std::optional<std::chrono::milliseconds> retry_after;  ///< the wait the provider asked for, if any
+  Sent sent = Sent::maybe;
+  std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set
+
+  friend bool operator==(const Failure& a, const Failure& b) noexcept {
+    return a.kind == b.kind && a.status == b.status && a.retry_after == b.retry_after && a.sent == b.sent &&
+           a.should_retry == b.should_retry;
+  }
+  friend bool operator!=(const Failure& a, const Failure& b) noexcept { return !(a == b); }
+};
+
+/// Returns true when the kind can succeed on a later attempt (before asking whether repeating is safe).
+constexpr bool is_transient(FailureKind kind) noexcept {
+  switch (kind) {
+    case FailureKind::rate_limited:
+    case FailureKind::server_error:
+    case FailureKind::request_timeout:
+    case FailureKind::timeout:
+    case FailureKind::connection: return true;
+    default: return false;
+  }
+}
+
+/// Returns the snake_case name of a kind, such as "rate_limited".
+constexpr const char* to_string(FailureKind kind) noexcept {
+  switch (kind) {
+    case FailureKind::rate_limited: return "rate_limited";
+    case FailureKind::quota_exhausted: return "quota_exhausted";
+    case FailureKind::server_error: return "server_error";
+    case FailureKind::request_timeout: return "request_timeout";
+    case FailureKind::timeout: return "timeout";
+    case FailureKind::connection: return "connection";
+    case FailureKind::stream_interrupted: return "stream_interrupted";
+    case FailureKind::invalid_request: return "invalid_request";
+    case FailureKind::context_length: return "context_length";
+    case FailureKind::content_filter: return "content_filter";
+    case FailureKind::authentication: return "authentication";
+    case FailureKind::not_found: return "not_found";
+    case FailureKind::client_error: return "client_error";
+    case FailureKind::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+/// Returns a one-line description for logs, such as "HTTP 429 rate_limited, retry after 511 ms".
+inline std::string describe(const Failure& failure) {
+  std::string text;
+  if (failure.status != 0) text += "HTTP " + std::to_string(failure.status) + ' ';
+  text += to_string(failure.kind);
+  if (failure.kind == FailureKind::timeout || failure.kind == FailureKind::connection)
+    text += failure.sent == Sent::no ? " (not sent)" : " (may have been processed)";
+  if (failure.retry_after) text += ", retry after " + std::to_string(failure.retry_after->count()) + " ms";
+  return text;
+}
+
+}  // namespace llmretry
+
+#endif  // LLMRETRY_FAILURE_HPP

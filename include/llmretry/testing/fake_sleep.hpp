@@ -1,0 +1,52 @@
+#ifndef LLMRETRY_TESTING_FAKE_SLEEP_HPP
+#define LLMRETRY_TESTING_FAKE_SLEEP_HPP
+
+#include <chrono>
+#include <mutex>
+#include <vector>
+
+#include "manual_clock.hpp"
+
+namespace llmretry::testing {
+
+/// A `sleep` for call_with_retry that returns at once and records each wait, optionally moving a
+/// ManualClock forward by it. Pass it by reference (an lvalue) so the records stay in your object.
+/// Safe to use from several threads.
+class FakeSleep {
+ public:
+  /// Records waits only.
+  FakeSleep() = default;
+  /// Records waits and advances `clock` by each; the clock must outlive this object.
+  explicit FakeSleep(ManualClock& clock) noexcept : clock_(&clock) {}
+
+  /// Records `wait` (rounded up to whole milliseconds) and advances the clock, if any, by it.
+  template <class Rep, class Period>
+  void operator()(std::chrono::duration<Rep, Period> wait) {
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait);
+    std::lock_guard<std::mutex> lock(mutex_);
+    waits_.push_back(ms);
+    if (clock_ != nullptr) clock_->advance(wait);
+  }
+
+  /// Returns every wait so far, in order.
+  std::vector<std::chrono::milliseconds> waits() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return waits_;
+  }
+  /// Returns the sum of the waits so far.
+  std::chrono::milliseconds total() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::chrono::milliseconds sum{0};
+    for (auto wait : waits_) sum += wait;
+    return sum;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::chrono::milliseconds> waits_;
+  ManualClock* clock_ = nullptr;
+};
+
+}  // namespace llmretry::testing
+
+#endif  // LLMRETRY_TESTING_FAKE_SLEEP_HPP

@@ -1,0 +1,44 @@
+#ifndef LLMRETRY_TESTING_MANUAL_CLOCK_HPP
+#define LLMRETRY_TESTING_MANUAL_CLOCK_HPP
+
+#include <atomic>
+#include <chrono>
+
+namespace llmretry::testing {
+
+/// A clock that moves only when told to, for exact tests of deadlines and HTTP dates.
+/// Its time points are those of `Clock`, so it stands in wherever a Clock::now is expected:
+/// `options.clock = std::ref(manual)`. Safe to read and advance from several threads.
+template <class Clock>
+class BasicManualClock {
+ public:
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+
+  /// A clock showing `start` (the clock's epoch by default).
+  explicit BasicManualClock(time_point start = time_point{}) noexcept : ticks_(start.time_since_epoch().count()) {}
+
+  /// Returns the time now shown.
+  time_point now() const noexcept { return time_point{duration{ticks_.load()}}; }
+  /// Returns now(): lets the clock be passed where a callable clock is expected.
+  time_point operator()() const noexcept { return now(); }
+  /// Moves the clock forward by `step` (which must not be negative).
+  template <class Rep, class Period>
+  void advance(std::chrono::duration<Rep, Period> step) noexcept {
+    ticks_ += std::chrono::duration_cast<duration>(step).count();
+  }
+  /// Shows `when` from now on.
+  void set(time_point when) noexcept { ticks_ = when.time_since_epoch().count(); }
+
+ private:
+  std::atomic<typename duration::rep> ticks_;
+};
+
+/// A manual steady clock, for CallOptions::deadline.
+using ManualClock = BasicManualClock<std::chrono::steady_clock>;
+/// A manual wall clock, for retry_after and parse_http_date.
+using ManualSystemClock = BasicManualClock<std::chrono::system_clock>;
+
+}  // namespace llmretry::testing
+
+#endif  // LLMRETRY_TESTING_MANUAL_CLOCK_HPP

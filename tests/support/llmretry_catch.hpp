@@ -1,0 +1,14 @@
+// The one place where the tests meet Catch2: version 3 (split headers) or version 2 (single header).
+#ifndef LLMRETRY_TESTS_CATCH_HPP
+#define LLMRETRY_TESTS_CATCH_HPP
+
+#if LLMRETRY_CATCH2_MAJOR == 3
+#include <catch2/catch_approx.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+using Catch::Approx;
+#else
+#include <catch2/catch.hpp>
+#endif
+
+#endif  // LLMRETRY_TESTS_CATCH_HPP
