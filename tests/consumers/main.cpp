@@ -1,0 +1,30 @@
+// What a user's program does with llmretry, whichever way the project brought it in: retry a call that is
+// rate limited twice, and check that the headers are the version the build expects.
+#include <llmretry/llmretry.hpp>
+#include <llmretry/testing.hpp>
+
+#include <cstdio>
+#include <cstring>
+
+#define LLMRETRY_CONSUMER_STRING(x) #x
+#define LLMRETRY_CONSUMER_VERSION_STRING(major, minor, patch) \
+  LLMRETRY_CONSUMER_STRING(major) "." LLMRETRY_CONSUMER_STRING(minor) "." LLMRETRY_CONSUMER_STRING(patch)
+#define LLMRETRY_CONSUMER_HEADER_VERSION \
+  LLMRETRY_CONSUMER_VERSION_STRING(LLMRETRY_VERSION_MAJOR, LLMRETRY_VERSION_MINOR, LLMRETRY_VERSION_PATCH)
+
+int main() {
+  if (std::strcmp(LLMRETRY_CONSUMER_EXPECTED_VERSION, LLMRETRY_CONSUMER_HEADER_VERSION) != 0) {
+    std::printf("expected version %s, headers version %s\n", LLMRETRY_CONSUMER_EXPECTED_VERSION,
+                LLMRETRY_CONSUMER_HEADER_VERSION);
+    return 1;
+  }
+  llmretry::testing::SimulatedProvider provider{"rate_limit:1", "rate_limit_ms:511"};
+  llmretry::testing::FakeSleep sleep;
+  llmretry::RetryPolicy policy;
+  policy.jitter = llmretry::Jitter::none;
+  const int answer = llmretry::call_with_retry([&] { return provider.call([] { return 42; }); }, policy, sleep);
+  const bool ok = answer == 42 && provider.calls() == 3 && sleep.total() == std::chrono::milliseconds{2000};
+  std::printf("llmretry %s: %d calls, %lld ms waited: %s\n", LLMRETRY_CONSUMER_HEADER_VERSION, provider.calls(),
+              static_cast<long long>(sleep.total().count()), ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
