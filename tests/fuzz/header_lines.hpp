@@ -1,0 +1,35 @@
+// Turns fuzzer input into response headers: one "name: value" per line, as a response carries them.
+#ifndef LLMRETRY_FUZZ_HEADER_LINES_HPP
+#define LLMRETRY_FUZZ_HEADER_LINES_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace llmretry_fuzz {
+
+using Headers = std::vector<std::pair<std::string_view, std::string_view>>;
+
+inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+/// Returns the lines of `text` that contain a colon, split at the first one into name and value (the value
+/// keeps its white space: the parsers must trim it).
+inline Headers header_lines(std::string_view text) {
+  Headers headers;
+  while (!text.empty()) {
+    const auto end = text.find('\n');
+    const auto line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    const auto colon = line.find(':');
+    if (colon != std::string_view::npos) headers.emplace_back(line.substr(0, colon), line.substr(colon + 1));
+  }
+  return headers;
+}
+
+}  // namespace llmretry_fuzz
+
+#endif  // LLMRETRY_FUZZ_HEADER_LINES_HPP
