@@ -66,9 +66,93 @@ inline std::optional<std::chrono::milliseconds> time_left(const CallOptions& opt
   return *options.deadline > now ? floor<milliseconds>(*options.deadline - now) : milliseconds::zero();
 }
 
-inline void report_give_up(const CallOptions& options, const RetryState& state, StopReason reason,
-                           const Failure& failure) {
-  if (options.on_give_up) options.on_give_up(GiveUp{reason, failure, state.attempts(), state.waited()});
+/// The options of every call that passes none, built once: such a call constructs no CallOptions.
+inline const CallOptions& no_call_options() {
+  static const CallOptions options;
+  return options;
+}
+
+/// What call_with_retry keeps between attempts: the retry state, and the caller's sleep, RNG, hook and options.
+template <class Sleep, class Rng, class OnRetry>
+struct Attempts {
+  RetryState state;
+  Sleep& sleep;
+  Rng& rng;
+  OnRetry& on_retry;
+  const CallOptions& options;
+
+  /// Records a failed attempt and returns what to do next; runs options.on_give_up first when that is to stop.
+  Decision decide(const Failure& failure) {
+    const Decision decision = state.next(failure, rng, time_left(options));
+    if (!decision.retry && options.on_give_up)
+      options.on_give_up(GiveUp{decision.reason, failure, state.attempts(), state.waited()});
+    return decision;
+  }
+
+  /// Carries out a decision to retry after `failure`: runs on_retry, then sleeps.
+  void wait(const Failure& failure, const Decision& decision) {
+    on_retry(state.attempts(), failure, decision.wait);
+    sleep(decision.wait);
+  }
+
+  /// The loop for a call returning a move-assignable result-like value, after a first attempt that failed:
+  /// each new attempt is assigned to `result`.
+  template <class R, class Call>
+  void retry_failed(R& result, Call& call) {
+    do {
+      const Failure failure = failure_of_result(result);
+      const Decision decision = decide(failure);
+      if (!decision.retry) return;
+      wait(failure, decision);
+      result = std::invoke(call);
+    } while (!result.has_value());
+  }
+
+  /// The loop for a call returning a result-like R that cannot be assigned.
+  template <class R, class Call>
+  R construct_results(Call& call) {
+    for (;;) {
+      R result = std::invoke(call);
+      if (result.has_value()) return result;
+      const Failure failure = failure_of_result(result);
+      const Decision decision = decide(failure);
+      if (!decision.retry) return result;
+      wait(failure, decision);
+    }
+  }
+
+#if LLMRETRY_HAS_EXCEPTIONS
+  /// The loop for a call that reports failures by throwing.
+  template <class R, class Call>
+  R catch_exceptions(Call& call) {
+    for (;;) {
+      Failure failure;
+      Decision decision;
+      try {
+        return std::invoke(call);
+      } catch (const std::exception& error) {
+        // An exception nobody recognises is an unknown failure, which is never retried.
+        failure = (options.classify ? options.classify(error) : failure_of(error)).value_or(Failure{});
+        decision = decide(failure);
+        if (!decision.retry) throw;
+      }
+      wait(failure, decision);
+    }
+  }
+#endif
+};
+
+/// call_with_retry for a call returning a move-assignable result-like R. The first attempt comes before
+/// anything else is set up, and its result is the one returned: a success costs the policy check alone.
+template <class R, class Call, class Sleep, class Rng, class OnRetry>
+R first_then_retry(Call& call, const RetryPolicy& policy, Sleep& sleep, Rng& rng, OnRetry& on_retry,
+                   const CallOptions& options) {
+  policy.validate();
+  R result = std::invoke(call);
+  if (!result.has_value())
+    Attempts<Sleep, Rng, OnRetry>{RetryState{policy, options.safe_to_repeat}, sleep, rng, on_retry, options}
+        .retry_failed(result, call);
+  return result;
 }
 
 }  // namespace detail
@@ -92,40 +176,22 @@ inline void report_give_up(const CallOptions& options, const RetryState& state, 
 template <class Call, class Sleep = RealSleep, class Rng = ThreadRng, class OnRetry = NoRetryHook>
 std::invoke_result_t<Call&> call_with_retry(Call&& call, const RetryPolicy& policy = {}, Sleep&& sleep = Sleep{},
                                             Rng&& rng = Rng{}, OnRetry&& on_retry = OnRetry{},
-                                            const CallOptions& options = {}) {
+                                            const CallOptions& options = detail::no_call_options()) {
   using R = std::invoke_result_t<Call&>;
-  RetryState state{policy, options.safe_to_repeat};
-  for (;;) {
-    Failure failure;
-    Decision decision;
+  if constexpr (is_result_like_v<R> && std::is_move_assignable_v<R>) {
+    return detail::first_then_retry<R>(call, policy, sleep, rng, on_retry, options);
+  } else {
+    detail::Attempts<Sleep, Rng, OnRetry> attempts{RetryState{policy, options.safe_to_repeat}, sleep, rng, on_retry,
+                                                   options};
     if constexpr (is_result_like_v<R>) {
-      R result = std::invoke(call);
-      if (result.has_value()) return result;
-      failure = detail::failure_of_result(result);
-      decision = state.next(failure, rng, detail::time_left(options));
-      if (!decision.retry) {
-        detail::report_give_up(options, state, decision.reason, failure);
-        return result;
-      }
+      return attempts.template construct_results<R>(call);
     } else {
 #if LLMRETRY_HAS_EXCEPTIONS
-      try {
-        return std::invoke(call);
-      } catch (const std::exception& error) {
-        // An exception nobody recognises is an unknown failure, which is never retried.
-        failure = (options.classify ? options.classify(error) : failure_of(error)).value_or(Failure{});
-        decision = state.next(failure, rng, detail::time_left(options));
-        if (!decision.retry) {
-          detail::report_give_up(options, state, decision.reason, failure);
-          throw;
-        }
-      }
+      return attempts.template catch_exceptions<R>(call);
 #else
       static_assert(is_result_like_v<R>, "without exceptions, the call must return a result-like value");
 #endif
     }
-    on_retry(state.attempts(), static_cast<const Failure&>(failure), decision.wait);
-    sleep(decision.wait);
   }
 }
 
