@@ -81,20 +81,43 @@ constexpr bool take(std::string_view& text, std::string_view literal) noexcept {
   return true;
 }
 
+/// Returns the first three bytes of text as one number with ASCII letters folded to lower case (c | 0x20
+/// maps a byte to a lower-case letter only when it is that letter in either case), or 0 when text is shorter.
+constexpr std::uint32_t folded_prefix3(std::string_view text) noexcept {
+  if (text.size() < 3) return 0;
+  const auto fold = [](char c) { return static_cast<std::uint32_t>(static_cast<unsigned char>(c) | 0x20U); };
+  return fold(text[0]) << 16 | fold(text[1]) << 8 | fold(text[2]);
+}
+
 /// Removes a day name from the front of text: "Mon".."Sun", or "Monday".."Sunday" when `full`.
 constexpr bool take_day_name(std::string_view& text, bool full) noexcept {
   constexpr std::string_view names[] = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"};
-  for (auto name : names)
-    if (take(text, full ? name : name.substr(0, 3))) return true;
+  constexpr std::uint32_t prefixes[] = {folded_prefix3("mon"), folded_prefix3("tue"), folded_prefix3("wed"),
+                                        folded_prefix3("thu"), folded_prefix3("fri"), folded_prefix3("sat"),
+                                        folded_prefix3("sun")};
+  const auto prefix = folded_prefix3(text);
+  for (int d = 0; d < 7; ++d) {  // the first three letters tell the days apart
+    if (prefix != prefixes[d]) continue;
+    if (full) return take(text, names[d]);
+    text.remove_prefix(3);
+    return true;
+  }
   return false;
 }
 
 /// Removes a month name ("Jan".."Dec") from the front of text and returns its number 1..12.
 constexpr std::optional<unsigned> take_month(std::string_view& text) noexcept {
-  constexpr std::string_view names[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-  for (unsigned m = 0; m < 12; ++m)
-    if (take(text, names[m])) return m + 1;
+  constexpr std::uint32_t prefixes[] = {folded_prefix3("jan"), folded_prefix3("feb"), folded_prefix3("mar"),
+                                        folded_prefix3("apr"), folded_prefix3("may"), folded_prefix3("jun"),
+                                        folded_prefix3("jul"), folded_prefix3("aug"), folded_prefix3("sep"),
+                                        folded_prefix3("oct"), folded_prefix3("nov"), folded_prefix3("dec")};
+  const auto prefix = folded_prefix3(text);
+  for (unsigned m = 0; m < 12; ++m) {
+    if (prefix == prefixes[m]) {
+      text.remove_prefix(3);
+      return m + 1;
+    }
+  }
   return std::nullopt;
 }
 
