@@ -35,42 +35,33 @@ llmretry::RetryPolicy opaque_policy() {
   return policy;
 }
 
-void direct_throwing_call(benchmark::State& state) {
+// `provider` called directly.
+template <auto provider>
+void direct(benchmark::State& state) {
   int counter = 0;
-  const auto call = [&] { return provider_call(counter); };
-  measure(state, [&] { benchmark::DoNotOptimize(call()); });
+  measure(state, [&] { benchmark::DoNotOptimize(provider(counter)); });
 }
 
-void retried_throwing_call(benchmark::State& state) {
+// `provider` called through call_with_retry, with a policy from configuration.
+template <auto provider>
+void retried(benchmark::State& state) {
   int counter = 0;
-  const auto call = [&] { return provider_call(counter); };
   const auto policy = opaque_policy();
-  measure(state, [&] { benchmark::DoNotOptimize(llmretry::call_with_retry(call, policy)); });
+  measure(state,
+          [&] { benchmark::DoNotOptimize(llmretry::call_with_retry([&] { return provider(counter); }, policy)); });
 }
 
-void retried_default_policy(benchmark::State& state) {
+// `provider` called through call_with_retry with every argument left to its default.
+template <auto provider>
+void retried_with_defaults(benchmark::State& state) {
   int counter = 0;
-  const auto call = [&] { return provider_call(counter); };
-  measure(state, [&] { benchmark::DoNotOptimize(llmretry::call_with_retry(call)); });
-}
-
-void direct_result_call(benchmark::State& state) {
-  int counter = 0;
-  const auto call = [&] { return provider_result_call(counter); };
-  measure(state, [&] { benchmark::DoNotOptimize(call()); });
-}
-
-void retried_result_call(benchmark::State& state) {
-  int counter = 0;
-  const auto call = [&] { return provider_result_call(counter); };
-  const auto policy = opaque_policy();
-  measure(state, [&] { benchmark::DoNotOptimize(llmretry::call_with_retry(call, policy)); });
+  measure(state, [&] { benchmark::DoNotOptimize(llmretry::call_with_retry([&] { return provider(counter); })); });
 }
 
 }  // namespace
 
-BENCHMARK(direct_throwing_call)->Name("direct_call/throwing_call");
-BENCHMARK(retried_throwing_call)->Name("call_with_retry/throwing_call");
-BENCHMARK(retried_default_policy)->Name("call_with_retry/default_policy");
-BENCHMARK(direct_result_call)->Name("direct_call/result_call");
-BENCHMARK(retried_result_call)->Name("call_with_retry/result_call");
+BENCHMARK_TEMPLATE(direct, provider_call)->Name("direct_call/throwing_call");
+BENCHMARK_TEMPLATE(retried, provider_call)->Name("call_with_retry/throwing_call");
+BENCHMARK_TEMPLATE(retried_with_defaults, provider_call)->Name("call_with_retry/default_policy");
+BENCHMARK_TEMPLATE(direct, provider_result_call)->Name("direct_call/result_call");
+BENCHMARK_TEMPLATE(retried, provider_result_call)->Name("call_with_retry/result_call");

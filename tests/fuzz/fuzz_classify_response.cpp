@@ -3,24 +3,16 @@
 // throw or leak, and every decision must keep the policy's bounds.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <random>
 
 #include <llmretry/classify.hpp>
 #include <llmretry/decision.hpp>
 #include <llmretry/failure.hpp>
 
-#include "header_lines.hpp"
+#include "fuzz_support.hpp"
 
-namespace {
-
+using llmretry_fuzz::require;
 using std::chrono::milliseconds;
-
-void require(bool condition) {
-  if (!condition) std::abort();
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto text = llmretry_fuzz::as_text(data, size);
@@ -34,8 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const auto headers = llmretry_fuzz::header_lines(text.substr(first_line.size()));
 
-  const std::chrono::system_clock::time_point now{std::chrono::seconds{1'795'910'400}};
-  const auto failure = llmretry::classify_response(status, headers, now, error_code);
+  const auto failure = llmretry::classify_response(status, headers, llmretry_fuzz::now, error_code);
   require(!llmretry::describe(failure).empty());
 
   const llmretry::RetryPolicy policy;

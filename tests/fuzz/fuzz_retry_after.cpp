@@ -2,27 +2,17 @@
 // and the input read as header lines for retry_after() and should_retry(). Nothing may crash, throw, leak or
 // overflow, and the results must keep their documented bounds.
 #include <chrono>
-#include <cstdlib>
 
 #include <llmretry/headers.hpp>
 
-#include "header_lines.hpp"
+#include "fuzz_support.hpp"
 
-namespace {
-
+using llmretry_fuzz::now;
+using llmretry_fuzz::require;
 using std::chrono::milliseconds;
-using std::chrono::system_clock;
-
-void require(bool condition) {
-  if (!condition) std::abort();
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto text = llmretry_fuzz::as_text(data, size);
-  // 2026-11-29 00:00:00 UTC: a fixed "now" keeps every run reproducible.
-  const system_clock::time_point now{std::chrono::seconds{1'795'910'400}};
 
   const auto date = llmretry::parse_http_date(text, now);
   const auto wait = llmretry::parse_retry_after(text, now);

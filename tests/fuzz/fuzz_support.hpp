@@ -1,9 +1,11 @@
-// Turns fuzzer input into response headers: one "name: value" per line, as a response carries them.
-#ifndef LLMRETRY_FUZZ_HEADER_LINES_HPP
-#define LLMRETRY_FUZZ_HEADER_LINES_HPP
+// What the fuzz targets share: the input as text or as response headers, a fixed "now", and checks.
+#ifndef LLMRETRY_FUZZ_SUPPORT_HPP
+#define LLMRETRY_FUZZ_SUPPORT_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -11,6 +13,14 @@
 namespace llmretry_fuzz {
 
 using Headers = std::vector<std::pair<std::string_view, std::string_view>>;
+
+/// 2026-11-29 00:00:00 UTC: a fixed "now" keeps every run reproducible.
+inline const std::chrono::system_clock::time_point now{std::chrono::seconds{1'795'910'400}};
+
+/// Stops the run, which libFuzzer reports as a crash with the input, when `condition` is false.
+inline void require(bool condition) {
+  if (!condition) std::abort();
+}
 
 inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
@@ -32,4 +42,4 @@ inline Headers header_lines(std::string_view text) {
 
 }  // namespace llmretry_fuzz
 
-#endif  // LLMRETRY_FUZZ_HEADER_LINES_HPP
+#endif  // LLMRETRY_FUZZ_SUPPORT_HPP
