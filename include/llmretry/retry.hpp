@@ -72,40 +72,21 @@ inline const CallOptions& no_call_options() {
   return options;
 }
 
-/// What call_with_retry keeps between attempts: the retry state, and the caller's sleep, RNG, hook and options.
+/// What call_with_retry keeps between attempts: the caller's policy, sleep, RNG, hook and options, and the
+/// retry state, made from the policy at the first failure so that a success sets up nothing.
 template <class Sleep, class Rng, class OnRetry>
-struct Attempts {
-  RetryState state;
-  Sleep& sleep;
-  Rng& rng;
-  OnRetry& on_retry;
-  const CallOptions& options;
+class Attempts {
+ public:
+  Attempts(const RetryPolicy& policy, Sleep& sleep, Rng& rng, OnRetry& on_retry, const CallOptions& options) noexcept
+      : policy_(policy), sleep_(sleep), rng_(rng), on_retry_(on_retry), options_(options) {}
 
-  /// Records a failed attempt and returns what to do next; runs options.on_give_up first when that is to stop.
-  Decision decide(const Failure& failure) {
-    const Decision decision = state.next(failure, rng, time_left(options));
-    if (!decision.retry && options.on_give_up)
-      options.on_give_up(GiveUp{decision.reason, failure, state.attempts(), state.waited()});
-    return decision;
-  }
-
-  /// Carries out a decision to retry after `failure`: runs on_retry, then sleeps.
-  void wait(const Failure& failure, const Decision& decision) {
-    on_retry(state.attempts(), failure, decision.wait);
-    sleep(decision.wait);
-  }
-
-  /// The loop for a call returning a move-assignable result-like value, after a first attempt that failed:
-  /// each new attempt is assigned to `result`.
+  /// The loop for a call returning a move-assignable result-like R: one result for every attempt, built
+  /// where the caller receives it, so that a success copies nothing.
   template <class R, class Call>
-  void retry_failed(R& result, Call& call) {
-    do {
-      const Failure failure = failure_of_result(result);
-      const Decision decision = decide(failure);
-      if (!decision.retry) return;
-      wait(failure, decision);
-      result = std::invoke(call);
-    } while (!result.has_value());
+  R assign_results(Call& call) {
+    R result = std::invoke(call);
+    while (!result.has_value() && retry_after(failure_of_result(result))) result = std::invoke(call);
+    return result;
   }
 
   /// The loop for a call returning a result-like R that cannot be assigned.
@@ -113,11 +94,7 @@ struct Attempts {
   R construct_results(Call& call) {
     for (;;) {
       R result = std::invoke(call);
-      if (result.has_value()) return result;
-      const Failure failure = failure_of_result(result);
-      const Decision decision = decide(failure);
-      if (!decision.retry) return result;
-      wait(failure, decision);
+      if (result.has_value() || !retry_after(failure_of_result(result))) return result;
     }
   }
 
@@ -132,7 +109,7 @@ struct Attempts {
         return std::invoke(call);
       } catch (const std::exception& error) {
         // An exception nobody recognises is an unknown failure, which is never retried.
-        failure = (options.classify ? options.classify(error) : failure_of(error)).value_or(Failure{});
+        failure = (options_.classify ? options_.classify(error) : failure_of(error)).value_or(Failure{});
         decision = decide(failure);
         if (!decision.retry) throw;
       }
@@ -140,20 +117,37 @@ struct Attempts {
     }
   }
 #endif
-};
 
-/// call_with_retry for a call returning a move-assignable result-like R. The first attempt comes before
-/// anything else is set up, and its result is the one returned: a success costs the policy check alone.
-template <class R, class Call, class Sleep, class Rng, class OnRetry>
-R first_then_retry(Call& call, const RetryPolicy& policy, Sleep& sleep, Rng& rng, OnRetry& on_retry,
-                   const CallOptions& options) {
-  policy.validate();
-  R result = std::invoke(call);
-  if (!result.has_value())
-    Attempts<Sleep, Rng, OnRetry>{RetryState{policy, options.safe_to_repeat}, sleep, rng, on_retry, options}
-        .retry_failed(result, call);
-  return result;
-}
+ private:
+  /// Records a failed attempt and returns what to do next; runs options.on_give_up first when that is to stop.
+  Decision decide(const Failure& failure) {
+    if (!state_) state_.emplace(policy_, options_.safe_to_repeat);
+    const Decision decision = state_->next(failure, rng_, time_left(options_));
+    if (!decision.retry && options_.on_give_up)
+      options_.on_give_up(GiveUp{decision.reason, failure, state_->attempts(), state_->waited()});
+    return decision;
+  }
+
+  /// Carries out a decision to retry after `failure`: runs on_retry, then sleeps.
+  void wait(const Failure& failure, const Decision& decision) {
+    on_retry_(state_->attempts(), failure, decision.wait);
+    sleep_(decision.wait);
+  }
+
+  /// Decides after `failure`: returns false to stop, or waits and returns true to retry.
+  bool retry_after(const Failure& failure) {
+    const Decision decision = decide(failure);
+    if (decision.retry) wait(failure, decision);
+    return decision.retry;
+  }
+
+  const RetryPolicy& policy_;
+  std::optional<RetryState> state_;
+  Sleep& sleep_;
+  Rng& rng_;
+  OnRetry& on_retry_;
+  const CallOptions& options_;
+};
 
 }  // namespace detail
 
@@ -178,20 +172,18 @@ std::invoke_result_t<Call&> call_with_retry(Call&& call, const RetryPolicy& poli
                                             Rng&& rng = Rng{}, OnRetry&& on_retry = OnRetry{},
                                             const CallOptions& options = detail::no_call_options()) {
   using R = std::invoke_result_t<Call&>;
-  if constexpr (is_result_like_v<R> && std::is_move_assignable_v<R>) {
-    return detail::first_then_retry<R>(call, policy, sleep, rng, on_retry, options);
-  } else {
-    detail::Attempts<Sleep, Rng, OnRetry> attempts{RetryState{policy, options.safe_to_repeat}, sleep, rng, on_retry,
-                                                   options};
-    if constexpr (is_result_like_v<R>) {
-      return attempts.template construct_results<R>(call);
-    } else {
+  policy.validate();
+  detail::Attempts<Sleep, Rng, OnRetry> attempts{policy, sleep, rng, on_retry, options};
+  if constexpr (!is_result_like_v<R>) {
 #if LLMRETRY_HAS_EXCEPTIONS
-      return attempts.template catch_exceptions<R>(call);
+    return attempts.template catch_exceptions<R>(call);
 #else
-      static_assert(is_result_like_v<R>, "without exceptions, the call must return a result-like value");
+    static_assert(is_result_like_v<R>, "without exceptions, the call must return a result-like value");
 #endif
-    }
+  } else if constexpr (std::is_move_assignable_v<R>) {
+    return attempts.template assign_results<R>(call);
+  } else {
+    return attempts.template construct_results<R>(call);
   }
 }
 
