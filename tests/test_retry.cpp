@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "give_up_recorder.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -80,15 +81,14 @@ TEST_CASE("Failures are retried with backoff, then the value returned", "[retry]
 TEST_CASE("Giving up rethrows the last error unchanged and says why", "[retry]") {
   FakeSleep sleep;
   int calls = 0;
-  std::optional<GiveUp> gave_up;
-  CallOptions options;
-  options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
   try {
     call_with_retry([&]() -> int {
       ++calls;
       throw MyProviderError("HTTP 503 #" + std::to_string(calls), calls);
     }, no_jitter(),
-                    sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+                    sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options);
     FAIL("call_with_retry returned");
   } catch (const MyProviderError& error) {
     CHECK(error.id() == 4);
@@ -105,13 +105,12 @@ TEST_CASE("Giving up rethrows the last error unchanged and says why", "[retry]")
 TEST_CASE("Exceptions that are not the provider's propagate at once", "[retry]") {
   FakeSleep sleep;
   int calls = 0;
-  std::optional<GiveUp> gave_up;
-  CallOptions options;
-  options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
   CHECK_THROWS_AS(call_with_retry([&]() -> int {
                     ++calls;
                     throw std::logic_error("a bug");
-                  }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options),
+                  }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options),
                   std::logic_error);
   CHECK(calls == 1);
   CHECK(sleep.waits().empty());
@@ -135,22 +134,21 @@ TEST_CASE("A policy that makes no sense is refused before the first call", "[ret
 }
 
 TEST_CASE("A call that is not safe to repeat is not retried after an ambiguous failure", "[retry]") {
-  CallOptions options;
-  options.safe_to_repeat = false;
-  std::optional<GiveUp> gave_up;
-  options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
+  recorder.options.safe_to_repeat = false;
   FakeSleep sleep;
   SECTION("a read timeout: stop after one call") {
     SimulatedProvider provider{"timeout"};
     CHECK_THROWS_AS(call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{},
-                                    options),
+                                    recorder.options),
                     ProviderTimeout);
     CHECK(provider.calls() == 1);
     CHECK(gave_up->reason == StopReason::not_safe_to_repeat);
   }
   SECTION("a connection refused before sending: retried") {
     SimulatedProvider provider{"connection_refused", "connect_timeout", "rate_limit"};
-    call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+    call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options);
     CHECK(provider.calls() == 4);
     CHECK_FALSE(gave_up);
   }
@@ -178,14 +176,13 @@ TEST_CASE("A custom classifier decides for exceptions of its own", "[retry]") {
 TEST_CASE("A deadline stops before a wait that would end after it", "[retry]") {
   ManualClock clock;
   FakeSleep sleep{clock};
-  CallOptions options;
-  options.clock = std::ref(clock);
-  options.deadline = clock.now() + 2s;
-  std::optional<GiveUp> gave_up;
-  options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
+  recorder.options.clock = std::ref(clock);
+  recorder.options.deadline = clock.now() + 2s;
   SimulatedProvider provider{"server_error*10"};
   CHECK_THROWS_AS(call_with_retry([&] { provider.call(); }, no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{},
-                                  options),
+                                  recorder.options),
                   ProviderError);
   // 0.5 s then 1 s fit in 2 s; the next 2 s wait would end at 3.5 s.
   CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s});
@@ -218,11 +215,10 @@ TEST_CASE("The result-value style: failures in the returned value", "[retry][res
   }
   SECTION("giving up returns the last result, and says why") {
     SimulatedProvider provider{"rate_limit", "context_length"};
-    std::optional<GiveUp> gave_up;
-    CallOptions options;
-    options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
+    GiveUpRecorder recorder;
+    const auto& gave_up = recorder.gave_up;
     const auto result = call_with_retry([&] { return provider.try_call([] { return 7; }); }, no_jitter(), sleep,
-                                        std::mt19937_64{1}, NoRetryHook{}, options);
+                                        std::mt19937_64{1}, NoRetryHook{}, recorder.options);
     REQUIRE_FALSE(result.has_value());
     CHECK(result.error().failure.kind == FailureKind::context_length);
     CHECK(result.error().message == "HTTP 400: context_length (simulated).");

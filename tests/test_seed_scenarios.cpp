@@ -4,10 +4,12 @@
 #include <llmretry/testing.hpp>
 
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "give_up_recorder.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -25,93 +27,86 @@ RetryPolicy policy_with(Jitter jitter, milliseconds base = 500ms, int max_attemp
   return policy;
 }
 
-std::string finish(SimulatedProvider& provider) {
-  return provider.call([] { return std::string("finish_reason stop"); });
+// What one logical call against a scripted provider did.
+struct Replay {
+  std::vector<milliseconds> waits;
+  int calls = 0;
+  std::optional<StopReason> stopped;  // empty: it succeeded
+  std::optional<Failure> last_failure;
+};
+
+Replay replay(const std::vector<std::string>& script, const RetryPolicy& policy, std::uint64_t seed = 8) {
+  SimulatedProvider provider{script};
+  FakeSleep sleep;
+  GiveUpRecorder recorder;
+  Replay result;
+  try {
+    const auto text = call_with_retry([&] { return provider.call([] { return std::string("finish_reason stop"); }); },
+                                      policy, sleep, std::mt19937_64{seed}, NoRetryHook{}, recorder.options);
+    CHECK(text == "finish_reason stop");
+  } catch (const ProviderError& error) {
+    result.last_failure = error.failure();
+  }
+  result.waits = sleep.waits();
+  result.calls = provider.calls();
+  if (recorder.gave_up) result.stopped = recorder.gave_up->reason;
+  CHECK(result.stopped.has_value() == result.last_failure.has_value());  // a give-up is always reported
+  return result;
 }
 }  // namespace
 
 TEST_CASE("try_retry.py: rate_limit, timeout, server_error, then success on attempt 4", "[seed]") {
-  SimulatedProvider provider{"rate_limit", "timeout", "server_error"};
-  FakeSleep sleep;
-  std::mt19937_64 rng(8);
-  CHECK(call_with_retry([&] { return finish(provider); }, RetryPolicy{}, sleep, rng) == "finish_reason stop");
-  CHECK(provider.calls() == 4);
-  const auto waits = sleep.waits();
-  REQUIRE(waits.size() == 3);
+  const auto run = replay({"rate_limit", "timeout", "server_error"}, RetryPolicy{});
+  CHECK(run.calls == 4);
+  CHECK_FALSE(run.stopped);
+  REQUIRE(run.waits.size() == 3);
   // Each wait is random but never above the backoff: at most 0.5, then 1, then 2 s.
-  CHECK(waits[0] <= 500ms);
-  CHECK(waits[1] <= 1s);
-  CHECK(waits[2] <= 2s);
+  CHECK(run.waits[0] <= 500ms);
+  CHECK(run.waits[1] <= 1s);
+  CHECK(run.waits[2] <= 2s);
 }
 
 TEST_CASE("try_retry.py with jitter off: waits 0.5, 1, 2 s (3.5 s in total)", "[seed]") {
-  SimulatedProvider provider{"rate_limit", "timeout", "server_error"};
-  FakeSleep sleep;
-  CHECK(call_with_retry([&] { return finish(provider); }, policy_with(Jitter::none), sleep) == "finish_reason stop");
-  CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s, 2s});
-  CHECK(sleep.total() == 3500ms);
+  const auto run = replay({"rate_limit", "timeout", "server_error"}, policy_with(Jitter::none));
+  CHECK(run.waits == std::vector<milliseconds>{500ms, 1s, 2s});
+  CHECK(run.calls == 4);
 }
 
 TEST_CASE("try_retry.py with rate_limit:0.511: waits 0.511 s, as the provider asked", "[seed]") {
   for (std::uint64_t seed = 0; seed < 50; ++seed) {
-    SimulatedProvider provider{"rate_limit:0.511"};
-    FakeSleep sleep;
-    std::mt19937_64 rng(seed);
-    call_with_retry([&] { return finish(provider); }, RetryPolicy{}, sleep, rng);
-    CHECK(sleep.waits() == std::vector<milliseconds>{511ms});
-    CHECK(provider.calls() == 2);
+    const auto run = replay({"rate_limit:0.511"}, RetryPolicy{}, seed);
+    CHECK(run.waits == std::vector<milliseconds>{511ms});
+    CHECK(run.calls == 2);
   }
 }
 
 TEST_CASE("try_retry.py with rate_limit:30: throws at once, no sleep", "[seed]") {
-  SimulatedProvider provider{"rate_limit:30"};
-  FakeSleep sleep;
-  std::optional<GiveUp> gave_up;
-  CallOptions options;
-  options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
-  CHECK_THROWS_AS(call_with_retry([&] { return finish(provider); }, RetryPolicy{}, sleep, ThreadRng{}, NoRetryHook{},
-                                  options),
-                  RateLimited);
-  CHECK(provider.calls() == 1);
-  CHECK(sleep.waits().empty());
-  CHECK(gave_up->reason == StopReason::retry_after_too_long);
+  const auto run = replay({"rate_limit:30"}, RetryPolicy{});
+  CHECK(run.calls == 1);
+  CHECK(run.waits.empty());
+  CHECK(run.stopped == StopReason::retry_after_too_long);
+  CHECK(run.last_failure->kind == FailureKind::rate_limited);
 }
 
 TEST_CASE("DESIGN.md: base 1 s, always 429: waits 1, 2, 4 (7 s), the 4th attempt fails", "[seed]") {
-  SimulatedProvider provider{"rate_limit*100"};
-  FakeSleep sleep;
-  CHECK_THROWS_AS(call_with_retry([&] { return finish(provider); }, policy_with(Jitter::none, 1s), sleep), RateLimited);
-  CHECK(sleep.waits() == std::vector<milliseconds>{1s, 2s, 4s});
-  CHECK(provider.calls() == 4);
+  const auto run = replay({"rate_limit*100"}, policy_with(Jitter::none, 1s));
+  CHECK(run.waits == std::vector<milliseconds>{1s, 2s, 4s});
+  CHECK(run.calls == 4);
+  CHECK(run.stopped == StopReason::attempts_exhausted);
 }
 
 TEST_CASE("DESIGN.md: base 4 s: waits 4, 8, 8 (exactly 20 s is within budget), the 4th attempt fails", "[seed]") {
-  SimulatedProvider provider{"rate_limit*100"};
-  FakeSleep sleep;
-  std::optional<GiveUp> gave_up;
-  CallOptions options;
-  options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
-  CHECK_THROWS_AS(call_with_retry([&] { return finish(provider); }, policy_with(Jitter::none, 4s), sleep, ThreadRng{},
-                                  NoRetryHook{}, options),
-                  RateLimited);
-  CHECK(sleep.waits() == std::vector<milliseconds>{4s, 8s, 8s});
-  CHECK(provider.calls() == 4);
-  CHECK(gave_up->reason == StopReason::attempts_exhausted);
+  const auto run = replay({"rate_limit*100"}, policy_with(Jitter::none, 4s));
+  CHECK(run.waits == std::vector<milliseconds>{4s, 8s, 8s});
+  CHECK(run.calls == 4);
+  CHECK(run.stopped == StopReason::attempts_exhausted);
 }
 
 TEST_CASE("DESIGN.md: unlimited attempts, always 503: 0.5, 1, 2, 4, 8 (15.5 s), then stop", "[seed]") {
-  SimulatedProvider provider{"server_error*100"};
-  FakeSleep sleep;
-  std::optional<GiveUp> gave_up;
-  CallOptions options;
-  options.on_give_up = [&](const GiveUp& info) { gave_up = info; };
-  CHECK_THROWS_AS(call_with_retry([&] { return finish(provider); }, policy_with(Jitter::none, 500ms, 1'000'000), sleep,
-                                  ThreadRng{}, NoRetryHook{}, options),
-                  ProviderError);
-  CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s, 2s, 4s, 8s});
-  CHECK(sleep.total() == 15500ms);
-  CHECK(provider.calls() == 6);
-  CHECK(gave_up->reason == StopReason::wait_budget);
+  const auto run = replay({"server_error*100"}, policy_with(Jitter::none, 500ms, 1'000'000));
+  CHECK(run.waits == std::vector<milliseconds>{500ms, 1s, 2s, 4s, 8s});
+  CHECK(run.calls == 6);
+  CHECK(run.stopped == StopReason::wait_budget);
 }
 
 TEST_CASE("DESIGN.md: the real Azure 429 waits at least 0.511 s; retry-after: 30 alone stops", "[seed]") {
@@ -143,9 +138,8 @@ TEST_CASE("DESIGN.md: the real Azure 429 waits at least 0.511 s; retry-after: 30
 }
 
 TEST_CASE("The seed's decision tree: 400 is never retried", "[seed]") {
-  SimulatedProvider provider{"status:400"};
-  FakeSleep sleep;
-  CHECK_THROWS_AS(call_with_retry([&] { return finish(provider); }, RetryPolicy{}, sleep), ProviderError);
-  CHECK(provider.calls() == 1);
-  CHECK(sleep.waits().empty());
+  const auto run = replay({"status:400"}, RetryPolicy{});
+  CHECK(run.calls == 1);
+  CHECK(run.waits.empty());
+  CHECK(run.stopped == StopReason::not_retryable);
 }
