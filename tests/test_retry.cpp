@@ -270,3 +270,23 @@ TEST_CASE("The defaults: real sleep and the thread's generator", "[retry]") {
   call_with_retry([&] { provider.call(); }, policy);
   CHECK(provider.calls() == 2);
 }
+
+TEST_CASE("The clock is read only when an attempt fails and a deadline is set", "[retry]") {
+  int reads = 0;
+  CallOptions options;
+  options.deadline = std::chrono::steady_clock::time_point{} + 1h;
+  options.clock = [&] {
+    ++reads;
+    return std::chrono::steady_clock::time_point{};
+  };
+  FakeSleep sleep;
+  call_with_retry([] { return 1; }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  CHECK(reads == 0);
+  SimulatedProvider provider{"rate_limit", "rate_limit"};
+  call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  CHECK(reads == 2);
+  options.deadline.reset();
+  SimulatedProvider again{"rate_limit"};
+  call_with_retry([&] { again.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  CHECK(reads == 2);
+}
