@@ -429,3 +429,24 @@ TEST_CASE("transport_failure: whether the request can have reached the provider"
   CHECK(transport_failure(CURLE_URL_MALFORMAT, false).kind == FailureKind::unknown);
   CHECK(transport_failure(CURLE_PEER_FAILED_VERIFICATION, true).kind == FailureKind::unknown);
 }
+
+TEST_CASE("streaming: a server that answers with plain JSON is returned whole") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::chat_completion("not streamed"));
+  Collected collected;
+  Call call(chat_request(server), options_for(Provider::openai));
+  call.on_event(collected.handler());
+  const auto response = call();
+  CHECK(response.body.find("not streamed") != std::string::npos);
+  CHECK(collected.data.empty());
+}
+
+TEST_CASE("a timeout that is not positive is refused before anything is sent") {
+  LoopbackProvider server;
+  auto options = options_for(Provider::openai);
+  SECTION("total") { options.timeout = 0ms; }
+  SECTION("connect") { options.connect_timeout = -1ms; }
+  Call call(chat_request(server), options);
+  CHECK_THROWS_AS(call(), std::invalid_argument);
+  CHECK(server.request_count() == 0);
+}

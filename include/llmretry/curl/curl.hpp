@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "../detail/config.hpp"
+#include "../detail/text.hpp"
 #include "../errors.hpp"
 #include "../failure.hpp"
 #include "../headers.hpp"
@@ -135,11 +137,19 @@ struct Transfer {
   SseParser sse;
   std::optional<ErrorFields> stream_error;  ///< an SSE `error` event arrived
   std::exception_ptr handler_error;         ///< on_event threw
+  std::optional<bool> events;               ///< whether the body is an event stream, once known
 
-  bool success_status() const noexcept {
-    long status = 0;
-    curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
-    return status >= 200 && status <= 299;
+  /// Returns true when the body is to be parsed as events: a streamed call, answered with a 2xx
+  /// `text/event-stream` (anything else, such as a JSON error, is kept whole in the body).
+  bool is_event_stream() {
+    if (!events) {
+      long status = 0;
+      curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
+      const auto type = response.header("Content-Type");
+      events = on_event != nullptr && status >= 200 && status <= 299 && type &&
+               llmretry::detail::iequals(type->substr(0, 17), "text/event-stream");
+    }
+    return *events;
   }
 };
 
@@ -150,6 +160,7 @@ inline std::size_t on_header(char* data, std::size_t size, std::size_t count, vo
   try {
     if (line.substr(0, 5) == "HTTP/") {
       transfer.response.headers.clear();  // an interim (1xx) response came first
+      transfer.events.reset();
     } else if (const auto colon = line.find(':'); colon != std::string_view::npos && colon > 0) {
       transfer.response.headers.emplace_back(std::string(llmretry::detail::trim_ows(line.substr(0, colon))),
                                              std::string(llmretry::detail::trim_ows(line.substr(colon + 1))));
@@ -165,7 +176,7 @@ inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void
   auto& transfer = *static_cast<Transfer*>(user);
   const std::string_view bytes(data, size * count);
   try {
-    if (transfer.on_event == nullptr || !transfer.success_status()) {
+    if (!transfer.is_event_stream()) {
       transfer.response.body.append(bytes);
       return bytes.size();
     }
@@ -198,9 +209,14 @@ inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void
 }
 
 /// Returns the attempt's total timeout: options.timeout, shortened to end at the deadline.
-/// Throws ProviderTimeout (not sent) when the deadline has passed.
+/// Throws std::invalid_argument when a timeout is not positive (libcurl would read 0 as "no limit"),
+/// ProviderTimeout (not sent) when the deadline has passed.
 inline std::chrono::milliseconds attempt_timeout(const Options& options) {
   using namespace std::chrono;
+  if (options.connect_timeout <= milliseconds::zero())
+    llmretry::detail::throw_invalid_argument("curl::Options::connect_timeout must be positive");
+  if (options.timeout <= milliseconds::zero())
+    llmretry::detail::throw_invalid_argument("curl::Options::timeout must be positive");
   if (!options.deadline) return options.timeout;
   const auto left = floor<milliseconds>(*options.deadline - steady_clock::now());
   if (left <= milliseconds::zero()) throw ProviderTimeout("deadline passed before the attempt", Sent::no);
@@ -210,12 +226,13 @@ inline std::chrono::milliseconds attempt_timeout(const Options& options) {
 }  // namespace detail
 
 /// Makes one attempt of `request` with `extra_headers` added, and returns the 2xx response.
-/// With `on_event` and `guard` (a streamed call), a 2xx body is parsed as server-sent events handed to
-/// `on_event` one by one, each recorded in `guard`; an SSE `error` event ends the attempt as a failure.
-/// Throws: HttpError for an error status (classified for options.provider); ProviderTimeout or
-/// ConnectionError for a transfer failure (Sent::no when no byte of the request went out);
-/// StreamInterrupted for any failure after `guard` has started; ProviderError (kind unknown) for other
-/// libcurl errors; whatever `on_event` throws, unchanged.
+/// With `on_event` and `guard` (a streamed call), a 2xx `text/event-stream` body is parsed as server-sent
+/// events handed to `on_event` one by one, each recorded in `guard`; an SSE `error` event ends the
+/// attempt as a failure. Any other body (a server that does not stream) is returned whole in the body.
+/// Throws: std::invalid_argument when a timeout in `options` is not positive; HttpError for an error
+/// status (classified for options.provider); ProviderTimeout or ConnectionError for a transfer failure
+/// (Sent::no when no byte of the request went out); StreamInterrupted for any failure after `guard` has
+/// started; ProviderError (kind unknown) for other libcurl errors; whatever `on_event` throws, unchanged.
 inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
                         const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr) {
   detail::global_init();
@@ -284,8 +301,11 @@ inline Response perform(const Request& request, const Options& options, const He
     const Failure failure = classify_provider_response(options.provider, transfer.response.status,
                                                        transfer.response.headers, std::chrono::system_clock::now(), fields);
     std::string message = describe(failure);
-    if (!fields.code.empty() || !fields.type.empty() || !fields.status.empty())
-      message += " (" + (fields.code.empty() ? fields.type.empty() ? fields.status : fields.type : fields.code) + ")";
+    for (const std::string* name : {&fields.code, &fields.type, &fields.status}) {
+      if (name->empty()) continue;
+      message += " (" + *name + ")";
+      break;
+    }
     detail::throw_failure(transfer, message, failure);
   }
   return std::move(transfer.response);
