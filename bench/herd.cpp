@@ -6,12 +6,12 @@
 
 #include <llmretry/sim.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
-#include <string>
+#include <string_view>
 
 namespace {
 
@@ -74,8 +74,10 @@ void herd_table(const char* title, const llmretry::RetryPolicy& policy, int seed
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int seeds = argc > 1 ? std::atoi(argv[1]) : 20;
-  if (seeds < 1) {
+  int seeds = 20;
+  const std::string_view arg = argc > 1 ? argv[1] : "20";
+  const auto [end, error] = std::from_chars(arg.data(), arg.data() + arg.size(), seeds);
+  if (argc > 2 || error != std::errc{} || end != arg.data() + arg.size() || seeds < 1) {
     std::fprintf(stderr, "llmretry-bench-herd: SEEDS must be a whole number of at least 1\n");
     return 2;
   }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -147,12 +148,71 @@ struct Options {
   std::string svg, csv;
 };
 
+/// A change to the scenarios that an option asks for.
+using Edit = std::function<void(Scenario&)>;
+/// Reads an option's value (throwing UsageError naming the option) and returns its Edit.
+using Setter = std::function<Edit(std::string_view flag, std::string_view value)>;
+
+/// Returns a Setter that reads the value with `read(flag, value)` and applies it with `apply(scenario, value)`.
+template <class Read, class Apply>
+Setter setter(Read read, Apply apply) {
+  return [read, apply](std::string_view flag, std::string_view value) -> Edit {
+    auto parsed = read(flag, value);
+    return [apply, parsed](Scenario& s) { apply(s, parsed); };
+  };
+}
+
+/// Returns the options that set one field of the scenarios, by name.
+std::map<std::string_view, Setter> setters() {
+  const auto duration = [](std::string_view flag, std::string_view value) { return parse_duration(flag, value); };
+  const auto count = [](std::int64_t max) {
+    return [max](std::string_view flag, std::string_view value) { return parse_integer(flag, value, 1, max); };
+  };
+  const auto seed = [](std::string_view flag, std::string_view value) {
+    return static_cast<std::uint64_t>(parse_integer(flag, value, 0, INT64_MAX));
+  };
+  const auto share = [](std::string_view flag, std::string_view value) { return parse_rate(flag, value); };
+  constexpr std::int64_t many = 1'000'000'000'000;
+  using D = milliseconds;
+  using N = std::int64_t;
+  return {
+      {"--clients", setter(count(10'000'000), [](Scenario& s, N n) { s.clients = static_cast<int>(n); })},
+      {"--spacing", setter(duration, [](Scenario& s, D d) { s.start_spacing = d; })},
+      {"--seed", setter(seed, [](Scenario& s, std::uint64_t n) { s.seed = n; })},
+      {"--base", setter(duration, [](Scenario& s, D d) { s.policy.base = d; })},
+      {"--cap", setter(duration, [](Scenario& s, D d) { s.policy.cap = d; })},
+      {"--attempts", setter(count(INT32_MAX), [](Scenario& s, N n) { s.policy.max_attempts = static_cast<int>(n); })},
+      {"--max-total-wait", setter(duration, [](Scenario& s, D d) { s.policy.max_total_wait = d; })},
+      {"--max-retry-after", setter(duration, [](Scenario& s, D d) { s.policy.max_retry_after = d; })},
+      {"--interval", setter(duration, [](Scenario& s, D d) { s.provider.start_interval = d; })},
+      {"--rpm", setter(count(many), [](Scenario& s, N n) { s.provider.requests = sim::Bucket{n, 60s}; })},
+      {"--tpm", setter(count(many), [](Scenario& s, N n) { s.provider.tokens = sim::Bucket{n, 60s}; })},
+      {"--tokens", setter(count(many), [](Scenario& s, N n) { s.provider.tokens_per_request = n; })},
+      {"--concurrency", setter(count(INT32_MAX), [](Scenario& s, N n) { s.provider.concurrency = static_cast<int>(n); })},
+      {"--latency", setter(duration, [](Scenario& s, D d) { s.provider.latency = d; })},
+      {"--refusal-latency", setter(duration, [](Scenario& s, D d) { s.provider.refusal_latency = d; })},
+      {"--error-rate", setter(share, [](Scenario& s, double p) { s.provider.server_error_rate = p; })},
+      {"--timeout-rate", setter(share, [](Scenario& s, double p) { s.provider.timeout_rate = p; })},
+      {"--timeout", setter(duration, [](Scenario& s, D d) { s.provider.timeout = d; })},
+  };
+}
+
+/// Returns the Edit of `--retry-after VALUE`: none, precise, or a duration sent with every refusal.
+Edit retry_after(std::string_view value) {
+  if (value == "none") return [](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::none; };
+  if (value == "precise") return [](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::precise; };
+  const milliseconds fixed = parse_duration("--retry-after", value);
+  return [fixed](Scenario& s) {
+    s.provider.retry_after = sim::RetryAfterMode::fixed;
+    s.provider.fixed_retry_after = fixed;
+  };
+}
+
 Options parse(int argc, char** argv) {
   Options options;
-  std::vector<std::function<void(Scenario&)>> edits;
+  const auto fields = setters();
+  std::vector<Edit> edits;
   bool compare = true;
-  std::optional<std::int64_t> tokens;
-  const auto edit = [&](std::function<void(Scenario&)> change) { edits.push_back(std::move(change)); };
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -166,82 +226,19 @@ Options parse(int argc, char** argv) {
     if (flag.substr(0, 2) != "--") throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
     if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value (see --help)");
     const std::string_view value = argv[++i];
-    const auto duration = [&] { return parse_duration(flag, value); };
-    const auto count = [&](std::int64_t max) { return parse_integer(flag, value, 1, max); };
-    if (flag == "--scenario") {
+    if (const auto field = fields.find(flag); field != fields.end()) {
+      edits.push_back(field->second(flag, value));
+    } else if (flag == "--scenario") {
       options.runs = scenario_runs(value);
-    } else if (flag == "--clients") {
-      const int n = static_cast<int>(count(10'000'000));
-      edit([n](Scenario& s) { s.clients = n; });
-    } else if (flag == "--spacing") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.start_spacing = d; });
-    } else if (flag == "--seed") {
-      const auto seed = static_cast<std::uint64_t>(parse_integer(flag, value, 0, INT64_MAX));
-      edit([seed](Scenario& s) { s.seed = seed; });
     } else if (flag == "--seeds") {
-      options.seeds = count(1'000'000);
-    } else if (flag == "--base") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.policy.base = d; });
-    } else if (flag == "--cap") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.policy.cap = d; });
-    } else if (flag == "--attempts") {
-      const int n = static_cast<int>(count(INT32_MAX));
-      edit([n](Scenario& s) { s.policy.max_attempts = n; });
-    } else if (flag == "--max-total-wait") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.policy.max_total_wait = d; });
-    } else if (flag == "--max-retry-after") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.policy.max_retry_after = d; });
+      options.seeds = parse_integer(flag, value, 1, 1'000'000);
     } else if (flag == "--jitter") {
       const Jitter jitter = parse_jitter(value);
       compare = false;
-      edit([jitter](Scenario& s) { s.policy.jitter = jitter; });
-    } else if (flag == "--interval") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.provider.start_interval = d; });
-    } else if (flag == "--rpm") {
-      const auto n = count(1'000'000'000'000);
-      edit([n](Scenario& s) { s.provider.requests = sim::Bucket{n, 60s}; });
-    } else if (flag == "--tpm") {
-      const auto n = count(1'000'000'000'000);
-      edit([n](Scenario& s) { s.provider.tokens = sim::Bucket{n, 60s}; });
-    } else if (flag == "--tokens") {
-      tokens = count(1'000'000'000'000);
-    } else if (flag == "--concurrency") {
-      const int n = static_cast<int>(count(INT32_MAX));
-      edit([n](Scenario& s) { s.provider.concurrency = n; });
-    } else if (flag == "--latency") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.provider.latency = d; });
-    } else if (flag == "--refusal-latency") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.provider.refusal_latency = d; });
-    } else if (flag == "--error-rate") {
-      const double rate = parse_rate(flag, value);
-      edit([rate](Scenario& s) { s.provider.server_error_rate = rate; });
-    } else if (flag == "--timeout-rate") {
-      const double rate = parse_rate(flag, value);
-      edit([rate](Scenario& s) { s.provider.timeout_rate = rate; });
-    } else if (flag == "--timeout") {
-      const auto d = duration();
-      edit([d](Scenario& s) { s.provider.timeout = d; });
+      edits.push_back([jitter](Scenario& s) { s.policy.jitter = jitter; });
     } else if (flag == "--retry-after") {
       compare = false;
-      if (value == "none") {
-        edit([](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::none; });
-      } else if (value == "precise") {
-        edit([](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::precise; });
-      } else {
-        const auto d = duration();
-        edit([d](Scenario& s) {
-          s.provider.retry_after = sim::RetryAfterMode::fixed;
-          s.provider.fixed_retry_after = d;
-        });
-      }
+      edits.push_back(retry_after(value));
     } else if (flag == "--svg") {
       options.svg = value;
     } else if (flag == "--csv") {
@@ -249,10 +246,6 @@ Options parse(int argc, char** argv) {
     } else {
       throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
     }
-  }
-  if (tokens) {
-    const auto n = *tokens;
-    edit([n](Scenario& s) { s.provider.tokens_per_request = n; });
   }
   if (!compare) {
     options.runs.resize(1);

@@ -72,25 +72,23 @@ inline ProviderSpec rpm_tpm_provider(std::int64_t tokens_per_request) {
   return p;
 }
 
-/// Returns seed 001's workload A: 1,000 short calls (200 tokens) in one minute; the request limit fails
-/// first, the token limit is fine.
-inline Scenario many_small_calls() {
+/// Returns `clients` calls of `tokens_per_request` tokens each, spread evenly over one minute, against
+/// rpm_tpm_provider.
+inline Scenario one_minute_of_calls(int clients, std::int64_t tokens_per_request) {
   Scenario s;
-  s.clients = 1000;
-  s.start_spacing = 60ms;
-  s.provider = rpm_tpm_provider(200);
+  s.clients = clients;
+  s.start_spacing = std::chrono::milliseconds{60s} / clients;
+  s.provider = rpm_tpm_provider(tokens_per_request);
   return s;
 }
 
+/// Returns seed 001's workload A: 1,000 short calls (200 tokens) in one minute; the request limit fails
+/// first, the token limit is fine.
+inline Scenario many_small_calls() { return one_minute_of_calls(1000, 200); }
+
 /// Returns seed 001's workload B: 100 long calls (5,000 tokens) in one minute; the token limit fails
 /// first, the request limit is fine.
-inline Scenario few_large_calls() {
-  Scenario s;
-  s.clients = 100;
-  s.start_spacing = 600ms;
-  s.provider = rpm_tpm_provider(5000);
-  return s;
-}
+inline Scenario few_large_calls() { return one_minute_of_calls(100, 5000); }
 
 /// Returns the setup of "Exponential Backoff And Jitter" (AWS Architecture Blog, 2015): `clients` writers
 /// contend on one row under optimistic concurrency, base 5 ms, cap 2 s, retrying until they succeed.
