@@ -54,8 +54,8 @@ constexpr const char* to_string(Outcome outcome) noexcept {
 /// A token bucket: holds at most `capacity` units, starts full, and refills evenly at `capacity` units
 /// per `period`. {600, 1 min} is "600 requests per minute"; {100000, 1 min} is "100,000 tokens per minute".
 struct Bucket {
-  std::int64_t capacity = 0;
-  std::chrono::milliseconds period{60000};
+  std::int64_t capacity = 0;                ///< units held when full, and refilled per period
+  std::chrono::milliseconds period{60000};  ///< the time over which `capacity` units come back
 };
 
 /// A simulated provider, made of limits that all apply at once. A request is admitted only when every

@@ -14,7 +14,9 @@ class SplitMix64 {
   /// Starts the sequence at `seed`.
   explicit constexpr SplitMix64(std::uint64_t seed) noexcept : state_(seed) {}
 
+  /// Returns the smallest value operator() returns: 0.
   static constexpr result_type min() noexcept { return 0; }
+  /// Returns the largest value operator() returns: 2^64 - 1.
   static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
 
   /// Returns the next 64 random bits.

@@ -38,6 +38,31 @@ inline std::string mark(const sim::Attempt& attempt) {
   return "?";
 }
 
+/// Returns a tick step of 1, 2 or 5 times a power of ten (ms) giving at most about 10 ticks over `span`.
+inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
+  std::int64_t step = 1;
+  for (;;) {
+    for (const std::int64_t m : {1, 2, 5})
+      if (span_ms / (step * m) <= 10) return step * m;
+    step *= 10;
+  }
+}
+
+/// Returns `text` with &, <, > and " escaped for XML.
+inline std::string xml_escape(const std::string& text) {
+  std::string escaped;
+  for (const char c : text) {
+    switch (c) {
+      case '&': escaped += "&amp;"; break;
+      case '<': escaped += "&lt;"; break;
+      case '>': escaped += "&gt;"; break;
+      case '"': escaped += "&quot;"; break;
+      default: escaped += c;
+    }
+  }
+  return escaped;
+}
+
 }  // namespace llmretry::detail
 
 namespace llmretry::sim {
@@ -106,35 +131,6 @@ inline void write_csv(std::ostream& out, const Result& result) {
       out << i + 1 << ',' << a.number << ',' << a.sent.count() << ',' << a.answered.count() << ','
           << to_string(a.outcome) << ',' << a.status << ',' << a.wait.count() << '\n';
 }
-
-namespace detail {
-
-/// Returns a tick step of 1, 2 or 5 times a power of ten (ms) giving at most about 10 ticks over `span`.
-inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
-  std::int64_t step = 1;
-  for (;;) {
-    for (const std::int64_t m : {1, 2, 5})
-      if (span_ms / (step * m) <= 10) return step * m;
-    step *= 10;
-  }
-}
-
-/// Returns `text` with &, <, > and " escaped for XML.
-inline std::string xml_escape(const std::string& text) {
-  std::string escaped;
-  for (const char c : text) {
-    switch (c) {
-      case '&': escaped += "&amp;"; break;
-      case '<': escaped += "&lt;"; break;
-      case '>': escaped += "&gt;"; break;
-      case '"': escaped += "&quot;"; break;
-      default: escaped += c;
-    }
-  }
-  return escaped;
-}
-
-}  // namespace detail
 
 /// Writes the timeline as a self-contained SVG document: one lane (`<g class="lane">`) per client, with
 /// each attempt (green served, red refused, orange 503 or timeout; a bar while in flight), each wait

@@ -19,10 +19,10 @@ namespace llmretry::sim {
 /// What to simulate: N clients, each making one logical call under `policy`, against one provider.
 /// Each client draws its jitter from its own stream of `seed`; the provider's random failures from another.
 struct Scenario {
-  int clients = 4;
-  RetryPolicy policy;
-  ProviderSpec provider;
-  std::uint64_t seed = 1;
+  int clients = 4;         ///< how many clients, each making one logical call
+  RetryPolicy policy;      ///< every client's retry policy
+  ProviderSpec provider;   ///< the provider they all call
+  std::uint64_t seed = 1;  ///< the one seed all random draws derive from
   /// Client i (0-based) sends its first attempt at i * start_spacing; zero: all at once.
   std::chrono::milliseconds start_spacing{0};
   /// Whether a request that may have been processed (503, timeout) may be sent again.
@@ -42,7 +42,7 @@ struct Scenario {
 /// One request of one client.
 struct Attempt {
   int number = 1;  ///< 1 for the first attempt
-  Time sent{0};
+  Time sent{0};    ///< when the request left the client
   Time answered{0};  ///< when the client held the answer (or stopped waiting for it)
   Outcome outcome = Outcome::served;
   int status = 0;  ///< HTTP status of a failure (429, 409, 503), 0 when served or timed out
@@ -51,9 +51,9 @@ struct Attempt {
 
 /// Everything one client did.
 struct ClientResult {
-  Time start{0};
-  std::vector<Attempt> attempts;
-  bool served = false;
+  Time start{0};                   ///< when its first attempt was sent
+  std::vector<Attempt> attempts;   ///< every request, in order
+  bool served = false;             ///< whether an attempt succeeded
   Time finished{0};                    ///< when it was served or gave up
   std::optional<StopReason> gave_up;   ///< why it stopped, when not served
   std::chrono::milliseconds waited{0};  ///< total of its waits
@@ -61,15 +61,15 @@ struct ClientResult {
 
 /// Totals over all clients. Completion time is finish minus start, over served clients (0 when none).
 struct Totals {
-  std::int64_t requests = 0;
-  std::int64_t served = 0;
+  std::int64_t requests = 0;        ///< attempts sent by all clients
+  std::int64_t served = 0;          ///< clients served (one successful request each)
   std::int64_t refused = 0;         ///< 429s (409s for Refusal::conflict)
   std::int64_t other_failures = 0;  ///< 503s and timeouts
   std::int64_t gave_up = 0;         ///< clients that stopped without being served
   Time makespan{0};                 ///< the last finish, served or not
-  std::chrono::milliseconds p50{0};
-  std::chrono::milliseconds p95{0};
-  std::chrono::milliseconds p99{0};
+  std::chrono::milliseconds p50{0};  ///< median completion time (nearest rank)
+  std::chrono::milliseconds p95{0};  ///< 95th percentile completion time (nearest rank)
+  std::chrono::milliseconds p99{0};  ///< 99th percentile completion time (nearest rank)
   std::chrono::milliseconds waited{0};  ///< all clients' waits added up
   std::int64_t largest_retry_group = 0;  ///< the most retries sent at one instant
   Time largest_retry_group_at{0};        ///< that instant (the earliest, on a tie)
@@ -77,15 +77,15 @@ struct Totals {
 
 /// What a simulation produced: one ClientResult per client, in client order, and the totals.
 struct Result {
-  std::vector<ClientResult> clients;
-  Totals totals;
+  std::vector<ClientResult> clients;  ///< one per client, in client order
+  Totals totals;                      ///< totals_of(clients), plus the largest group of retries
 };
 
 /// Retries sent at one instant, and how many of them were served.
 struct Group {
-  Time at{0};
-  std::int64_t requests = 0;
-  std::int64_t served = 0;
+  Time at{0};                 ///< the instant
+  std::int64_t requests = 0;  ///< retries sent at that instant
+  std::int64_t served = 0;    ///< how many of them were served
 };
 
 /// Returns, in time order, every instant at which at least `min_requests` retries (attempts after the
