@@ -141,7 +141,8 @@ constexpr std::optional<std::int64_t> to_epoch_seconds(std::int64_t year, unsign
 }
 
 /// Returns the epoch seconds of an HTTP date in any of the three RFC 9110 formats, or nullopt.
-/// `current_year` resolves the two-digit year of RFC 850 (at most 50 years ahead, else the century before).
+/// `current_year` resolves the two-digit year of RFC 850 to the year with those digits within
+/// (current_year - 50, current_year + 50].
 constexpr std::optional<std::int64_t> parse_http_date_seconds(std::string_view text, std::int64_t current_year) noexcept {
   text = trim_ows(text);
   auto rest = text;
@@ -168,6 +169,7 @@ constexpr std::optional<std::int64_t> parse_http_date_seconds(std::string_view t
     if (!time || !take(rest, " GMT") || !rest.empty()) return std::nullopt;
     std::int64_t year = current_year - current_year % 100 + *yy;
     if (year > current_year + 50) year -= 100;
+    else if (year <= current_year - 50) year += 100;
     return to_epoch_seconds(year, *month, *day, *time);
   }
   rest = text;
@@ -189,7 +191,8 @@ constexpr std::optional<std::int64_t> parse_http_date_seconds(std::string_view t
 
 /// Returns the proleptic Gregorian year of a time point.
 inline std::int64_t year_of(std::chrono::system_clock::time_point when) noexcept {
-  const auto days = std::chrono::floor<std::chrono::hours>(when.time_since_epoch()).count() / 24;
+  const auto hours = std::chrono::floor<std::chrono::hours>(when.time_since_epoch()).count();
+  const std::int64_t days = hours >= 0 ? hours / 24 : (hours - 23) / 24;  // rounded down
   // civil_from_days, year only
   const std::int64_t z = days + 719468;
   const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
@@ -215,9 +218,10 @@ inline std::chrono::system_clock::time_point clamped_time_point(std::int64_t epo
 
 /// Parses an HTTP date in any of the formats of RFC 9110 section 5.6.7: IMF-fixdate
 /// ("Sun, 06 Nov 1994 08:49:37 GMT"), RFC 850 ("Sunday, 06-Nov-94 08:49:37 GMT") and asctime
-/// ("Sun Nov  6 08:49:37 1994"), GMT only, names in any case. A two-digit year more than 50 years after
-/// `now` is taken from the century before. Returns nullopt when the text is not such a date; never throws.
-/// A date beyond what system_clock can hold is clamped to its range.
+/// ("Sun Nov  6 08:49:37 1994"), GMT only, names in any case. A two-digit year is the year with those
+/// digits less than 50 years before `now` and at most 50 after (never more than 50 years in the future).
+/// Returns nullopt when the text is not such a date; never throws. A date beyond what system_clock can
+/// hold is clamped to its range.
 inline std::optional<std::chrono::system_clock::time_point> parse_http_date(
     std::string_view text, std::chrono::system_clock::time_point now) noexcept {
   const auto seconds = detail::parse_http_date_seconds(text, detail::year_of(now));

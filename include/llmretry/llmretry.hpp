@@ -1,7 +1,9 @@
 #ifndef LLMRETRY_LLMRETRY_HPP
 #define LLMRETRY_LLMRETRY_HPP
 
-/// Everything llmretry offers, in one include. The testing helpers are separate: <llmretry/testing.hpp>.
+/// Everything llmretry offers, in one include. The testing helpers are separate: <llmretry/testing.hpp>;
+/// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>
+/// and <llmretry/testing/loopback/provider.hpp>.
 
 #include "backoff.hpp"
 #include "classify.hpp"
@@ -9,10 +11,15 @@
 #include "errors.hpp"
 #include "failure.hpp"
 #include "headers.hpp"
+#include "idempotency.hpp"
 #include "policy.hpp"
+#include "providers.hpp"
 #include "random.hpp"
+#include "rate_limits.hpp"
 #include "result.hpp"
 #include "retry.hpp"
+#include "sse.hpp"
+#include "stream.hpp"
 #include "version.hpp"
 
 #endif  // LLMRETRY_LLMRETRY_HPP

@@ -29,11 +29,11 @@ struct ScriptStep {
 
 namespace detail {
 
-/// Returns true when item is `name` (leaving `wait` empty) or "name:VALUE" with VALUE a decimal number
-/// of `unit_ms` milliseconds (stored in `wait`).
-inline bool take_wait(std::string_view item, std::string_view name, std::int64_t unit_ms,
+/// Returns true when item is "name:VALUE" with VALUE a decimal number of `unit_ms` milliseconds (stored
+/// in `wait`), or just `name` when the value is optional (leaving `wait` empty).
+inline bool take_wait(std::string_view item, std::string_view name, std::int64_t unit_ms, bool value_optional,
                       std::optional<std::chrono::milliseconds>& wait) {
-  if (item == name) return true;
+  if (item == name) return value_optional;
   if (item.size() <= name.size() + 1 || item.substr(0, name.size()) != name || item[name.size()] != ':') return false;
   wait = llmretry::detail::parse_decimal_ms(item.substr(name.size() + 1), unit_ms);
   return wait.has_value();
@@ -55,7 +55,7 @@ inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item
   if (item == "context_length") return classify_status(400, "context_length_exceeded");
   if (item == "content_filter") return classify_status(400, "content_filter");
   std::optional<milliseconds> wait;
-  if (take_wait(item, "rate_limit", 1000, wait) || take_wait(item, "rate_limit_ms", 1, wait)) {
+  if (take_wait(item, "rate_limit", 1000, true, wait) || take_wait(item, "rate_limit_ms", 1, false, wait)) {
     Failure failure = classify_status(429);
     failure.retry_after = wait;
     return failure;
@@ -66,7 +66,7 @@ inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item
     if (code.size() == 3 && llmretry::detail::is_digit(code[0]) && llmretry::detail::is_digit(code[1]) &&
         llmretry::detail::is_digit(code[2])) {
       const int status = (code[0] - '0') * 100 + (code[1] - '0') * 10 + (code[2] - '0');
-      if (status >= 400 && status <= 599 && (rest.size() == 3 || take_wait(rest, code, 1000, wait))) {
+      if (status >= 400 && status <= 599 && (rest.size() == 3 || take_wait(rest, code, 1000, false, wait))) {
         Failure failure = classify_status(status);
         failure.retry_after = wait;
         return failure;

@@ -1,0 +1,66 @@
+#ifndef LLMRETRY_JSON_ERROR_FIELDS_HPP
+#define LLMRETRY_JSON_ERROR_FIELDS_HPP
+
+/// Reads the machine-readable strings of a provider's JSON error body with nlohmann::json
+/// (target llmretry::json), for classify_provider_response and llmretry::curl::Options::read_error.
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "../providers.hpp"
+
+namespace llmretry::json {
+
+namespace detail {
+
+/// Copies `object[key]` into `into` when it is a string; anything else is left alone.
+inline void copy_string(const nlohmann::json& object, const char* key, std::string& into) {
+  const auto found = object.find(key);
+  if (found != object.end() && found->is_string()) into = found->get<std::string>();
+}
+
+}  // namespace detail
+
+/// Returns the error strings of a parsed error body, in any of the providers' shapes:
+/// - OpenAI / Azure: `{"error": {"code": ..., "type": ...}}`;
+/// - Anthropic: `{"type": "error", "error": {"type": "overloaded_error"}}`;
+/// - Gemini / Vertex: `{"error": {"status": "RESOURCE_EXHAUSTED", "details": [{"@type":
+///   "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}]}}`, also inside a one-element array.
+/// Fields that are absent or not strings stay empty; never throws on the document's shape.
+/// (A template only so that a string argument picks the overload below.)
+template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::json>, int> = 0>
+ErrorFields error_fields(const Json& body) {
+  ErrorFields fields;
+  const nlohmann::json& root = body.is_array() && !body.empty() ? body.front() : body;
+  if (!root.is_object()) return fields;
+  const auto error = root.find("error");
+  if (error == root.end() || !error->is_object()) return fields;
+  detail::copy_string(*error, "code", fields.code);
+  detail::copy_string(*error, "type", fields.type);
+  detail::copy_string(*error, "status", fields.status);
+  const auto details = error->find("details");
+  if (details == error->end() || !details->is_array()) return fields;
+  for (const auto& entry : *details) {
+    if (!entry.is_object()) continue;
+    const auto type = entry.find("@type");
+    if (type != entry.end() && type->is_string() &&
+        type->get_ref<const std::string&>() == "type.googleapis.com/google.rpc.RetryInfo")
+      detail::copy_string(entry, "retryDelay", fields.retry_delay);
+  }
+  return fields;
+}
+
+/// Returns the error strings of a JSON error body given as text; empty fields when the text is not
+/// JSON. Never throws on malformed input (only std::bad_alloc).
+inline ErrorFields error_fields(std::string_view body) {
+  const auto parsed = nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return {};
+  return error_fields<nlohmann::json>(parsed);
+}
+
+}  // namespace llmretry::json
+
+#endif  // LLMRETRY_JSON_ERROR_FIELDS_HPP

@@ -1,0 +1,136 @@
+#ifndef LLMRETRY_PROVIDERS_HPP
+#define LLMRETRY_PROVIDERS_HPP
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "classify.hpp"
+#include "detail/duration.hpp"
+#include "detail/text.hpp"
+#include "failure.hpp"
+#include "headers.hpp"
+
+namespace llmretry {
+
+/// The API families whose error semantics the library knows.
+enum class Provider {
+  openai,        ///< OpenAI, and any OpenAI-compatible server
+  azure_openai,  ///< Azure OpenAI (the OpenAI error body, Azure's headers)
+  anthropic,     ///< Anthropic Messages API
+  gemini,        ///< Google Gemini API and Vertex AI (google.rpc.Status error body)
+};
+
+/// Returns the name of a provider, such as "azure_openai".
+constexpr const char* to_string(Provider provider) noexcept {
+  switch (provider) {
+    case Provider::openai: return "openai";
+    case Provider::azure_openai: return "azure_openai";
+    case Provider::anthropic: return "anthropic";
+    case Provider::gemini: return "gemini";
+  }
+  return "unknown";
+}
+
+/// The machine-readable strings of a provider's JSON error body, already extracted (for instance by
+/// llmretry::json::error_fields). Any may be empty. Messages are left out on purpose: decisions never
+/// depend on wording.
+struct ErrorFields {
+  std::string code;         ///< OpenAI / Azure `error.code`: "rate_limit_exceeded", "insufficient_quota"...
+  std::string type;         ///< OpenAI `error.type`, Anthropic `error.type`: "overloaded_error"...
+  std::string status;       ///< Gemini / Vertex `error.status`: "RESOURCE_EXHAUSTED"...
+  std::string retry_delay;  ///< Gemini `google.rpc.RetryInfo.retryDelay`: "30s", "1.5s"
+
+  /// Returns true when nothing was extracted.
+  bool empty() const noexcept { return code.empty() && type.empty() && status.empty() && retry_delay.empty(); }
+};
+
+namespace detail {
+
+/// Returns the HTTP status an Anthropic error type stands for, or 0 when unknown.
+constexpr int anthropic_status(std::string_view type) noexcept {
+  struct Entry {
+    std::string_view type;
+    int status;
+  };
+  constexpr Entry table[] = {{"invalid_request_error", 400}, {"authentication_error", 401},
+                             {"billing_error", 402},         {"permission_error", 403},
+                             {"not_found_error", 404},       {"request_too_large", 413},
+                             {"rate_limit_error", 429},      {"api_error", 500},
+                             {"timeout_error", 504},         {"overloaded_error", 529}};
+  for (const auto& entry : table)
+    if (type == entry.type) return entry.status;
+  return 0;
+}
+
+/// Returns the HTTP status a google.rpc.Code name stands for, or 0 when unknown.
+constexpr int gemini_status(std::string_view status) noexcept {
+  struct Entry {
+    std::string_view status;
+    int http;
+  };
+  constexpr Entry table[] = {{"INVALID_ARGUMENT", 400},  {"FAILED_PRECONDITION", 400}, {"OUT_OF_RANGE", 400},
+                             {"UNAUTHENTICATED", 401},   {"PERMISSION_DENIED", 403},   {"NOT_FOUND", 404},
+                             {"ALREADY_EXISTS", 409},    {"ABORTED", 409},             {"RESOURCE_EXHAUSTED", 429},
+                             {"CANCELLED", 499},         {"INTERNAL", 500},            {"UNKNOWN", 500},
+                             {"DATA_LOSS", 500},         {"NOT_IMPLEMENTED", 501},     {"UNAVAILABLE", 503},
+                             {"DEADLINE_EXCEEDED", 504}};
+  for (const auto& entry : table)
+    if (status == entry.status) return entry.http;
+  return 0;
+}
+
+}  // namespace detail
+
+/// Returns the failure an error response means for `provider`, from its HTTP status and the strings of
+/// its JSON error body; the headers are not read (see classify_provider_response).
+/// - OpenAI, Azure: classify_status on `code`, then on `type` ("insufficient_quota" makes a 429
+///   quota_exhausted; "context_length_exceeded", "content_filter" refine a 400).
+/// - Anthropic: the status of `type` where the HTTP status says nothing (0, or 200 for an SSE `error`
+///   event); "billing_error" is quota_exhausted; 529 / "overloaded_error" is a server error refused
+///   before any work (Sent::yes), so it is safe to repeat.
+/// - Gemini / Vertex: the status of `status` ("RESOURCE_EXHAUSTED" is 429) where the HTTP status says
+///   nothing.
+/// Unknown strings fall back on the HTTP status. Never throws.
+inline Failure classify_provider_error(Provider provider, int status, const ErrorFields& body) noexcept {
+  const bool status_says_nothing = status < 400;
+  switch (provider) {
+    case Provider::openai:
+    case Provider::azure_openai: {
+      const Failure plain = classify_status(status);
+      const Failure by_code = classify_status(status, body.code);
+      return by_code != plain ? by_code : classify_status(status, body.type);
+    }
+    case Provider::anthropic: {
+      if (status_says_nothing && detail::anthropic_status(body.type) != 0) status = detail::anthropic_status(body.type);
+      Failure failure = classify_status(status);
+      if (body.type == "billing_error") failure.kind = FailureKind::quota_exhausted;
+      if (status == 529 || body.type == "overloaded_error") failure.sent = Sent::yes;
+      return failure;
+    }
+    case Provider::gemini: {
+      if (status_says_nothing && detail::gemini_status(body.status) != 0) status = detail::gemini_status(body.status);
+      return classify_status(status);
+    }
+  }
+  return classify_status(status);
+}
+
+/// Returns classify_provider_error(provider, status, body) completed from the response: the wait the
+/// provider asked for, from the headers (see retry_after, relative to `now`) or else from the body's
+/// `retry_delay` ("30s", "1.5s", rounded up to milliseconds), and its explicit `x-should-retry`.
+/// `headers`: any container of name/value pairs or look-up callable, as for retry_after.
+/// Malformed values are ignored; never throws.
+template <class Headers>
+Failure classify_provider_response(Provider provider, int status, const Headers& headers,
+                                   std::chrono::system_clock::time_point now, const ErrorFields& body = {}) {
+  Failure failure = classify_provider_error(provider, status, body);
+  failure.retry_after = retry_after(headers, now);
+  if (!failure.retry_after && !body.retry_delay.empty()) failure.retry_after = detail::parse_duration_ms(body.retry_delay);
+  failure.should_retry = should_retry(headers);
+  return failure;
+}
+
+}  // namespace llmretry
+
+#endif  // LLMRETRY_PROVIDERS_HPP

@@ -1,0 +1,193 @@
+#ifndef LLMRETRY_SIM_REPORT_HPP
+#define LLMRETRY_SIM_REPORT_HPP
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "../decision.hpp"
+#include "simulation.hpp"
+
+/// Ways to show a simulation's Result: a table for people, CSV for tools, an SVG timeline for browsers.
+
+namespace llmretry::detail {
+
+/// Returns how many terminal columns UTF-8 `text` takes (one per code point).
+inline std::size_t display_width(const std::string& text) noexcept {
+  return static_cast<std::size_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+/// Returns `text` followed by spaces up to `width` columns.
+inline std::string pad(const std::string& text, std::size_t width) {
+  const std::size_t used = display_width(text);
+  return used >= width ? text : text + std::string(width - used, ' ');
+}
+
+/// Returns the mark of an attempt in the table: ✓ served, ✗ 429, ✗409, ✗503, ⌛ timeout.
+inline std::string mark(const sim::Attempt& attempt) {
+  switch (attempt.outcome) {
+    case sim::Outcome::served: return "✓";
+    case sim::Outcome::timeout: return "⌛";
+    case sim::Outcome::refused:
+    case sim::Outcome::server_error: return attempt.status == 429 ? "✗" : "✗" + std::to_string(attempt.status);
+  }
+  return "?";
+}
+
+/// Returns a tick step of 1, 2 or 5 times a power of ten (ms) giving at most about 10 ticks over `span`.
+inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
+  std::int64_t step = 1;
+  for (;;) {
+    for (const std::int64_t m : {1, 2, 5})
+      if (span_ms / (step * m) <= 10) return step * m;
+    step *= 10;
+  }
+}
+
+/// Returns `text` with &, <, > and " escaped for XML.
+inline std::string xml_escape(const std::string& text) {
+  std::string escaped;
+  for (const char c : text) {
+    switch (c) {
+      case '&': escaped += "&amp;"; break;
+      case '<': escaped += "&lt;"; break;
+      case '>': escaped += "&gt;"; break;
+      case '"': escaped += "&quot;"; break;
+      default: escaped += c;
+    }
+  }
+  return escaped;
+}
+
+}  // namespace llmretry::detail
+
+namespace llmretry::sim {
+
+/// Returns a duration in seconds, as short as exact: 3500 ms gives "3.5", 511 ms "0.511", 0 "0".
+inline std::string seconds(std::chrono::milliseconds duration) {
+  const auto ms = duration.count();
+  std::string text = (ms < 0 ? "-" : "") + std::to_string((ms < 0 ? -ms : ms) / 1000);
+  auto fraction = (ms < 0 ? -ms : ms) % 1000;
+  if (fraction != 0) {
+    std::string digits = std::to_string(fraction);
+    digits.insert(0, 3 - digits.size(), '0');
+    while (digits.back() == '0') digits.pop_back();
+    text += '.' + digits;
+  }
+  return text;
+}
+
+/// Writes one row per client: attempt times with their marks (✓ served, ✗ 429, ✗NNN another status,
+/// ⌛ timeout), the waits and their total, and the result.
+inline void write_table(std::ostream& out, const Result& result) {
+  std::vector<std::vector<std::string>> rows{{"client", "attempts at (s)", "waits (s)", "result"}};
+  for (std::size_t i = 0; i < result.clients.size(); ++i) {
+    const ClientResult& client = result.clients[i];
+    std::string attempts, waits;
+    for (std::size_t a = 0; a < client.attempts.size(); ++a) {
+      const Attempt& attempt = client.attempts[a];
+      attempts += (a == 0 ? "" : ", ") + seconds(attempt.sent) + ' ' + detail::mark(attempt);
+      if (a + 1 < client.attempts.size()) waits += (a == 0 ? "" : " + ") + seconds(attempt.wait);
+    }
+    if (client.attempts.size() < 2) waits = "-";
+    if (client.attempts.size() > 2) waits += " = " + seconds(client.waited);
+    const std::string outcome = client.served ? "served at " + seconds(client.finished) + " s"
+                                              : "gave up at " + seconds(client.finished) + " s (" +
+                                                    to_string(*client.gave_up) + ")";
+    rows.push_back({std::to_string(i + 1), attempts, waits, outcome});
+  }
+  std::vector<std::size_t> widths(4, 0);
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], detail::display_width(row[c]));
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) line += c + 1 < row.size() ? detail::pad(row[c], widths[c] + 2) : row[c];
+    out << line << '\n';
+  }
+}
+
+/// Writes the totals in two lines: requests and their outcomes, then times.
+inline void write_totals(std::ostream& out, const Totals& totals) {
+  out << totals.requests << " requests, " << totals.refused << " refused (429), " << totals.other_failures
+      << " other failures; " << totals.served << " of " << totals.served + totals.gave_up << " served, "
+      << totals.gave_up << " gave up\n"
+      << "last finish " << seconds(totals.makespan) << " s; completion p50 " << seconds(totals.p50) << " s, p95 "
+      << seconds(totals.p95) << " s, p99 " << seconds(totals.p99) << " s; total waiting " << seconds(totals.waited)
+      << " s; largest group of retries at one instant: " << totals.largest_retry_group;
+  if (totals.largest_retry_group > 0) out << " (at " << seconds(totals.largest_retry_group_at) << " s)";
+  out << '\n';
+}
+
+/// Writes one CSV row per attempt, after the header
+/// `client,attempt,sent_ms,answered_ms,outcome,status,wait_ms` (client numbered from 1).
+inline void write_csv(std::ostream& out, const Result& result) {
+  out << "client,attempt,sent_ms,answered_ms,outcome,status,wait_ms\n";
+  for (std::size_t i = 0; i < result.clients.size(); ++i)
+    for (const Attempt& a : result.clients[i].attempts)
+      out << i + 1 << ',' << a.number << ',' << a.sent.count() << ',' << a.answered.count() << ','
+          << to_string(a.outcome) << ',' << a.status << ',' << a.wait.count() << '\n';
+}
+
+/// Writes the timeline as a self-contained SVG document: one lane (`<g class="lane">`) per client, with
+/// each attempt (green served, red refused, orange 503 or timeout; a bar while in flight), each wait
+/// (grey) and a time axis in seconds. `title` is shown at the top.
+inline void write_svg(std::ostream& out, const Result& result, const std::string& title) {
+  const std::int64_t lanes = static_cast<std::int64_t>(result.clients.size());
+  const std::int64_t lane = std::clamp<std::int64_t>(600 / std::max<std::int64_t>(lanes, 1), 2, 24);
+  const std::int64_t left = 80, top = 56, plot = 860, width = left + plot + 30;
+  const std::int64_t height = top + lanes * lane + 40;
+  const std::int64_t span = std::max<std::int64_t>(result.totals.makespan.count(), 1);
+  const auto x = [&](Time t) { return static_cast<double>(left) + static_cast<double>(plot) * static_cast<double>(t.count()) / static_cast<double>(span); };
+  const auto rect = [&](double x0, double x1, std::int64_t y, std::int64_t h, const char* cls) {
+    out << "<rect class=\"" << cls << "\" x=\"" << x0 << "\" y=\"" << y << "\" width=\"" << std::max(x1 - x0, 1.5)
+        << "\" height=\"" << h << "\"/>";
+  };
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+      << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<style>.served{fill:#2e9d46}.refused{fill:#d62f2f}.failed{fill:#f08c00}.wait{fill:#c9ced6}"
+         ".flight{fill:#7fb2e5}.axis{stroke:#888;stroke-width:1}text{fill:#222}</style>\n"
+      << "<rect x=\"0\" y=\"0\" width=\"" << width << "\" height=\"" << height << "\" fill=\"#fff\"/>\n"
+      << "<text x=\"" << left << "\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" << detail::xml_escape(title)
+      << "</text>\n";
+  const char* legend[][2] = {{"served", "served"}, {"refused", "refused (429)"}, {"failed", "503 / timeout"},
+                             {"flight", "in flight"}, {"wait", "waiting"}};
+  std::int64_t lx = left;
+  for (const auto& item : legend) {
+    out << "<rect class=\"" << item[0] << "\" x=\"" << lx << "\" y=\"28\" width=\"10\" height=\"10\"/><text x=\""
+        << lx + 14 << "\" y=\"37\">" << item[1] << "</text>";
+    lx += 130;
+  }
+  out << '\n';
+  const std::int64_t bar = std::max<std::int64_t>(lane - 4, 1);
+  for (std::int64_t i = 0; i < lanes; ++i) {
+    const ClientResult& client = result.clients[static_cast<std::size_t>(i)];
+    const std::int64_t y = top + i * lane;
+    out << "<g class=\"lane\" id=\"client-" << i + 1 << "\"><title>client " << i + 1 << ": "
+        << (client.served ? "served at " : "gave up at ") << seconds(client.finished) << " s</title>";
+    if (lane >= 10) out << "<text x=\"" << left - 8 << "\" y=\"" << y + lane - 7 << "\" text-anchor=\"end\">client " << i + 1 << "</text>";
+    for (const Attempt& a : client.attempts) {
+      if (a.wait > std::chrono::milliseconds::zero()) rect(x(a.answered), x(a.answered + a.wait), y + 2 + bar / 4, (bar + 1) / 2, "wait");
+      if (a.answered > a.sent) rect(x(a.sent), x(a.answered), y + 2, bar, "flight");
+      const char* cls = a.outcome == Outcome::served ? "served" : a.outcome == Outcome::refused ? "refused" : "failed";
+      rect(x(a.sent) - 1.5, x(a.sent) + 1.5, y + 2, bar, cls);
+    }
+    out << "</g>\n";
+  }
+  const std::int64_t axis_y = top + lanes * lane + 6;
+  out << "<line class=\"axis\" x1=\"" << left << "\" y1=\"" << axis_y << "\" x2=\"" << left + plot << "\" y2=\"" << axis_y << "\"/>";
+  const std::int64_t step = detail::tick_step(span);
+  for (std::int64_t t = 0; t <= span; t += step)
+    out << "<line class=\"axis\" x1=\"" << x(Time{t}) << "\" y1=\"" << axis_y << "\" x2=\"" << x(Time{t}) << "\" y2=\""
+        << axis_y + 4 << "\"/><text x=\"" << x(Time{t}) << "\" y=\"" << axis_y + 18 << "\" text-anchor=\"middle\">"
+        << seconds(Time{t}) << " s</text>";
+  out << "\n</svg>\n";
+}
+
+}  // namespace llmretry::sim
+
+#endif  // LLMRETRY_SIM_REPORT_HPP

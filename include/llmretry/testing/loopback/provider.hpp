@@ -1,0 +1,269 @@
+#ifndef LLMRETRY_TESTING_LOOPBACK_PROVIDER_HPP
+#define LLMRETRY_TESTING_LOOPBACK_PROVIDER_HPP
+
+/// A scriptable HTTP provider on 127.0.0.1 and an ephemeral port, for end-to-end tests and examples of
+/// code that calls an LLM API over real sockets. Needs cpp-httplib (target llmretry::loopback).
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "../../detail/text.hpp"
+
+namespace llmretry::testing {
+
+/// One scripted answer of the LoopbackProvider.
+struct ScriptedResponse {
+  /// How the answer is delivered.
+  enum class Mode {
+    whole,     ///< status, headers and the whole body
+    cut_body,  ///< announces the body's full length, sends `cut_after` bytes of it, then closes
+    stream,    ///< `text/event-stream`, chunked: sends `chunks` in order, then ends (or closes, if `cut`)
+  };
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::string content_type = "application/json";
+  Mode mode = Mode::whole;
+  std::size_t cut_after = 0;        ///< for Mode::cut_body
+  std::vector<std::string> chunks;  ///< for Mode::stream: raw SSE text, written one after the other
+  bool cut = false;                 ///< for Mode::stream: close the connection after the chunks
+  std::chrono::milliseconds delay{0};  ///< wait before answering (cut short when the provider stops)
+};
+
+/// A request the LoopbackProvider received.
+struct ReceivedRequest {
+  std::string method;
+  std::string path;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  /// Returns the value of the first header called `name` (case-insensitive), or nullopt.
+  std::optional<std::string> header(std::string_view name) const {
+    for (const auto& [key, value] : headers)
+      if (llmretry::detail::iequals(key, name)) return value;
+    return std::nullopt;
+  }
+};
+
+/// An HTTP server on 127.0.0.1 and an ephemeral port, started by the constructor and stopped by the
+/// destructor: each request gets the next scripted response (a 500 saying so once the script is empty),
+/// and every request is recorded, headers included, so that a test can prove what was sent.
+/// Thread-safe.
+class LoopbackProvider {
+ public:
+  /// Binds 127.0.0.1 on a port the system chooses and starts serving.
+  /// Throws std::runtime_error when it cannot bind.
+  LoopbackProvider() {
+    server_.set_keep_alive_timeout(1);
+    const auto handler = [this](const httplib::Request& request, httplib::Response& response) {
+      answer(request, response);
+    };
+    server_.Get(".*", handler);
+    server_.Post(".*", handler);
+    server_.Put(".*", handler);
+    server_.Delete(".*", handler);
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) throw std::runtime_error("loopback provider: cannot bind 127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() only stops a server that is running: wait for it, so that the destructor cannot miss it.
+    for (int i = 0; i < 5000 && !server_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+
+  LoopbackProvider(const LoopbackProvider&) = delete;
+  LoopbackProvider& operator=(const LoopbackProvider&) = delete;
+
+  /// Stops serving: scripted delays are cut short, and the server thread is joined.
+  ~LoopbackProvider() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    server_.stop();
+    thread_.join();
+  }
+
+  /// Returns the port the server listens on.
+  int port() const noexcept { return port_; }
+  /// Returns "http://127.0.0.1:PORT", the base URL to send requests to.
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  /// Appends `response` to the script. Returns *this.
+  LoopbackProvider& then(ScriptedResponse response) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    script_.push_back(std::move(response));
+    return *this;
+  }
+
+  /// Returns a copy of every request received so far, in order of arrival.
+  std::vector<ReceivedRequest> requests() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return received_;
+  }
+  /// Returns how many requests were received so far.
+  std::size_t request_count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return received_.size();
+  }
+
+  /// Returns the real Azure OpenAI 429 of the project's seed: `retry-after: 30`, `retry-after-ms: 511`,
+  /// the x-ratelimit-* values and the JSON body, verbatim.
+  static ScriptedResponse azure_rate_limited() {
+    ScriptedResponse r;
+    r.status = 429;
+    r.body =
+        "{\"error\": {\"message\": \"Your requests to gpt-6-luna for chat-small in eastus2 have exceeded token rate "
+        "limit.\",\n           \"type\": \"too_many_requests\", \"code\": \"rate_limit_exceeded\"}}";
+    r.headers = {{"retry-after", "30"},
+                 {"retry-after-ms", "511"},
+                 {"x-ratelimit-limit-tokens", "100000"},
+                 {"x-ratelimit-remaining-tokens", "-853"},
+                 {"x-ratelimit-limit-requests", "100"},
+                 {"x-ratelimit-remaining-requests", "65"}};
+    return r;
+  }
+  /// Returns an OpenAI-style 503.
+  static ScriptedResponse service_unavailable() {
+    return error(503, R"({"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,"code":null}})");
+  }
+  /// Returns Anthropic's 529 overloaded_error.
+  static ScriptedResponse overloaded() {
+    return error(529, R"({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})");
+  }
+  /// Returns an OpenAI 400 context_length_exceeded.
+  static ScriptedResponse context_length_exceeded() {
+    return error(400,
+                 R"({"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}})");
+  }
+  /// Returns an OpenAI 429 insufficient_quota (billing: waiting does not help).
+  static ScriptedResponse insufficient_quota() {
+    return error(429,
+                 R"({"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}})");
+  }
+  /// Returns a Gemini 429 RESOURCE_EXHAUSTED whose google.rpc.RetryInfo asks for `retry_delay` ("1.5s").
+  static ScriptedResponse gemini_resource_exhausted(const std::string& retry_delay) {
+    return error(429, R"({"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":")" +
+                          retry_delay + R"("}]}})");
+  }
+  /// Returns a success after `delay`: longer than the client's timeout, it is a hang.
+  static ScriptedResponse hang(std::chrono::milliseconds delay) {
+    ScriptedResponse r = chat_completion("late");
+    r.delay = delay;
+    return r;
+  }
+  /// Returns a 200 whose connection closes after half of its body.
+  static ScriptedResponse closed_mid_body() {
+    ScriptedResponse r = chat_completion("this answer never arrives whole");
+    r.mode = ScriptedResponse::Mode::cut_body;
+    r.cut_after = r.body.size() / 2;
+    return r;
+  }
+  /// Returns an OpenAI chat completion whose answer is `content`.
+  static ScriptedResponse chat_completion(const std::string& content) {
+    ScriptedResponse r;
+    r.body = R"({"id":"chatcmpl-loopback","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":")" +
+             content + R"("},"finish_reason":"stop"}]})";
+    return r;
+  }
+  /// Returns an OpenAI SSE stream of one chunk per token, ended by `data: [DONE]`.
+  static ScriptedResponse stream(const std::vector<std::string>& tokens) {
+    ScriptedResponse r;
+    r.mode = ScriptedResponse::Mode::stream;
+    r.content_type = "text/event-stream";
+    for (const auto& token : tokens)
+      r.chunks.push_back(R"(data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":")" + token +
+                         "\"}}]}\n\n");
+    r.chunks.push_back("data: [DONE]\n\n");
+    return r;
+  }
+  /// Returns stream(tokens) without its end: the connection closes after the last token.
+  static ScriptedResponse stream_cut(const std::vector<std::string>& tokens) {
+    ScriptedResponse r = stream(tokens);
+    r.chunks.pop_back();
+    r.cut = true;
+    return r;
+  }
+  /// Returns stream(tokens) with Anthropic's mid-stream `event: error` (overloaded_error) after the tokens.
+  static ScriptedResponse stream_error(const std::vector<std::string>& tokens) {
+    ScriptedResponse r = stream(tokens);
+    r.chunks.back() = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    return r;
+  }
+
+ private:
+  static ScriptedResponse error(int status, std::string body) {
+    ScriptedResponse r;
+    r.status = status;
+    r.body = std::move(body);
+    return r;
+  }
+
+  void answer(const httplib::Request& request, httplib::Response& response) {
+    ReceivedRequest received{request.method, request.path, {}, request.body};
+    for (const auto& [name, value] : request.headers) received.headers.emplace_back(name, value);
+    ScriptedResponse scripted;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      received_.push_back(std::move(received));
+      if (script_.empty()) {
+        scripted.status = 500;
+        scripted.body = R"({"error":{"message":"loopback provider: the script is empty","type":"server_error"}})";
+      } else {
+        scripted = std::move(script_.front());
+        script_.pop_front();
+      }
+      if (scripted.delay.count() > 0) wake_.wait_for(lock, scripted.delay, [this] { return stopping_; });
+    }
+    response.status = scripted.status;
+    for (const auto& [name, value] : scripted.headers) response.set_header(name, value);
+    switch (scripted.mode) {
+      case ScriptedResponse::Mode::whole: response.set_content(scripted.body, scripted.content_type.c_str()); break;
+      case ScriptedResponse::Mode::cut_body: {
+        const std::string part = scripted.body.substr(0, scripted.cut_after);
+        response.set_content_provider(scripted.body.size(), scripted.content_type.c_str(),
+                                      [part](std::size_t, std::size_t, httplib::DataSink& sink) {
+                                        sink.write(part.data(), part.size());
+                                        return false;  // closes the connection before the rest
+                                      });
+        break;
+      }
+      case ScriptedResponse::Mode::stream: {
+        response.set_chunked_content_provider(
+            scripted.content_type.c_str(),
+            [chunks = scripted.chunks, cut = scripted.cut](std::size_t, httplib::DataSink& sink) {
+              for (const auto& chunk : chunks)
+                if (!sink.write(chunk.data(), chunk.size())) return false;
+              if (cut) return false;  // closes the connection without the final chunk
+              sink.done();
+              return true;
+            });
+        break;
+      }
+    }
+  }
+
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::deque<ScriptedResponse> script_;
+  std::vector<ReceivedRequest> received_;
+};
+
+}  // namespace llmretry::testing
+
+#endif  // LLMRETRY_TESTING_LOOPBACK_PROVIDER_HPP

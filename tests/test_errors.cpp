@@ -1,0 +1,52 @@
+#include <llmretry/errors.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "llmretry_catch.hpp"
+
+using namespace llmretry;
+using namespace std::chrono_literals;
+
+TEST_CASE("ProviderError carries its status and classified failure", "[errors]") {
+  const ProviderError error("HTTP 503: service unavailable.", 503);
+  CHECK(std::string(error.what()) == "HTTP 503: service unavailable.");
+  CHECK(error.status() == 503);
+  CHECK(error.failure().kind == FailureKind::server_error);
+  const std::runtime_error& base = error;
+  CHECK(std::string(base.what()) == "HTTP 503: service unavailable.");
+  CHECK(ProviderError("no response", 0).failure().kind == FailureKind::unknown);
+}
+
+TEST_CASE("ProviderError accepts a failure classified by the caller", "[errors]") {
+  const ProviderError error("quota", classify_status(429, "insufficient_quota"));
+  CHECK(error.status() == 429);
+  CHECK(error.failure().kind == FailureKind::quota_exhausted);
+}
+
+TEST_CASE("RateLimited is a 429 with an optional wait", "[errors]") {
+  const RateLimited plain("HTTP 429");
+  CHECK(plain.status() == 429);
+  CHECK_FALSE(plain.retry_after());
+  const RateLimited with_wait("HTTP 429", 511ms);
+  CHECK(with_wait.retry_after() == 511ms);
+  CHECK(with_wait.failure().kind == FailureKind::rate_limited);
+  CHECK(with_wait.failure().sent == Sent::yes);
+}
+
+TEST_CASE("ProviderTimeout and ConnectionError say whether the request can have been sent", "[errors]") {
+  CHECK(ProviderTimeout("read timeout").failure().sent == Sent::maybe);
+  CHECK(ProviderTimeout("connect timeout", Sent::no).failure().sent == Sent::no);
+  CHECK(ProviderTimeout("t").status() == 0);
+  CHECK(ProviderTimeout("t").failure().kind == FailureKind::timeout);
+  CHECK(ConnectionError("refused").failure().sent == Sent::no);
+  CHECK(ConnectionError("reset", Sent::maybe).failure().sent == Sent::maybe);
+  CHECK(ConnectionError("refused").failure().kind == FailureKind::connection);
+}
+
+TEST_CASE("failure_of recognises ProviderError and its subclasses only", "[errors]") {
+  CHECK(failure_of(RateLimited("x", 2s))->retry_after == 2s);
+  CHECK(failure_of(ProviderTimeout("x"))->kind == FailureKind::timeout);
+  CHECK_FALSE(failure_of(std::runtime_error("not the provider's")));
+  CHECK_FALSE(failure_of(std::invalid_argument("bad")));
+}

@@ -1,0 +1,66 @@
+// The success path of call_with_retry allocates nothing: every operator new in this program is counted.
+#include <llmretry/llmretry.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <random>
+
+#include "llmretry_catch.hpp"
+
+namespace {
+std::atomic<long> allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  ++allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+long allocations_during(void (*work)()) {
+  const long before = allocations.load();
+  work();
+  return allocations.load() - before;
+}
+}  // namespace
+
+TEST_CASE("The counter sees allocations", "[no_alloc]") {
+  CHECK(allocations_during([] { delete new int(1); }) == 1);
+}
+
+TEST_CASE("A first attempt that succeeds allocates nothing", "[no_alloc]") {
+  SECTION("all defaults: real sleep, thread generator, default options") {
+    CHECK(allocations_during([] {
+            volatile int sink = llmretry::call_with_retry([] { return 1; });
+            (void)sink;
+          }) == 0);
+  }
+  SECTION("every argument given") {
+    CHECK(allocations_during([] {
+            std::mt19937 rng(1);
+            volatile int sink = llmretry::call_with_retry(
+                [] { return 1; }, llmretry::RetryPolicy::batch(), [](std::chrono::milliseconds) {}, rng,
+                [](int, const llmretry::Failure&, std::chrono::milliseconds) {}, llmretry::CallOptions{});
+            (void)sink;
+          }) == 0);
+  }
+  SECTION("the result-value style") {
+    CHECK(allocations_during([] {
+            const auto result = llmretry::call_with_retry([] { return llmretry::Result<int>(1); });
+            (void)result;
+          }) == 0);
+  }
+}
+
+TEST_CASE("A retry decision allocates nothing", "[no_alloc]") {
+  CHECK(allocations_during([] {
+          llmretry::RetryState state{llmretry::RetryPolicy{}};
+          std::mt19937_64 rng(1);
+          volatile bool retry = state.next(llmretry::classify_status(503), rng).retry;
+          (void)retry;
+        }) == 0);
+}

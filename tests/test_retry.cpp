@@ -1,0 +1,292 @@
+#include <llmretry/retry.hpp>
+
+#include <llmretry/testing.hpp>
+
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "give_up_recorder.hpp"
+#include "llmretry_catch.hpp"
+
+using namespace llmretry;
+using llmretry::testing::FakeSleep;
+using llmretry::testing::ManualClock;
+using llmretry::testing::SimulatedProvider;
+using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+
+namespace {
+RetryPolicy no_jitter() {
+  RetryPolicy policy;
+  policy.jitter = Jitter::none;
+  return policy;
+}
+
+struct Recorded {
+  int attempt;
+  FailureKind kind;
+  milliseconds wait;
+};
+
+// A ProviderError subclass of the application's own: giving up must rethrow this very object.
+class MyProviderError : public ProviderError {
+ public:
+  MyProviderError(const std::string& message, int id) : ProviderError(message, 503), id_(id) {}
+  int id() const { return id_; }
+
+ private:
+  int id_;
+};
+}  // namespace
+
+TEST_CASE("A first attempt that succeeds returns at once", "[retry]") {
+  FakeSleep sleep;
+  std::mt19937_64 rng(1);
+  const auto before = rng;
+  int hooks = 0;
+  const int value = call_with_retry([] { return 42; }, RetryPolicy{}, sleep, rng,
+                                    [&](int, const Failure&, milliseconds) { ++hooks; });
+  CHECK(value == 42);
+  CHECK(sleep.waits().empty());
+  CHECK(hooks == 0);
+  CHECK(rng == before);
+}
+
+TEST_CASE("Failures are retried with backoff, then the value returned", "[retry]") {
+  SimulatedProvider provider{"rate_limit", "timeout", "server_error"};
+  FakeSleep sleep;
+  std::mt19937_64 rng(8);
+  std::vector<Recorded> seen;
+  const auto text = call_with_retry([&] { return provider.call([] { return std::string("finish_reason stop"); }); },
+                                    no_jitter(), sleep, rng,
+                                    [&](int attempt, const Failure& failure, milliseconds wait) {
+                                      seen.push_back({attempt, failure.kind, wait});
+                                    });
+  CHECK(text == "finish_reason stop");
+  CHECK(provider.calls() == 4);
+  CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s, 2s});
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].attempt == 1);
+  CHECK(seen[0].kind == FailureKind::rate_limited);
+  CHECK(seen[1].attempt == 2);
+  CHECK(seen[1].kind == FailureKind::timeout);
+  CHECK(seen[2].attempt == 3);
+  CHECK(seen[2].kind == FailureKind::server_error);
+  CHECK(seen[2].wait == 2s);
+}
+
+TEST_CASE("Giving up rethrows the last error unchanged and says why", "[retry]") {
+  FakeSleep sleep;
+  int calls = 0;
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
+  try {
+    call_with_retry([&]() -> int {
+      ++calls;
+      throw MyProviderError("HTTP 503 #" + std::to_string(calls), calls);
+    }, no_jitter(),
+                    sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options);
+    FAIL("call_with_retry returned");
+  } catch (const MyProviderError& error) {
+    CHECK(error.id() == 4);
+    CHECK(std::string(error.what()) == "HTTP 503 #4");
+  }
+  CHECK(calls == 4);
+  REQUIRE(gave_up);
+  CHECK(gave_up->reason == StopReason::attempts_exhausted);
+  CHECK(gave_up->attempts == 4);
+  CHECK(gave_up->waited == 3500ms);
+  CHECK(gave_up->failure.status == 503);
+}
+
+TEST_CASE("Exceptions that are not the provider's propagate at once", "[retry]") {
+  FakeSleep sleep;
+  int calls = 0;
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
+  CHECK_THROWS_AS(call_with_retry([&]() -> int {
+                    ++calls;
+                    throw std::logic_error("a bug");
+                  }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options),
+                  std::logic_error);
+  CHECK(calls == 1);
+  CHECK(sleep.waits().empty());
+  REQUIRE(gave_up);
+  CHECK(gave_up->reason == StopReason::not_retryable);
+  CHECK(gave_up->failure.kind == FailureKind::unknown);
+
+  SECTION("and so does anything that is not a std::exception") {
+    CHECK_THROWS_AS(call_with_retry([]() -> int { throw 7; }, RetryPolicy{}, sleep), int);
+  }
+}
+
+TEST_CASE("A policy that makes no sense is refused before the first call", "[retry]") {
+  RetryPolicy policy;
+  policy.max_attempts = 0;
+  int calls = 0;
+  FakeSleep sleep;
+  CHECK_THROWS_WITH(call_with_retry([&] { return ++calls; }, policy, sleep),
+                    "RetryPolicy::max_attempts must be at least 1");
+  CHECK(calls == 0);
+}
+
+TEST_CASE("A call that is not safe to repeat is not retried after an ambiguous failure", "[retry]") {
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
+  recorder.options.safe_to_repeat = false;
+  FakeSleep sleep;
+  SECTION("a read timeout: stop after one call") {
+    SimulatedProvider provider{"timeout"};
+    CHECK_THROWS_AS(call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{},
+                                    recorder.options),
+                    ProviderTimeout);
+    CHECK(provider.calls() == 1);
+    CHECK(gave_up->reason == StopReason::not_safe_to_repeat);
+  }
+  SECTION("a connection refused before sending: retried") {
+    SimulatedProvider provider{"connection_refused", "connect_timeout", "rate_limit"};
+    call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options);
+    CHECK(provider.calls() == 4);
+    CHECK_FALSE(gave_up);
+  }
+}
+
+TEST_CASE("A custom classifier decides for exceptions of its own", "[retry]") {
+  struct Flaky : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  CallOptions options;
+  options.classify = [](const std::exception& error) -> std::optional<Failure> {
+    if (dynamic_cast<const Flaky*>(&error)) return classify_status(503);
+    return failure_of(error);
+  };
+  FakeSleep sleep;
+  int calls = 0;
+  const int value = call_with_retry([&] {
+    if (++calls < 3) throw Flaky("flaky");
+    return calls;
+  }, no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  CHECK(value == 3);
+  CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s});
+}
+
+TEST_CASE("A deadline stops before a wait that would end after it", "[retry]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  GiveUpRecorder recorder;
+  const auto& gave_up = recorder.gave_up;
+  recorder.options.clock = std::ref(clock);
+  recorder.options.deadline = clock.now() + 2s;
+  SimulatedProvider provider{"server_error*10"};
+  CHECK_THROWS_AS(call_with_retry([&] { provider.call(); }, no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{},
+                                  recorder.options),
+                  ProviderError);
+  // 0.5 s then 1 s fit in 2 s; the next 2 s wait would end at 3.5 s.
+  CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s});
+  CHECK(provider.calls() == 3);
+  CHECK(gave_up->reason == StopReason::deadline);
+}
+
+TEST_CASE("A deadline already passed stops at the first failure", "[retry]") {
+  ManualClock clock;
+  CallOptions options;
+  options.clock = std::ref(clock);
+  options.deadline = clock.now();
+  clock.advance(1s);
+  FakeSleep sleep;
+  SimulatedProvider provider{"rate_limit"};
+  CHECK_THROWS_AS(call_with_retry([&] { provider.call(); }, no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{},
+                                  options),
+                  RateLimited);
+  CHECK(provider.calls() == 1);
+}
+
+TEST_CASE("The result-value style: failures in the returned value", "[retry][result]") {
+  FakeSleep sleep;
+  SECTION("retried until a value comes back") {
+    SimulatedProvider provider{"rate_limit:1", "overloaded"};
+    const auto result = call_with_retry([&] { return provider.try_call([] { return 7; }); }, no_jitter(), sleep);
+    REQUIRE(result.has_value());
+    CHECK(*result == 7);
+    CHECK(sleep.waits() == std::vector<milliseconds>{1s, 1s});
+  }
+  SECTION("giving up returns the last result, and says why") {
+    SimulatedProvider provider{"rate_limit", "context_length"};
+    GiveUpRecorder recorder;
+    const auto& gave_up = recorder.gave_up;
+    const auto result = call_with_retry([&] { return provider.try_call([] { return 7; }); }, no_jitter(), sleep,
+                                        std::mt19937_64{1}, NoRetryHook{}, recorder.options);
+    REQUIRE_FALSE(result.has_value());
+    CHECK(result.error().failure.kind == FailureKind::context_length);
+    CHECK(result.error().message == "HTTP 400: context_length (simulated).");
+    CHECK(provider.calls() == 2);
+    REQUIRE(gave_up);
+    CHECK(gave_up->reason == StopReason::not_retryable);
+    CHECK(gave_up->attempts == 2);
+  }
+  SECTION("Result<void>") {
+    SimulatedProvider provider{"server_error"};
+    const auto result = call_with_retry([&] { return provider.try_call(); }, no_jitter(), sleep);
+    CHECK(result.has_value());
+    CHECK(provider.calls() == 2);
+  }
+}
+
+TEST_CASE("Return types pass through unchanged", "[retry]") {
+  FakeSleep sleep;
+  SECTION("move-only") {
+    auto pointer = call_with_retry([] { return std::make_unique<int>(5); }, RetryPolicy{}, sleep);
+    CHECK(*pointer == 5);
+  }
+  SECTION("a reference") {
+    int target = 1;
+    int& same = call_with_retry([&]() -> int& { return target; }, RetryPolicy{}, sleep);
+    CHECK(&same == &target);
+  }
+  SECTION("void") {
+    int calls = 0;
+    call_with_retry([&] { ++calls; }, RetryPolicy{}, sleep);
+    CHECK(calls == 1);
+  }
+}
+
+TEST_CASE("The caller's generator is used by reference", "[retry]") {
+  SimulatedProvider provider{"rate_limit"};
+  FakeSleep sleep;
+  std::mt19937_64 rng(3);
+  const auto before = rng;
+  call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, rng);
+  CHECK(rng != before);
+}
+
+TEST_CASE("The defaults: real sleep and the thread's generator", "[retry]") {
+  RetryPolicy policy;
+  policy.base = 0ms;
+  policy.cap = 0ms;  // the real sleep is asked for zero time: nothing waits
+  SimulatedProvider provider{"rate_limit"};
+  call_with_retry([&] { provider.call(); }, policy);
+  CHECK(provider.calls() == 2);
+}
+
+TEST_CASE("The clock is read only when an attempt fails and a deadline is set", "[retry]") {
+  int reads = 0;
+  CallOptions options;
+  options.deadline = std::chrono::steady_clock::time_point{} + 1h;
+  options.clock = [&] {
+    ++reads;
+    return std::chrono::steady_clock::time_point{};
+  };
+  FakeSleep sleep;
+  call_with_retry([] { return 1; }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  CHECK(reads == 0);
+  SimulatedProvider provider{"rate_limit", "rate_limit"};
+  call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  CHECK(reads == 2);
+  options.deadline.reset();
+  SimulatedProvider again{"rate_limit"};
+  call_with_retry([&] { again.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  CHECK(reads == 2);
+}

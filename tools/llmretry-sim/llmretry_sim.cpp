@@ -1,0 +1,378 @@
+// llmretry-sim: many clients, driven by llmretry's own retry decisions, against a rate-limited provider,
+// in virtual time. Without flags it runs the explorer: 4 clients, a provider that starts one request
+// every 0.25 s, without jitter and then with it.
+
+#include <llmretry/detail/text.hpp>
+#include <llmretry/sim.hpp>
+
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using llmretry::Jitter;
+using llmretry::sim::Scenario;
+using std::chrono::milliseconds;
+namespace sim = llmretry::sim;
+namespace scenarios = llmretry::sim::scenarios;
+
+constexpr const char* usage = R"(usage: llmretry-sim [options]
+
+Simulates N clients, each making one call with llmretry's retry decisions, against a rate-limited
+provider, in virtual time (instant and repeatable). Without options: the explorer, without and with jitter.
+
+Scenario
+  --scenario NAME        explorer (default): 4 clients, one request started every 0.25 s, no Retry-After
+                         thirty: 10 clients, one request a second, every 429 says retry-after: 30, clients
+                           obey without jitter (10 attempts, max-retry-after 30 s, max-total-wait 300 s);
+                           compared with retry-after-ms and full jitter
+                         rpm: 1,000 calls of 200 tokens in a minute (600 RPM and 300,000 TPM, per second)
+                         tpm: 100 calls of 5,000 tokens in a minute (same limits)
+                         brooker: 100 writers on one optimistic-concurrency row, base 5 ms, cap 2 s,
+                           no jitter, compared with full jitter
+                         explorer and brooker compare jitter, thirty compares Retry-After: the comparison
+                         is skipped when --jitter or --retry-after is given
+  --clients N            number of clients
+  --spacing D            client i starts at i x D (default 0: all at once)
+  --seed N               seed of the jitter draws and random failures (default 1)
+  --seeds N              runs with jitter or random failures are repeated over N seeds, and the mean
+                         last finish and the runs with a give-up are printed (default 50)
+Retry policy (llmretry::RetryPolicy)
+  --base D  --cap D  --attempts N  --max-total-wait D  --max-retry-after D
+  --jitter MODE          none, full, equal or decorrelated
+Provider model (limits combine: a request is admitted only when all have room)
+  --interval D           starts at most one request every D
+  --rpm N                N requests per minute (token bucket, starts full)
+  --tpm N                N tokens per minute; each request costs --tokens
+  --tokens N             tokens per request (default 1,000 with --tpm)
+  --concurrency N        at most N requests in flight
+  --latency D            time an admitted request takes
+  --refusal-latency D    time a 429 takes to come back
+  --error-rate P         share of admitted requests failing with 503, in [0, 1]
+  --timeout-rate P       share of admitted requests never answered, in [0, 1]
+  --timeout D            how long a client waits for an answer that never comes (default 10 s)
+  --retry-after WHAT     none, precise (retry-after-ms: the time until capacity returns) or a duration
+                         sent with every 429 (fixed, like retry-after: 30)
+Output
+  --table                print the per-client table even above 20 clients
+  --svg FILE             draw the timeline as SVG; --csv FILE writes one row per attempt
+                         (with a comparison, its files get "-2" before the extension)
+  --help                 this text
+
+Durations: 0.5s, 500ms, or a bare number of seconds. Exit status: 0, or 2 for a bad option.
+)";
+
+/// A bad command line: the message names the option; exit status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+milliseconds parse_duration(std::string_view flag, std::string_view text) {
+  std::optional<milliseconds> value;
+  if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
+    value = llmretry::detail::parse_decimal_ms(text.substr(0, text.size() - 2), 1);
+  } else if (text.size() > 1 && text.back() == 's') {
+    value = llmretry::detail::parse_decimal_ms(text.substr(0, text.size() - 1), 1000);
+  } else {
+    value = llmretry::detail::parse_decimal_ms(text, 1000);
+  }
+  if (!value) throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a duration (0.5s, 500ms, 2)");
+  return *value;
+}
+
+std::int64_t parse_integer(std::string_view flag, std::string_view text, std::int64_t min, std::int64_t max) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || value < min || value > max)
+    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a whole number in [" +
+                     std::to_string(min) + ", " + std::to_string(max) + "]");
+  return value;
+}
+
+double parse_rate(std::string_view flag, std::string_view text) {
+  const std::string copy{text};
+  char* end = nullptr;
+  const double value = std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !(value >= 0.0 && value <= 1.0))
+    throw UsageError(std::string(flag) + ": '" + copy + "' is not a share in [0, 1]");
+  return value;
+}
+
+Jitter parse_jitter(std::string_view text) {
+  for (const Jitter jitter : {Jitter::none, Jitter::full, Jitter::equal, Jitter::decorrelated})
+    if (text == llmretry::to_string(jitter)) return jitter;
+  throw UsageError("--jitter: '" + std::string(text) + "' is not none, full, equal or decorrelated");
+}
+
+/// One simulation to show: the scenario's name, the run's title, and what to simulate.
+struct Run {
+  std::string name;
+  std::string title;
+  Scenario scenario;
+};
+
+/// The runs of a named scenario: the scenario, then its comparison.
+std::vector<Run> scenario_runs(std::string_view name) {
+  const std::string n{name};
+  if (name == "explorer")
+    return {{n, "explorer, no jitter", scenarios::explorer(Jitter::none)},
+            {n, "explorer, full jitter", scenarios::explorer(Jitter::full)}};
+  if (name == "thirty")
+    return {{n, "retry-after: 30, obeyed without jitter", scenarios::everyone_waits_30s()},
+            {n, "retry-after-ms (precise) and full jitter", scenarios::precise_retry_after()}};
+  if (name == "rpm") return {{n, "1,000 small calls a minute: the request limit", scenarios::many_small_calls()}};
+  if (name == "tpm") return {{n, "100 large calls a minute: the token limit", scenarios::few_large_calls()}};
+  if (name == "brooker")
+    return {{n, "one optimistic-concurrency row, no jitter", scenarios::brooker_occ(100, Jitter::none)},
+            {n, "one optimistic-concurrency row, full jitter", scenarios::brooker_occ(100, Jitter::full)}};
+  throw UsageError("--scenario: '" + n + "' is not explorer, thirty, rpm, tpm or brooker");
+}
+
+/// What the command line asked for.
+struct Options {
+  std::vector<Run> runs = scenario_runs("explorer");
+  std::int64_t seeds = 50;
+  bool table = false;
+  std::string svg, csv;
+};
+
+/// A change to the scenarios that an option asks for.
+using Edit = std::function<void(Scenario&)>;
+/// Reads an option's value (throwing UsageError naming the option) and returns its Edit.
+using Setter = std::function<Edit(std::string_view flag, std::string_view value)>;
+
+/// Returns a Setter that reads the value with `read(flag, value)` and applies it with `apply(scenario, value)`.
+template <class Read, class Apply>
+Setter setter(Read read, Apply apply) {
+  return [read, apply](std::string_view flag, std::string_view value) -> Edit {
+    auto parsed = read(flag, value);
+    return [apply, parsed](Scenario& s) { apply(s, parsed); };
+  };
+}
+
+/// Returns the options that set one field of the scenarios, by name.
+std::map<std::string_view, Setter> setters() {
+  const auto duration = [](std::string_view flag, std::string_view value) { return parse_duration(flag, value); };
+  const auto count = [](std::int64_t max) {
+    return [max](std::string_view flag, std::string_view value) { return parse_integer(flag, value, 1, max); };
+  };
+  const auto seed = [](std::string_view flag, std::string_view value) {
+    return static_cast<std::uint64_t>(parse_integer(flag, value, 0, INT64_MAX));
+  };
+  const auto share = [](std::string_view flag, std::string_view value) { return parse_rate(flag, value); };
+  constexpr std::int64_t many = 1'000'000'000'000;
+  using D = milliseconds;
+  using N = std::int64_t;
+  return {
+      {"--clients", setter(count(10'000'000), [](Scenario& s, N n) { s.clients = static_cast<int>(n); })},
+      {"--spacing", setter(duration, [](Scenario& s, D d) { s.start_spacing = d; })},
+      {"--seed", setter(seed, [](Scenario& s, std::uint64_t n) { s.seed = n; })},
+      {"--base", setter(duration, [](Scenario& s, D d) { s.policy.base = d; })},
+      {"--cap", setter(duration, [](Scenario& s, D d) { s.policy.cap = d; })},
+      {"--attempts", setter(count(INT32_MAX), [](Scenario& s, N n) { s.policy.max_attempts = static_cast<int>(n); })},
+      {"--max-total-wait", setter(duration, [](Scenario& s, D d) { s.policy.max_total_wait = d; })},
+      {"--max-retry-after", setter(duration, [](Scenario& s, D d) { s.policy.max_retry_after = d; })},
+      {"--interval", setter(duration, [](Scenario& s, D d) { s.provider.start_interval = d; })},
+      {"--rpm", setter(count(many), [](Scenario& s, N n) { s.provider.requests = sim::Bucket{n, 60s}; })},
+      {"--tpm", setter(count(many), [](Scenario& s, N n) { s.provider.tokens = sim::Bucket{n, 60s}; })},
+      {"--tokens", setter(count(many), [](Scenario& s, N n) { s.provider.tokens_per_request = n; })},
+      {"--concurrency", setter(count(INT32_MAX), [](Scenario& s, N n) { s.provider.concurrency = static_cast<int>(n); })},
+      {"--latency", setter(duration, [](Scenario& s, D d) { s.provider.latency = d; })},
+      {"--refusal-latency", setter(duration, [](Scenario& s, D d) { s.provider.refusal_latency = d; })},
+      {"--error-rate", setter(share, [](Scenario& s, double p) { s.provider.server_error_rate = p; })},
+      {"--timeout-rate", setter(share, [](Scenario& s, double p) { s.provider.timeout_rate = p; })},
+      {"--timeout", setter(duration, [](Scenario& s, D d) { s.provider.timeout = d; })},
+  };
+}
+
+/// Returns the Edit of `--retry-after VALUE`: none, precise, or a duration sent with every refusal.
+Edit retry_after(std::string_view value) {
+  if (value == "none") return [](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::none; };
+  if (value == "precise") return [](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::precise; };
+  const milliseconds fixed = parse_duration("--retry-after", value);
+  return [fixed](Scenario& s) {
+    s.provider.retry_after = sim::RetryAfterMode::fixed;
+    s.provider.fixed_retry_after = fixed;
+  };
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  const auto fields = setters();
+  std::vector<Edit> edits;
+  bool compare = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << usage;
+      std::exit(0);
+    }
+    if (flag == "--table") {
+      options.table = true;
+      continue;
+    }
+    if (flag.substr(0, 2) != "--") throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
+    if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value (see --help)");
+    const std::string_view value = argv[++i];
+    if (const auto field = fields.find(flag); field != fields.end()) {
+      edits.push_back(field->second(flag, value));
+    } else if (flag == "--scenario") {
+      options.runs = scenario_runs(value);
+    } else if (flag == "--seeds") {
+      options.seeds = parse_integer(flag, value, 1, 1'000'000);
+    } else if (flag == "--jitter") {
+      const Jitter jitter = parse_jitter(value);
+      compare = false;
+      edits.push_back([jitter](Scenario& s) { s.policy.jitter = jitter; });
+    } else if (flag == "--retry-after") {
+      compare = false;
+      edits.push_back(retry_after(value));
+    } else if (flag == "--svg") {
+      options.svg = value;
+    } else if (flag == "--csv") {
+      options.csv = value;
+    } else {
+      throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
+    }
+  }
+  if (!compare) {
+    options.runs.resize(1);
+    options.runs[0].title = options.runs[0].name;
+  }
+  for (Run& run : options.runs) {
+    for (const auto& change : edits) change(run.scenario);
+    if (run.scenario.provider.tokens && run.scenario.provider.tokens_per_request == 0)
+      run.scenario.provider.tokens_per_request = 1000;
+    try {
+      run.scenario.validate();
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
+  }
+  return options;
+}
+
+/// Returns `path` with `suffix` before its extension: "out.svg", "-2" gives "out-2.svg".
+std::string with_suffix(const std::string& path, const std::string& suffix) {
+  const auto dot = path.find_last_of('.');
+  const auto slash = path.find_last_of('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + suffix;
+  return path.substr(0, dot) + suffix + path.substr(dot);
+}
+
+void write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  std::ofstream file(path, std::ios::binary);
+  write(file);
+  file.close();
+  if (!file) throw std::runtime_error("cannot write " + path);
+  std::cout << "wrote " << path << '\n';
+}
+
+std::string describe(const Scenario& s) {
+  const auto& p = s.provider;
+  std::string text = std::to_string(s.clients) + " clients";
+  if (s.start_spacing > 0ms) text += " starting " + sim::seconds(s.start_spacing) + " s apart";
+  text += "; provider:";
+  if (p.start_interval) text += " one request every " + sim::seconds(*p.start_interval) + " s,";
+  if (p.requests) text += " " + std::to_string(p.requests->capacity) + " requests per " + sim::seconds(p.requests->period) + " s,";
+  if (p.tokens)
+    text += " " + std::to_string(p.tokens->capacity) + " tokens per " + sim::seconds(p.tokens->period) + " s (" +
+            std::to_string(p.tokens_per_request) + " per request),";
+  if (p.concurrency) text += " " + std::to_string(*p.concurrency) + " in flight,";
+  if (p.latency > 0ms) text += " latency " + sim::seconds(p.latency) + " s,";
+  const auto share = [](double rate) {
+    std::ostringstream out;
+    out << rate;
+    return out.str();
+  };
+  if (p.server_error_rate > 0) text += " 503 for " + share(p.server_error_rate) + " of requests,";
+  if (p.timeout_rate > 0) text += " no answer for " + share(p.timeout_rate) + ",";
+  text += p.refusal == sim::Refusal::conflict ? " conflicts answered 409" : " refusals answered 429";
+  text += p.retry_after == sim::RetryAfterMode::none     ? " without Retry-After"
+          : p.retry_after == sim::RetryAfterMode::fixed ? " with retry-after: " + sim::seconds(p.fixed_retry_after)
+                                                         : " with the precise retry-after-ms";
+  const auto& r = s.policy;
+  text += "\npolicy: base " + sim::seconds(r.base) + " s, cap " + sim::seconds(r.cap) + " s, jitter " +
+          llmretry::to_string(r.jitter) + ", " +
+          (r.max_attempts == INT32_MAX ? std::string{"unlimited"} : std::to_string(r.max_attempts)) +
+          " attempts, at most " + sim::seconds(r.max_total_wait) + " s of waiting, Retry-After up to " +
+          sim::seconds(r.retry_after_limit()) + " s obeyed; seed " + std::to_string(s.seed);
+  return text;
+}
+
+void show(const Run& run, std::size_t index, const Options& options) {
+  const sim::Result result = sim::simulate(run.scenario);
+  std::cout << "== " << run.title << " ==\n" << describe(run.scenario) << "\n\n";
+  if (options.table || run.scenario.clients <= 20) {
+    std::cout << "attempts: ✓ served, ✗ 429, ✗NNN another status, ⌛ timeout\n";
+    sim::write_table(std::cout, result);
+    std::cout << '\n';
+  }
+  sim::write_totals(std::cout, result.totals);
+  const auto groups = sim::retry_groups(result);
+  if (!groups.empty()) {
+    std::cout << "retries arriving together (instant: requests/served):";
+    for (std::size_t g = 0; g < groups.size() && g < 12; ++g)
+      std::cout << ' ' << sim::seconds(groups[g].at) << " s: " << groups[g].requests << '/' << groups[g].served;
+    if (groups.size() > 12) std::cout << " ... (" << groups.size() << " instants)";
+    std::cout << '\n';
+  }
+  const auto& p = run.scenario.provider;
+  if (options.seeds > 1 && (run.scenario.policy.jitter != Jitter::none || p.server_error_rate > 0 || p.timeout_rate > 0)) {
+    Scenario s = run.scenario;
+    std::int64_t finish_sum = 0, runs_with_give_up = 0, requests = 0, refused = 0;
+    for (std::int64_t k = 0; k < options.seeds; ++k) {
+      s.seed = run.scenario.seed + static_cast<std::uint64_t>(k);
+      const auto totals = sim::simulate(s).totals;
+      finish_sum += totals.makespan.count();
+      runs_with_give_up += totals.gave_up > 0 ? 1 : 0;
+      requests += totals.requests;
+      refused += totals.refused;
+    }
+    const auto mean = [&](std::int64_t sum) { return static_cast<double>(sum) / static_cast<double>(options.seeds); };
+    std::cout.setf(std::ios::fixed);
+    std::cout.precision(2);
+    std::cout << "over " << options.seeds << " seeds (" << run.scenario.seed << ".." << s.seed << "): last finish "
+              << mean(finish_sum) / 1000.0 << " s on average; " << runs_with_give_up
+              << " runs with a client that gave up; " << mean(requests) << " requests and " << mean(refused)
+              << " refused on average\n";
+    std::cout.unsetf(std::ios::fixed);
+  }
+  const std::string suffix = index == 0 ? "" : "-" + std::to_string(index + 1);
+  if (!options.svg.empty())
+    write_file(with_suffix(options.svg, suffix), [&](std::ostream& out) { sim::write_svg(out, result, run.title); });
+  if (!options.csv.empty())
+    write_file(with_suffix(options.csv, suffix), [&](std::ostream& out) { sim::write_csv(out, result); });
+  std::cout << '\n';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  try {
+    options = parse(argc, argv);
+  } catch (const UsageError& error) {
+    std::cerr << "llmretry-sim: " << error.what() << '\n';
+    return 2;
+  }
+  try {
+    for (std::size_t i = 0; i < options.runs.size(); ++i) show(options.runs[i], i, options);
+  } catch (const std::exception& error) {
+    std::cerr << "llmretry-sim: " << error.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
