@@ -261,7 +261,7 @@ class Provider {
   std::int64_t timeout_ppm_;
   std::optional<detail::BucketState> requests_;
   std::optional<detail::BucketState> tokens_;
-  std::priority_queue<Time, std::vector<Time>, std::greater<Time>> in_flight_;
+  std::priority_queue<Time, std::vector<Time>, std::greater<>> in_flight_;
   std::optional<Time> last_start_;
   Time last_request_{0};
 };
