@@ -90,7 +90,7 @@ constexpr std::optional<std::int64_t> parse_rfc3339_ms(std::string_view text) no
     if (!hours || *hours > 23 || !take(text, ":")) return std::nullopt;
     const auto minutes = take_digits(text, 2);
     if (!minutes || *minutes > 59) return std::nullopt;
-    offset_seconds = (ahead ? 1 : -1) * (*hours * 3600 + *minutes * 60);
+    offset_seconds = (ahead ? 1 : -1) * (std::int64_t{*hours} * 3600 + std::int64_t{*minutes} * 60);
   }
   if (!text.empty()) return std::nullopt;
   const auto seconds = to_epoch_seconds(*year, static_cast<unsigned>(*month), *day, *time);

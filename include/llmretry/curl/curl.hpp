@@ -9,6 +9,7 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -254,18 +255,18 @@ inline Response perform(const Request& request, const Options& options, const He
     static_cast<void>(list.release());
     list.reset(grown);
   };
-  for (const auto& [name, value] : request.headers) add(name + ": " + value);
-  for (const auto& [name, value] : extra_headers) add(name + ": " + value);
+  for (const auto& [name, value] : request.headers) add(std::string(name).append(": ").append(value));
+  for (const auto& [name, value] : extra_headers) add(std::string(name).append(": ").append(value));
   add("Expect:");  // no 100-continue round trip before the body
 
-  char error_text[CURL_ERROR_SIZE] = {};
+  std::array<char, CURL_ERROR_SIZE> error_text{};
   const auto timeout = detail::attempt_timeout(options);
   curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
   curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
   curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list.get());
-  curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text);
+  curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text.data());
   curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &detail::on_header);
   curl_easy_setopt(handle, CURLOPT_HEADERDATA, &transfer);
   curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &detail::on_body);
@@ -293,7 +294,7 @@ inline Response perform(const Request& request, const Options& options, const He
     curl_easy_getinfo(handle, CURLINFO_REQUEST_SIZE, &request_size);
     const Failure failure = transport_failure(code, request_size > 0);
     std::string message = curl_easy_strerror(code);
-    if (error_text[0] != '\0') message += std::string(": ") + error_text;
+    if (error_text[0] != '\0') message.append(": ").append(error_text.data());
     detail::throw_failure(transfer, message, failure);
   }
   if (status < 200 || status > 299) {

@@ -83,6 +83,8 @@ class LoopbackProvider {
 
   LoopbackProvider(const LoopbackProvider&) = delete;
   LoopbackProvider& operator=(const LoopbackProvider&) = delete;
+  LoopbackProvider(LoopbackProvider&&) = delete;
+  LoopbackProvider& operator=(LoopbackProvider&&) = delete;
 
   /// Stops serving: scripted delays are cut short, and the server thread is joined.
   ~LoopbackProvider() {
@@ -183,9 +185,9 @@ class LoopbackProvider {
     r.mode = ScriptedResponse::Mode::stream;
     r.content_type = "text/event-stream";
     for (const auto& token : tokens)
-      r.chunks.push_back(R"(data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":")" + token +
+      r.chunks.emplace_back(R"(data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":")" + token +
                          "\"}}]}\n\n");
-    r.chunks.push_back("data: [DONE]\n\n");
+    r.chunks.emplace_back("data: [DONE]\n\n");
     return r;
   }
   /// Returns stream(tokens) without its end: the connection closes after the last token.
