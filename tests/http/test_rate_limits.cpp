@@ -27,6 +27,9 @@ TEST_CASE("provider durations") {
   CHECK(parse_duration_ms("500\xC2\xB5s") == std::chrono::milliseconds{1});
   CHECK(parse_duration_ms("0s") == std::chrono::milliseconds{0});
   CHECK(parse_duration_ms("99999999999999999999h") == std::chrono::milliseconds::max());
+  // Many fraction digits of a large unit: kept exact as far as they fit, the rest only rounds up.
+  CHECK(parse_duration_ms("1.333333333333333333333h") == std::chrono::milliseconds{4'800'000});
+  CHECK(parse_duration_ms("0.000000000000000000001h") == std::chrono::milliseconds{1});
   for (const char* bad : {"", "s", "30", "-1s", "1x", "1.2.3s", "1s ago", "ms"}) {
     INFO(bad);
     CHECK_FALSE(parse_duration_ms(bad));

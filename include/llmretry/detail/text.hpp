@@ -32,6 +32,7 @@ constexpr std::string_view trim_ows(std::string_view text) noexcept {
 /// Parses `1*DIGIT [ "." *DIGIT ]` (after trimming white space) as an amount of `unit_ms` milliseconds
 /// each, and returns it in whole milliseconds rounded up: a provider's wait never comes back early.
 /// Returns nullopt for anything else (signs, exponents, empty text). Saturates at milliseconds::max().
+/// Requires 1 <= unit_ms <= 10^8 (milliseconds up to days).
 constexpr std::optional<std::chrono::milliseconds> parse_decimal_ms(std::string_view text,
                                                                      std::int64_t unit_ms) noexcept {
   using std::chrono::milliseconds;
@@ -46,11 +47,11 @@ constexpr std::optional<std::chrono::milliseconds> parse_decimal_ms(std::string_
     else whole = whole * 10 + digit;
   }
   if (i == 0) return std::nullopt;
-  std::int64_t numerator = 0, denominator = 1;  // the first 15 fraction digits, exact
+  std::int64_t numerator = 0, denominator = 1;  // the fraction digits kept exact: denominator * unit_ms fits
   bool more = false;                            // a non-zero digit beyond those
   if (i < text.size() && text[i] == '.') {
     for (++i; i < text.size() && is_digit(text[i]); ++i) {
-      if (denominator < 1'000'000'000'000'000) {
+      if (denominator <= max / 10 / unit_ms) {
         numerator = numerator * 10 + (text[i] - '0');
         denominator *= 10;
       } else if (text[i] != '0') {
@@ -60,7 +61,7 @@ constexpr std::optional<std::chrono::milliseconds> parse_decimal_ms(std::string_
   }
   if (i != text.size()) return std::nullopt;
   if (saturated || whole > max / unit_ms) return milliseconds::max();
-  const std::int64_t scaled = numerator * unit_ms;  // < 10^15 * 1000: fits
+  const std::int64_t scaled = numerator * unit_ms;  // numerator < denominator <= max / unit_ms: fits
   std::int64_t fraction_ms = scaled / denominator;
   if (scaled % denominator != 0 || more) ++fraction_ms;
   const std::int64_t whole_ms = whole * unit_ms;
