@@ -81,11 +81,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "llmretry-bench-herd: SEEDS must be a whole number of at least 1\n");
     return 2;
   }
-  std::printf("Herd: N clients start together; the provider starts at most one request every 0.25 s and\n"
-              "answers the others 429 without Retry-After. Jittered rows: mean over %d seeds. (limit): the\n"
-              "provider's capacity, N calls and client k served at k x 0.25 s; gave up: clients never served;\n"
-              "last finish: served or not; p95: completion time of the served.\n",
-              seeds);
+  std::printf(
+      "Herd: N clients start together; the provider starts at most one request every 0.25 s and\n"
+      "answers the others 429 without Retry-After. Jittered rows: mean over %d seeds. (limit): the\n"
+      "provider's capacity, N calls and client k served at k x 0.25 s; gave up: clients never served;\n"
+      "last finish: served or not; p95: completion time of the served.\n",
+      seeds);
   herd_table("Default policy: 4 attempts, base 0.5 s, cap 8 s, at most 20 s of waiting", llmretry::RetryPolicy{},
              seeds);
   llmretry::RetryPolicy patient;
@@ -95,12 +96,13 @@ int main(int argc, char** argv) {
              patient, seeds);
 
   const int blog_runs = 5 * seeds;
-  std::printf("\n\"Exponential Backoff And Jitter\" (AWS Architecture Blog, 2015): 100 writers on one row under\n"
-              "optimistic concurrency, base 5 ms, cap 2 s, retrying until they succeed; mean over %d runs.\n"
-              "Network delay: a constant 10 ms each way (the blog: mean 10 ms, sd 2 ms), so a write wins iff no\n"
-              "other won in the 20 ms since its read: a provider admitting one request every 20 ms, 40 ms per\n"
-              "round trip, losers answered 409 with x-should-retry: true. The blog's calls count writes, as here.\n",
-              blog_runs);
+  std::printf(
+      "\n\"Exponential Backoff And Jitter\" (AWS Architecture Blog, 2015): 100 writers on one row under\n"
+      "optimistic concurrency, base 5 ms, cap 2 s, retrying until they succeed; mean over %d runs.\n"
+      "Network delay: a constant 10 ms each way (the blog: mean 10 ms, sd 2 ms), so a write wins iff no\n"
+      "other won in the 20 ms since its read: a provider admitting one request every 20 ms, 40 ms per\n"
+      "round trip, losers answered 409 with x-should-retry: true. The blog's calls count writes, as here.\n",
+      blog_runs);
   std::printf("%-12s  %10s  %10s  %12s  %10s\n", "jitter", "calls", "conflicts", "last finish", "vs none");
   std::printf("%-12s  %10d  %10d  %11.3fs  %10s\n", "(limit)", 100, 0, (99 * 20 + 40) / 1000.0, "");
   double none_calls = 0;

@@ -78,13 +78,13 @@ int main(int argc, char** argv) {
       else std::this_thread::sleep_for(wait);
     };
     const auto show = [](int attempt, const llmretry::Failure& failure, milliseconds wait) {
-      std::printf("attempt %d: %s Wait %.2f s.\n", attempt, llmretry::testing::SimulatedProvider::message(failure).c_str(),
-                  duration<double>(wait).count());
+      std::printf("attempt %d: %s Wait %.2f s.\n", attempt,
+                  llmretry::testing::SimulatedProvider::message(failure).c_str(), duration<double>(wait).count());
     };
     llmretry::CallOptions call_options;
     call_options.on_give_up = [](const llmretry::GiveUp& info) {
-      std::printf("attempt %d: gave up (%s) after %.2f s of waiting.\n", info.attempts, llmretry::to_string(info.reason),
-                  duration<double>(info.waited).count());
+      std::printf("attempt %d: gave up (%s) after %.2f s of waiting.\n", info.attempts,
+                  llmretry::to_string(info.reason), duration<double>(info.waited).count());
     };
 
     const auto start = steady_clock::now();

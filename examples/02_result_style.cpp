@@ -27,15 +27,15 @@ int main() {
   };
 
   std::printf("busy provider:\n");
-  const llmretry::Result<std::string> answer = llmretry::call_with_retry(
-      [&] { return busy.try_call([] { return std::string("Your order ships tomorrow."); }); }, llmretry::RetryPolicy{},
-      sleep, rng, show, options);
+  const llmretry::Result<std::string> answer =
+      llmretry::call_with_retry([&] { return busy.try_call([] { return std::string("Your order ships tomorrow."); }); },
+                                llmretry::RetryPolicy{}, sleep, rng, show, options);
   if (answer) std::printf("  answer after %d calls: %s\n", busy.calls(), answer->c_str());
 
   std::printf("prompt too long:\n");
-  const auto rejected = llmretry::call_with_retry(
-      [&] { return strict.try_call([] { return std::string("unreachable"); }); }, llmretry::RetryPolicy{}, sleep, rng,
-      show, options);
+  const auto rejected =
+      llmretry::call_with_retry([&] { return strict.try_call([] { return std::string("unreachable"); }); },
+                                llmretry::RetryPolicy{}, sleep, rng, show, options);
   if (!rejected) std::printf("  error: %s\n", rejected.error().message.c_str());
 
   return answer.has_value() && !rejected.has_value() && strict.calls() == 1 ? 0 : 1;

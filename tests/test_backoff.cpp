@@ -140,6 +140,7 @@ TEST_CASE("jitter works with any UniformRandomBitGenerator", "[backoff][jitter]"
   SECTION("huge backoff with a 64-bit range") {
     std::mt19937_64 rng(3);
     policy.cap = milliseconds::max();
-    draws_within([&] { return jittered(milliseconds::max(), 500ms, policy, rng); }, 0, milliseconds::max().count(), 100);
+    draws_within([&] { return jittered(milliseconds::max(), 500ms, policy, rng); }, 0, milliseconds::max().count(),
+                 100);
   }
 }

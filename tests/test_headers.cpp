@@ -115,7 +115,8 @@ TEST_CASE("Retry-After as an HTTP date", "[headers]") {
   }
   SECTION("rounded up when now falls between seconds") {
     CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:39 GMT"}}, now + 250ms) == 1750ms);
-    CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:39 GMT"}}, now + std::chrono::nanoseconds{1}) == 2000ms);
+    CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:39 GMT"}}, now + std::chrono::nanoseconds{1}) ==
+          2000ms);
   }
   SECTION("now or in the past: no wait") {
     CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"}}, now) == 0ms);
@@ -152,7 +153,7 @@ TEST_CASE("parse_http_date reads the three RFC 9110 formats", "[headers][date]")
   }
   SECTION("the two-digit year of RFC 850 is at most 50 years ahead") {
     const auto in_2026 = seed_date;
-    CHECK(epoch_seconds(*parse_http_date("Sunday, 01-Jan-76 00:00:00 GMT", in_2026)) == 3345062400);  // 2076
+    CHECK(epoch_seconds(*parse_http_date("Sunday, 01-Jan-76 00:00:00 GMT", in_2026)) == 3345062400);   // 2076
     CHECK(epoch_seconds(*parse_http_date("Saturday, 01-Jan-77 00:00:00 GMT", in_2026)) == 220924800);  // 1977
   }
 }
@@ -197,8 +198,8 @@ TEST_CASE("should_retry reads x-should-retry", "[headers]") {
 }
 
 TEST_CASE("The two-digit year is resolved from any year of now, before 1970 too", "[headers][date]") {
-  const auto in_1969 = at_epoch_seconds(-1);  // 1969-12-31 23:59:59
-  CHECK(epoch_seconds(*parse_http_date("Thursday, 01-Jan-70 00:00:00 GMT", in_1969)) == 0);          // 1970
+  const auto in_1969 = at_epoch_seconds(-1);                                                 // 1969-12-31 23:59:59
+  CHECK(epoch_seconds(*parse_http_date("Thursday, 01-Jan-70 00:00:00 GMT", in_1969)) == 0);  // 1970
   CHECK(epoch_seconds(*parse_http_date("Tuesday, 31-Dec-19 00:00:00 GMT", in_1969)) == 1577750400);  // 2019
   CHECK(epoch_seconds(*parse_http_date("Monday, 01-Jan-20 00:00:00 GMT", in_1969)) == -1577923200);  // 1920
 }

@@ -27,10 +27,12 @@ int main() {
 
   std::vector<std::chrono::milliseconds> waits;
   int calls = 0;
-  const auto ok = llmretry::call_with_retry([&]() -> llmretry::Result<int> {
-    if (++calls < 3) return llmretry::Error{llmretry::classify_status(503), "HTTP 503"};
-    return 42;
-  }, policy, RecordingSleep{&waits}, std::mt19937_64{1});
+  const auto ok = llmretry::call_with_retry(
+      [&]() -> llmretry::Result<int> {
+        if (++calls < 3) return llmretry::Error{llmretry::classify_status(503), "HTTP 503"};
+        return 42;
+      },
+      policy, RecordingSleep{&waits}, std::mt19937_64{1});
   expect(ok.has_value() && *ok == 42, "retried until a value came back");
   expect(waits == std::vector<std::chrono::milliseconds>{500ms, 1s}, "waits 0.5 s then 1 s");
 
@@ -38,10 +40,12 @@ int main() {
   llmretry::CallOptions options;
   options.on_give_up = [&](const llmretry::GiveUp& info) { reason = info.reason; };
   calls = 0;
-  const auto failed = llmretry::call_with_retry([&]() -> llmretry::Result<void> {
-    ++calls;
-    return llmretry::Error{llmretry::classify_status(400), "HTTP 400"};
-  }, policy, RecordingSleep{&waits}, std::mt19937_64{1}, llmretry::NoRetryHook{}, options);
+  const auto failed = llmretry::call_with_retry(
+      [&]() -> llmretry::Result<void> {
+        ++calls;
+        return llmretry::Error{llmretry::classify_status(400), "HTTP 400"};
+      },
+      policy, RecordingSleep{&waits}, std::mt19937_64{1}, llmretry::NoRetryHook{}, options);
   expect(!failed.has_value() && calls == 1, "400 is not retried");
   expect(reason == llmretry::StopReason::not_retryable, "gave up as not retryable");
 

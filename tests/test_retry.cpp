@@ -84,11 +84,12 @@ TEST_CASE("Giving up rethrows the last error unchanged and says why", "[retry]")
   GiveUpRecorder recorder;
   const auto& gave_up = recorder.gave_up;
   try {
-    call_with_retry([&]() -> int {
-      ++calls;
-      throw MyProviderError("HTTP 503 #" + std::to_string(calls), calls);
-    }, no_jitter(),
-                    sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options);
+    call_with_retry(
+        [&]() -> int {
+          ++calls;
+          throw MyProviderError("HTTP 503 #" + std::to_string(calls), calls);
+        },
+        no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options);
     FAIL("call_with_retry returned");
   } catch (const MyProviderError& error) {
     CHECK(error.id() == 4);
@@ -107,10 +108,12 @@ TEST_CASE("Exceptions that are not the provider's propagate at once", "[retry]")
   int calls = 0;
   GiveUpRecorder recorder;
   const auto& gave_up = recorder.gave_up;
-  CHECK_THROWS_AS(call_with_retry([&]() -> int {
-                    ++calls;
-                    throw std::logic_error("a bug");
-                  }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options),
+  CHECK_THROWS_AS(call_with_retry(
+                      [&]() -> int {
+                        ++calls;
+                        throw std::logic_error("a bug");
+                      },
+                      RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options),
                   std::logic_error);
   CHECK(calls == 1);
   CHECK(sleep.waits().empty());
@@ -148,7 +151,8 @@ TEST_CASE("A call that is not safe to repeat is not retried after an ambiguous f
   }
   SECTION("a connection refused before sending: retried") {
     SimulatedProvider provider{"connection_refused", "connect_timeout", "rate_limit"};
-    call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, recorder.options);
+    call_with_retry([&] { provider.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{},
+                    recorder.options);
     CHECK(provider.calls() == 4);
     CHECK_FALSE(gave_up);
   }
@@ -165,10 +169,12 @@ TEST_CASE("A custom classifier decides for exceptions of its own", "[retry]") {
   };
   FakeSleep sleep;
   int calls = 0;
-  const int value = call_with_retry([&] {
-    if (++calls < 3) throw Flaky("flaky");
-    return calls;
-  }, no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{}, options);
+  const int value = call_with_retry(
+      [&] {
+        if (++calls < 3) throw Flaky("flaky");
+        return calls;
+      },
+      no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{}, options);
   CHECK(value == 3);
   CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s});
 }
@@ -198,9 +204,9 @@ TEST_CASE("A deadline already passed stops at the first failure", "[retry]") {
   clock.advance(1s);
   FakeSleep sleep;
   SimulatedProvider provider{"rate_limit"};
-  CHECK_THROWS_AS(call_with_retry([&] { provider.call(); }, no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{},
-                                  options),
-                  RateLimited);
+  CHECK_THROWS_AS(
+      call_with_retry([&] { provider.call(); }, no_jitter(), sleep, std::mt19937_64{1}, NoRetryHook{}, options),
+      RateLimited);
   CHECK(provider.calls() == 1);
 }
 

@@ -121,17 +121,22 @@ TEST_CASE("DESIGN.md: the real Azure 429 waits at least 0.511 s; retry-after: 30
   FakeSleep sleep;
   int calls = 0;
   SECTION("both headers") {
-    call_with_retry([&] {
-      if (++calls == 1) throw ProviderError("HTTP 429", classify_response(429, azure, now, "rate_limit_exceeded"));
-    }, RetryPolicy{}, sleep);
+    call_with_retry(
+        [&] {
+          if (++calls == 1) throw ProviderError("HTTP 429", classify_response(429, azure, now, "rate_limit_exceeded"));
+        },
+        RetryPolicy{}, sleep);
     REQUIRE(sleep.waits().size() == 1);
     CHECK(sleep.waits()[0] >= 511ms);
   }
   SECTION("retry-after: 30 alone") {
-    CHECK_THROWS_AS(call_with_retry([&] {
-      ++calls;
-      throw RateLimited("HTTP 429", retry_after(coarse, now));
-    }, RetryPolicy{}, sleep), RateLimited);
+    CHECK_THROWS_AS(call_with_retry(
+                        [&] {
+                          ++calls;
+                          throw RateLimited("HTTP 429", retry_after(coarse, now));
+                        },
+                        RetryPolicy{}, sleep),
+                    RateLimited);
     CHECK(calls == 1);
     CHECK(sleep.waits().empty());
   }

@@ -40,7 +40,7 @@ constexpr const char* to_string(StopReason reason) noexcept {
 /// What to do after a failed attempt: retry after `wait`, or stop for `reason`.
 struct Decision {
   bool retry = false;
-  std::chrono::milliseconds wait{0};  ///< meaningful when retry
+  std::chrono::milliseconds wait{0};              ///< meaningful when retry
   StopReason reason = StopReason::not_retryable;  ///< meaningful when !retry
 
   /// Returns a decision to retry after `wait`.

@@ -143,7 +143,8 @@ constexpr std::optional<std::int64_t> to_epoch_seconds(std::int64_t year, unsign
 /// Returns the epoch seconds of an HTTP date in any of the three RFC 9110 formats, or nullopt.
 /// `current_year` resolves the two-digit year of RFC 850 to the year with those digits within
 /// (current_year - 50, current_year + 50].
-constexpr std::optional<std::int64_t> parse_http_date_seconds(std::string_view text, std::int64_t current_year) noexcept {
+constexpr std::optional<std::int64_t> parse_http_date_seconds(std::string_view text,
+                                                              std::int64_t current_year) noexcept {
   text = trim_ows(text);
   auto rest = text;
   if (take_day_name(rest, false) && take(rest, ", ")) {  // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
@@ -238,7 +239,7 @@ inline std::optional<std::chrono::system_clock::time_point> parse_http_date(std:
 /// accepted) or an HTTP date, rounded up to whole milliseconds; a date in the past gives 0.
 /// Returns nullopt when the value is malformed; never throws.
 inline std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view value,
-                                                                 std::chrono::system_clock::time_point now) noexcept {
+                                                                  std::chrono::system_clock::time_point now) noexcept {
   using namespace std::chrono;
   if (auto delay = detail::parse_decimal_ms(value, 1000)) return delay;
   const auto when = parse_http_date(value, now);
@@ -256,7 +257,8 @@ inline std::optional<std::chrono::milliseconds> parse_retry_after(std::string_vi
 /// callable `lookup(std::string_view name)` returning std::optional<string-like>, a pointer (null when
 /// absent) or a string (empty when absent). Returns nullopt when no usable header is present. Never throws.
 template <class Headers>
-std::optional<std::chrono::milliseconds> retry_after(const Headers& headers, std::chrono::system_clock::time_point now) {
+std::optional<std::chrono::milliseconds> retry_after(const Headers& headers,
+                                                     std::chrono::system_clock::time_point now) {
   std::optional<std::chrono::milliseconds> wait;
   for (std::string_view name : {"retry-after-ms", "x-ms-retry-after-ms"}) {
     detail::with_header(headers, name, [&](std::string_view value) { wait = detail::parse_decimal_ms(value, 1); });

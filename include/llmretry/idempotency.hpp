@@ -17,7 +17,7 @@ template <class Rng>
 std::string uuid_v4(Rng& rng) {
   std::uniform_int_distribution<std::uint64_t> draw(0, std::numeric_limits<std::uint64_t>::max());
   std::uint64_t high = draw(rng), low = draw(rng);
-  high = (high & ~std::uint64_t{0xF000}) | 0x4000;                           // version 4
+  high = (high & ~std::uint64_t{0xF000}) | 0x4000;                         // version 4
   low = (low & ~(std::uint64_t{0xC} << 60)) | (std::uint64_t{0x8} << 60);  // variant 10xx
   constexpr char digits[] = "0123456789abcdef";
   std::string text;

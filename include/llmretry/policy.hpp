@@ -19,9 +19,9 @@ enum class Jitter {
 /// What to retry, how long to wait and when to stop. Every field has a meaningful value:
 /// there is no "0 means default".
 struct RetryPolicy {
-  int max_attempts = 4;                            ///< the first call and up to 3 retries
-  std::chrono::milliseconds base{500};             ///< first wait before jitter; doubles each failure
-  std::chrono::milliseconds cap{8000};             ///< no single backoff wait is longer
+  int max_attempts = 4;                             ///< the first call and up to 3 retries
+  std::chrono::milliseconds base{500};              ///< first wait before jitter; doubles each failure
+  std::chrono::milliseconds cap{8000};              ///< no single backoff wait is longer
   std::chrono::milliseconds max_total_wait{20000};  ///< stop when the waits would add up to more
   Jitter jitter = Jitter::full;
   /// A provider asking for a longer wait stops the call at once. Empty: the same as `cap`.
@@ -60,8 +60,7 @@ struct RetryPolicy {
       detail::throw_invalid_argument("RetryPolicy::max_total_wait must not be negative");
     if (max_retry_after && *max_retry_after < milliseconds::zero())
       detail::throw_invalid_argument("RetryPolicy::max_retry_after must not be negative");
-    if (jitter != Jitter::none && jitter != Jitter::full && jitter != Jitter::equal &&
-        jitter != Jitter::decorrelated)
+    if (jitter != Jitter::none && jitter != Jitter::full && jitter != Jitter::equal && jitter != Jitter::decorrelated)
       detail::throw_invalid_argument("RetryPolicy::jitter is not a Jitter value");
   }
 };

@@ -69,12 +69,11 @@ constexpr int gemini_status(std::string_view status) noexcept {
     std::string_view status;
     int http;
   };
-  constexpr Entry table[] = {{"INVALID_ARGUMENT", 400},  {"FAILED_PRECONDITION", 400}, {"OUT_OF_RANGE", 400},
-                             {"UNAUTHENTICATED", 401},   {"PERMISSION_DENIED", 403},   {"NOT_FOUND", 404},
-                             {"ALREADY_EXISTS", 409},    {"ABORTED", 409},             {"RESOURCE_EXHAUSTED", 429},
-                             {"CANCELLED", 499},         {"INTERNAL", 500},            {"UNKNOWN", 500},
-                             {"DATA_LOSS", 500},         {"NOT_IMPLEMENTED", 501},     {"UNAVAILABLE", 503},
-                             {"DEADLINE_EXCEEDED", 504}};
+  constexpr Entry table[] = {
+      {"INVALID_ARGUMENT", 400},   {"FAILED_PRECONDITION", 400}, {"OUT_OF_RANGE", 400},   {"UNAUTHENTICATED", 401},
+      {"PERMISSION_DENIED", 403},  {"NOT_FOUND", 404},           {"ALREADY_EXISTS", 409}, {"ABORTED", 409},
+      {"RESOURCE_EXHAUSTED", 429}, {"CANCELLED", 499},           {"INTERNAL", 500},       {"UNKNOWN", 500},
+      {"DATA_LOSS", 500},          {"NOT_IMPLEMENTED", 501},     {"UNAVAILABLE", 503},    {"DEADLINE_EXCEEDED", 504}};
   for (const auto& entry : table)
     if (status == entry.status) return entry.http;
   return 0;
@@ -126,7 +125,8 @@ Failure classify_provider_response(Provider provider, int status, const Headers&
                                    std::chrono::system_clock::time_point now, const ErrorFields& body = {}) {
   Failure failure = classify_provider_error(provider, status, body);
   failure.retry_after = retry_after(headers, now);
-  if (!failure.retry_after && !body.retry_delay.empty()) failure.retry_after = detail::parse_duration_ms(body.retry_delay);
+  if (!failure.retry_after && !body.retry_delay.empty())
+    failure.retry_after = detail::parse_duration_ms(body.retry_delay);
   failure.should_retry = should_retry(headers);
   return failure;
 }

@@ -34,8 +34,15 @@ class ThreadRng {
     const auto thread = static_cast<std::uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
     const int marker = 0;
     const auto address = static_cast<std::uint64_t>(std::hash<const int*>{}(&marker));
-    std::seed_seq seq{device(), device(), device(), device(), static_cast<unsigned>(time), static_cast<unsigned>(time >> 32),
-                      static_cast<unsigned>(thread), static_cast<unsigned>(address), static_cast<unsigned>(address >> 32)};
+    std::seed_seq seq{device(),
+                      device(),
+                      device(),
+                      device(),
+                      static_cast<unsigned>(time),
+                      static_cast<unsigned>(time >> 32),
+                      static_cast<unsigned>(thread),
+                      static_cast<unsigned>(address),
+                      static_cast<unsigned>(address >> 32)};
     return std::mt19937_64{seq};
   }
 };

@@ -17,8 +17,8 @@ namespace llmretry {
 /// One rate-limit window as the provider reported it on a response. Each field is empty when the
 /// provider did not send it or sent something malformed.
 struct RateLimitWindow {
-  std::optional<std::int64_t> limit;      ///< the most allowed in the window
-  std::optional<std::int64_t> remaining;  ///< what is left now; may be negative (a request overshot it)
+  std::optional<std::int64_t> limit;                     ///< the most allowed in the window
+  std::optional<std::int64_t> remaining;                 ///< what is left now; may be negative (a request overshot it)
   std::optional<std::chrono::milliseconds> reset_after;  ///< how long until the window is full again
 
   /// Returns true when the provider reported nothing usable for this window.

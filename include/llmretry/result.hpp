@@ -89,8 +89,9 @@ namespace detail {
 template <class R, class = void>
 struct is_result_like : std::false_type {};
 template <class R>
-struct is_result_like<R, std::void_t<decltype(bool(std::declval<const R&>().has_value())),
-                                     decltype(std::declval<const R&>().error())>> : std::true_type {};
+struct is_result_like<
+    R, std::void_t<decltype(bool(std::declval<const R&>().has_value())), decltype(std::declval<const R&>().error())>>
+    : std::true_type {};
 
 /// Returns the failure a failed result-like value carries, through `to_failure` found by ADL.
 template <class R>

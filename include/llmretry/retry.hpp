@@ -22,8 +22,8 @@ namespace llmretry {
 /// What a call that gave up reports: why it stopped, the last failure, and what it had spent.
 struct GiveUp {
   StopReason reason;
-  Failure failure;  ///< the last failure (kind unknown for an exception that is not a ProviderError)
-  int attempts;     ///< attempts made, the last one included
+  Failure failure;                   ///< the last failure (kind unknown for an exception that is not a ProviderError)
+  int attempts;                      ///< attempts made, the last one included
   std::chrono::milliseconds waited;  ///< total time slept between attempts
 };
 

@@ -33,8 +33,9 @@ TEST_CASE("error_fields reads every provider's error body") {
 }
 
 TEST_CASE("error_fields ignores what it does not understand") {
-  for (const char* body : {"", "not json", "{\"error\": \"text\"}", "[]", "42", "{\"error\": {\"code\": null, \"details\": 3}}",
-                           "{\"error\": {\"details\": [1, {\"@type\": 2}]}}", "{\"error\": {\"code\": \"x\""}) {
+  for (const char* body :
+       {"", "not json", "{\"error\": \"text\"}", "[]", "42", "{\"error\": {\"code\": null, \"details\": 3}}",
+        "{\"error\": {\"details\": [1, {\"@type\": 2}]}}", "{\"error\": {\"code\": \"x\""}) {
     INFO(body);
     const auto fields = error_fields(body);
     CHECK(fields.empty());

@@ -69,14 +69,17 @@ TEST_CASE("Anthropic: error types") {
     const auto failure = classify_provider_error(Provider::anthropic, 200, type("overloaded_error"));
     CHECK(failure.kind == FailureKind::server_error);
     CHECK(failure.status == 529);
-    CHECK(classify_provider_error(Provider::anthropic, 200, type("rate_limit_error")).kind == FailureKind::rate_limited);
+    CHECK(classify_provider_error(Provider::anthropic, 200, type("rate_limit_error")).kind ==
+          FailureKind::rate_limited);
     CHECK(classify_provider_error(Provider::anthropic, 200, type("something_new")).kind == FailureKind::unknown);
   }
   SECTION("rate_limit_error, invalid_request_error, billing_error, api_error") {
-    CHECK(classify_provider_error(Provider::anthropic, 429, type("rate_limit_error")).kind == FailureKind::rate_limited);
+    CHECK(classify_provider_error(Provider::anthropic, 429, type("rate_limit_error")).kind ==
+          FailureKind::rate_limited);
     CHECK(classify_provider_error(Provider::anthropic, 400, type("invalid_request_error")).kind ==
           FailureKind::invalid_request);
-    CHECK(classify_provider_error(Provider::anthropic, 402, type("billing_error")).kind == FailureKind::quota_exhausted);
+    CHECK(classify_provider_error(Provider::anthropic, 402, type("billing_error")).kind ==
+          FailureKind::quota_exhausted);
     const auto api_error = classify_provider_error(Provider::anthropic, 500, type("api_error"));
     CHECK(api_error.kind == FailureKind::server_error);
     CHECK(api_error.sent == Sent::maybe);
@@ -104,8 +107,10 @@ TEST_CASE("Gemini and Vertex: google.rpc status and RetryInfo") {
   }
   SECTION("the status name stands in for a missing HTTP status") {
     CHECK(classify_provider_error(Provider::gemini, 0, gemini("UNAVAILABLE")).kind == FailureKind::server_error);
-    CHECK(classify_provider_error(Provider::gemini, 0, gemini("INVALID_ARGUMENT")).kind == FailureKind::invalid_request);
-    CHECK(classify_provider_error(Provider::gemini, 0, gemini("PERMISSION_DENIED")).kind == FailureKind::authentication);
+    CHECK(classify_provider_error(Provider::gemini, 0, gemini("INVALID_ARGUMENT")).kind ==
+          FailureKind::invalid_request);
+    CHECK(classify_provider_error(Provider::gemini, 0, gemini("PERMISSION_DENIED")).kind ==
+          FailureKind::authentication);
     CHECK(classify_provider_error(Provider::gemini, 400, gemini("FAILED_PRECONDITION")).kind ==
           FailureKind::invalid_request);
   }
@@ -113,7 +118,8 @@ TEST_CASE("Gemini and Vertex: google.rpc status and RetryInfo") {
 
 TEST_CASE("classify_provider_response reads the seed's Azure 429 headers") {
   const std::map<std::string, std::string> headers{{"retry-after", "30"}, {"retry-after-ms", "511"}};
-  const auto failure = classify_provider_response(Provider::azure_openai, 429, headers, now, code("rate_limit_exceeded"));
+  const auto failure =
+      classify_provider_response(Provider::azure_openai, 429, headers, now, code("rate_limit_exceeded"));
   CHECK(failure.kind == FailureKind::rate_limited);
   CHECK(failure.retry_after == std::chrono::milliseconds{511});
   SECTION("x-should-retry is kept") {

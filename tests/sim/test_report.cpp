@@ -54,7 +54,9 @@ TEST_CASE("CSV: one row per attempt") {
   std::ostringstream out;
   llmretry::sim::write_csv(out, simulate(scenarios::explorer(Jitter::none)));
   const std::string csv = out.str();
-  CHECK(csv.rfind("client,attempt,sent_ms,answered_ms,outcome,status,wait_ms\n1,1,0,0,served,0,0\n2,1,0,0,refused,429,500\n", 0) == 0);
+  CHECK(csv.rfind(
+            "client,attempt,sent_ms,answered_ms,outcome,status,wait_ms\n1,1,0,0,served,0,0\n2,1,0,0,refused,429,500\n",
+            0) == 0);
   CHECK(csv.find("4,4,3500,3500,served,0,0\n") != std::string::npos);
   std::size_t rows = 0;
   for (const char c : csv) rows += c == '\n' ? 1 : 0;
@@ -66,7 +68,8 @@ TEST_CASE("SVG: one lane per client, the title escaped") {
   llmretry::sim::write_svg(out, simulate(scenarios::explorer(Jitter::none)), "explorer <no jitter> & co");
   const std::string svg = out.str();
   std::size_t lanes = 0;
-  for (auto at = svg.find("<g class=\"lane\""); at != std::string::npos; at = svg.find("<g class=\"lane\"", at + 1)) ++lanes;
+  for (auto at = svg.find("<g class=\"lane\""); at != std::string::npos; at = svg.find("<g class=\"lane\"", at + 1))
+    ++lanes;
   CHECK(lanes == 4);
   CHECK(svg.find("explorer &lt;no jitter&gt; &amp; co") != std::string::npos);
   CHECK(svg.rfind("<?xml", 0) == 0);

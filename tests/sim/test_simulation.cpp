@@ -19,8 +19,8 @@ using llmretry::sim::Outcome;
 using llmretry::sim::Result;
 using llmretry::sim::RetryAfterMode;
 using llmretry::sim::Scenario;
-using llmretry::sim::Time;
 using llmretry::sim::simulate;
+using llmretry::sim::Time;
 namespace scenarios = llmretry::sim::scenarios;
 
 namespace {
@@ -28,7 +28,8 @@ namespace {
 /// Returns a client's attempts as (sent in ms, served?) pairs.
 std::vector<std::pair<long long, bool>> attempts_of(const Result& result, std::size_t client) {
   std::vector<std::pair<long long, bool>> out;
-  for (const Attempt& a : result.clients[client].attempts) out.emplace_back(a.sent.count(), a.outcome == Outcome::served);
+  for (const Attempt& a : result.clients[client].attempts)
+    out.emplace_back(a.sent.count(), a.outcome == Outcome::served);
   return out;
 }
 

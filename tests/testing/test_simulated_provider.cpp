@@ -91,10 +91,10 @@ TEST_CASE("Repeats", "[simulated_provider]") {
 TEST_CASE("A malformed script item is rejected, naming it and its position", "[simulated_provider]") {
   CHECK(error_message({"ok", "rate_limt"}).find("\"rate_limt\" (expected") != std::string::npos);
   CHECK(error_message({"ok", "rate_limt"}).find("at position 1") != std::string::npos);
-  for (const char* bad : {"", "OK", "rate_limit:", "rate_limit:-1", "rate_limit:x", "rate_limit_ms", "status:200",
-                          "status:600", "status:4000", "status:40", "status:503:", "server_error*0", "server_error*",
-                          "server_error*x", "server_error*1000001", "server_error*99999999999999999999", "timeout ",
-                          "*3"}) {
+  for (const char* bad :
+       {"", "OK", "rate_limit:", "rate_limit:-1", "rate_limit:x", "rate_limit_ms", "status:200", "status:600",
+        "status:4000", "status:40", "status:503:", "server_error*0", "server_error*", "server_error*x",
+        "server_error*1000001", "server_error*99999999999999999999", "timeout ", "*3"}) {
     CAPTURE(bad);
     CHECK(error_message({bad}).find(std::string("\"") + bad + "\"") != std::string::npos);
   }

@@ -185,10 +185,17 @@ std::map<std::string_view, Setter> setters() {
       {"--max-total-wait", setter(duration, [](Scenario& s, D d) { s.policy.max_total_wait = d; })},
       {"--max-retry-after", setter(duration, [](Scenario& s, D d) { s.policy.max_retry_after = d; })},
       {"--interval", setter(duration, [](Scenario& s, D d) { s.provider.start_interval = d; })},
-      {"--rpm", setter(count(many), [](Scenario& s, N n) { s.provider.requests = sim::Bucket{n, 60s}; })},
-      {"--tpm", setter(count(many), [](Scenario& s, N n) { s.provider.tokens = sim::Bucket{n, 60s}; })},
+      {"--rpm", setter(count(many),
+                       [](Scenario& s, N n) {
+                         s.provider.requests = sim::Bucket{n, 60s};
+                       })},
+      {"--tpm", setter(count(many),
+                       [](Scenario& s, N n) {
+                         s.provider.tokens = sim::Bucket{n, 60s};
+                       })},
       {"--tokens", setter(count(many), [](Scenario& s, N n) { s.provider.tokens_per_request = n; })},
-      {"--concurrency", setter(count(INT32_MAX), [](Scenario& s, N n) { s.provider.concurrency = static_cast<int>(n); })},
+      {"--concurrency",
+       setter(count(INT32_MAX), [](Scenario& s, N n) { s.provider.concurrency = static_cast<int>(n); })},
       {"--latency", setter(duration, [](Scenario& s, D d) { s.provider.latency = d; })},
       {"--refusal-latency", setter(duration, [](Scenario& s, D d) { s.provider.refusal_latency = d; })},
       {"--error-rate", setter(share, [](Scenario& s, double p) { s.provider.server_error_rate = p; })},
@@ -286,7 +293,8 @@ std::string describe(const Scenario& s) {
   if (s.start_spacing > 0ms) text += " starting " + sim::seconds(s.start_spacing) + " s apart";
   text += "; provider:";
   if (p.start_interval) text += " one request every " + sim::seconds(*p.start_interval) + " s,";
-  if (p.requests) text += " " + std::to_string(p.requests->capacity) + " requests per " + sim::seconds(p.requests->period) + " s,";
+  if (p.requests)
+    text += " " + std::to_string(p.requests->capacity) + " requests per " + sim::seconds(p.requests->period) + " s,";
   if (p.tokens)
     text += " " + std::to_string(p.tokens->capacity) + " tokens per " + sim::seconds(p.tokens->period) + " s (" +
             std::to_string(p.tokens_per_request) + " per request),";
@@ -300,9 +308,9 @@ std::string describe(const Scenario& s) {
   if (p.server_error_rate > 0) text += " 503 for " + share(p.server_error_rate) + " of requests,";
   if (p.timeout_rate > 0) text += " no answer for " + share(p.timeout_rate) + ",";
   text += p.refusal == sim::Refusal::conflict ? " conflicts answered 409" : " refusals answered 429";
-  text += p.retry_after == sim::RetryAfterMode::none     ? " without Retry-After"
+  text += p.retry_after == sim::RetryAfterMode::none    ? " without Retry-After"
           : p.retry_after == sim::RetryAfterMode::fixed ? " with retry-after: " + sim::seconds(p.fixed_retry_after)
-                                                         : " with the precise retry-after-ms";
+                                                        : " with the precise retry-after-ms";
   const auto& r = s.policy;
   text += "\npolicy: base " + sim::seconds(r.base) + " s, cap " + sim::seconds(r.cap) + " s, jitter " +
           llmretry::to_string(r.jitter) + ", " +
@@ -330,7 +338,8 @@ void show(const Run& run, std::size_t index, const Options& options) {
     std::cout << '\n';
   }
   const auto& p = run.scenario.provider;
-  if (options.seeds > 1 && (run.scenario.policy.jitter != Jitter::none || p.server_error_rate > 0 || p.timeout_rate > 0)) {
+  if (options.seeds > 1 &&
+      (run.scenario.policy.jitter != Jitter::none || p.server_error_rate > 0 || p.timeout_rate > 0)) {
     Scenario s = run.scenario;
     std::int64_t finish_sum = 0, runs_with_give_up = 0, requests = 0, refused = 0;
     for (std::int64_t k = 0; k < options.seeds; ++k) {

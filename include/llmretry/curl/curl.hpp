@@ -59,7 +59,7 @@ struct Response {
 
 /// How attempts are made. Every member has a meaningful default.
 struct Options {
-  Provider provider = Provider::openai;  ///< whose error semantics classify a failed response
+  Provider provider = Provider::openai;               ///< whose error semantics classify a failed response
   std::chrono::milliseconds connect_timeout{10'000};  ///< the most one attempt may take to connect
   std::chrono::milliseconds timeout{600'000};         ///< the most one attempt may take in all
   /// No attempt may run past this point (each attempt's timeout is shortened to end by then, and an
@@ -133,7 +133,7 @@ struct Transfer {
   CURL* handle = nullptr;
   const Options* options = nullptr;
   const std::function<void(const SseEvent&)>* on_event = nullptr;  ///< set for a streamed call
-  StreamGuard* guard = nullptr;                                   ///< set for a streamed call
+  StreamGuard* guard = nullptr;                                    ///< set for a streamed call
   Response response;
   SseParser sse;
   std::optional<ErrorFields> stream_error;  ///< an SSE `error` event arrived
@@ -299,8 +299,9 @@ inline Response perform(const Request& request, const Options& options, const He
   }
   if (status < 200 || status > 299) {
     const ErrorFields fields = options.read_error ? options.read_error(transfer.response.body) : ErrorFields{};
-    const Failure failure = classify_provider_response(options.provider, transfer.response.status,
-                                                       transfer.response.headers, std::chrono::system_clock::now(), fields);
+    const Failure failure =
+        classify_provider_response(options.provider, transfer.response.status, transfer.response.headers,
+                                   std::chrono::system_clock::now(), fields);
     std::string message = describe(failure);
     for (const std::string* name : {&fields.code, &fields.type, &fields.status}) {
       if (name->empty()) continue;

@@ -23,7 +23,7 @@ constexpr std::optional<std::chrono::milliseconds> parse_duration_ms(std::string
     std::int64_t below;  // units below a millisecond: how many make one
   };
   // Longer names first, so that "ms" is not read as "m" followed by "s".
-  constexpr Unit units[] = {{"ms", 1, 1},       {"us", 1, 1000},  {"\xC2\xB5s", 1, 1000}, {"ns", 1, 1'000'000},
+  constexpr Unit units[] = {{"ms", 1, 1},        {"us", 1, 1000},  {"\xC2\xB5s", 1, 1000}, {"ns", 1, 1'000'000},
                             {"h", 3'600'000, 1}, {"m", 60'000, 1}, {"s", 1000, 1}};
   text = trim_ows(text);
   if (text.empty()) return std::nullopt;

@@ -19,9 +19,8 @@ constexpr milliseconds doubled_up_to(milliseconds d, int exponent, milliseconds 
   auto value = d.count();
   if (value == 0) return d;
   for (int i = 0; i < exponent && value < limit.count(); ++i) {
-    value = value > std::numeric_limits<milliseconds::rep>::max() / 2
-                ? std::numeric_limits<milliseconds::rep>::max()
-                : value * 2;
+    value = value > std::numeric_limits<milliseconds::rep>::max() / 2 ? std::numeric_limits<milliseconds::rep>::max()
+                                                                      : value * 2;
   }
   return value < limit.count() ? milliseconds{value} : limit;
 }

@@ -34,7 +34,7 @@ constexpr std::string_view trim_ows(std::string_view text) noexcept {
 /// Returns nullopt for anything else (signs, exponents, empty text). Saturates at milliseconds::max().
 /// Requires 1 <= unit_ms <= 10^8 (milliseconds up to days).
 constexpr std::optional<std::chrono::milliseconds> parse_decimal_ms(std::string_view text,
-                                                                     std::int64_t unit_ms) noexcept {
+                                                                    std::int64_t unit_ms) noexcept {
   using std::chrono::milliseconds;
   constexpr auto max = std::numeric_limits<std::int64_t>::max();
   text = trim_ows(text);

@@ -26,7 +26,8 @@ std::uint64_t random_bits64(Rng& rng) {
       return n;
     }();
     std::uint64_t value = 0;
-    for (int filled = 0; filled < 64; filled += bits) value = (value << bits) | (static_cast<std::uint64_t>(rng()) - lo);
+    for (int filled = 0; filled < 64; filled += bits)
+      value = (value << bits) | (static_cast<std::uint64_t>(rng()) - lo);
     return value;
   }
 }
@@ -44,7 +45,8 @@ std::int64_t uniform_between(Rng& rng, std::int64_t lo, std::int64_t hi) {
     if (range == std::numeric_limits<std::uint64_t>::max()) return static_cast<std::int64_t>(random_bits64(rng));
     const std::uint64_t buckets = range + 1;
     // Reject the top partial bucket so every value has the same number of preimages.
-    const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % buckets;
+    const std::uint64_t limit =
+        std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % buckets;
     std::uint64_t x = random_bits64(rng);
     while (x >= limit) x = random_bits64(rng);
     return static_cast<std::int64_t>(static_cast<std::uint64_t>(lo) + x % buckets);

@@ -18,10 +18,10 @@ using Time = std::chrono::milliseconds;
 /// One scheduled event: when it happens, its rank among events at the same instant, and what it carries.
 template <class Payload>
 struct Event {
-  Time at{0};  ///< when it happens
-  std::uint64_t rank = 0;  ///< among events at the same instant, a lower rank comes first
+  Time at{0};                  ///< when it happens
+  std::uint64_t rank = 0;      ///< among events at the same instant, a lower rank comes first
   std::uint64_t sequence = 0;  ///< push order: among equal (at, rank), the earlier push comes first
-  Payload payload;  ///< what the event carries (the simulator: a client's index)
+  Payload payload;             ///< what the event carries (the simulator: a client's index)
 };
 
 /// A priority queue of events in virtual time: pop() returns the earliest event; events at the same

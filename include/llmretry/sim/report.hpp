@@ -96,9 +96,9 @@ inline void write_table(std::ostream& out, const Result& result) {
     }
     if (client.attempts.size() < 2) waits = "-";
     if (client.attempts.size() > 2) waits += " = " + seconds(client.waited);
-    const std::string outcome = client.served ? "served at " + seconds(client.finished) + " s"
-                                              : "gave up at " + seconds(client.finished) + " s (" +
-                                                    to_string(*client.gave_up) + ")";
+    const std::string outcome =
+        client.served ? "served at " + seconds(client.finished) + " s"
+                      : "gave up at " + seconds(client.finished) + " s (" + to_string(*client.gave_up) + ")";
     rows.push_back({std::to_string(i + 1), attempts, waits, outcome});
   }
   std::vector<std::size_t> widths(4, 0);
@@ -106,7 +106,8 @@ inline void write_table(std::ostream& out, const Result& result) {
     for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], detail::display_width(row[c]));
   for (const auto& row : rows) {
     std::string line;
-    for (std::size_t c = 0; c < row.size(); ++c) line += c + 1 < row.size() ? detail::pad(row[c], widths[c] + 2) : row[c];
+    for (std::size_t c = 0; c < row.size(); ++c)
+      line += c + 1 < row.size() ? detail::pad(row[c], widths[c] + 2) : row[c];
     out << line << '\n';
   }
 }
@@ -142,7 +143,10 @@ inline void write_svg(std::ostream& out, const Result& result, const std::string
   const std::int64_t left = 80, top = 56, plot = 860, width = left + plot + 30;
   const std::int64_t height = top + lanes * lane + 40;
   const std::int64_t span = std::max<std::int64_t>(result.totals.makespan.count(), 1);
-  const auto x = [&](Time t) { return static_cast<double>(left) + static_cast<double>(plot) * static_cast<double>(t.count()) / static_cast<double>(span); };
+  const auto x = [&](Time t) {
+    return static_cast<double>(left) +
+           static_cast<double>(plot) * static_cast<double>(t.count()) / static_cast<double>(span);
+  };
   const auto rect = [&](double x0, double x1, std::int64_t y, std::int64_t h, const char* cls) {
     out << "<rect class=\"" << cls << "\" x=\"" << x0 << "\" y=\"" << y << "\" width=\"" << std::max(x1 - x0, 1.5)
         << "\" height=\"" << h << "\"/>";
@@ -155,8 +159,11 @@ inline void write_svg(std::ostream& out, const Result& result, const std::string
       << "<rect x=\"0\" y=\"0\" width=\"" << width << "\" height=\"" << height << "\" fill=\"#fff\"/>\n"
       << "<text x=\"" << left << "\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" << detail::xml_escape(title)
       << "</text>\n";
-  const char* legend[][2] = {{"served", "served"}, {"refused", "refused (429)"}, {"failed", "503 / timeout"},
-                             {"flight", "in flight"}, {"wait", "waiting"}};
+  const char* legend[][2] = {{"served", "served"},
+                             {"refused", "refused (429)"},
+                             {"failed", "503 / timeout"},
+                             {"flight", "in flight"},
+                             {"wait", "waiting"}};
   std::int64_t lx = left;
   for (const auto& item : legend) {
     out << "<rect class=\"" << item[0] << "\" x=\"" << lx << "\" y=\"28\" width=\"10\" height=\"10\"/><text x=\""
@@ -170,9 +177,12 @@ inline void write_svg(std::ostream& out, const Result& result, const std::string
     const std::int64_t y = top + i * lane;
     out << "<g class=\"lane\" id=\"client-" << i + 1 << "\"><title>client " << i + 1 << ": "
         << (client.served ? "served at " : "gave up at ") << seconds(client.finished) << " s</title>";
-    if (lane >= 10) out << "<text x=\"" << left - 8 << "\" y=\"" << y + lane - 7 << "\" text-anchor=\"end\">client " << i + 1 << "</text>";
+    if (lane >= 10)
+      out << "<text x=\"" << left - 8 << "\" y=\"" << y + lane - 7 << "\" text-anchor=\"end\">client " << i + 1
+          << "</text>";
     for (const Attempt& a : client.attempts) {
-      if (a.wait > std::chrono::milliseconds::zero()) rect(x(a.answered), x(a.answered + a.wait), y + 2 + bar / 4, (bar + 1) / 2, "wait");
+      if (a.wait > std::chrono::milliseconds::zero())
+        rect(x(a.answered), x(a.answered + a.wait), y + 2 + bar / 4, (bar + 1) / 2, "wait");
       if (a.answered > a.sent) rect(x(a.sent), x(a.answered), y + 2, bar, "flight");
       const char* cls = a.outcome == Outcome::served ? "served" : a.outcome == Outcome::refused ? "refused" : "failed";
       rect(x(a.sent) - 1.5, x(a.sent) + 1.5, y + 2, bar, cls);
@@ -180,7 +190,8 @@ inline void write_svg(std::ostream& out, const Result& result, const std::string
     out << "</g>\n";
   }
   const std::int64_t axis_y = top + lanes * lane + 6;
-  out << "<line class=\"axis\" x1=\"" << left << "\" y1=\"" << axis_y << "\" x2=\"" << left + plot << "\" y2=\"" << axis_y << "\"/>";
+  out << "<line class=\"axis\" x1=\"" << left << "\" y1=\"" << axis_y << "\" x2=\"" << left + plot << "\" y2=\""
+      << axis_y << "\"/>";
   const std::int64_t step = detail::tick_step(span);
   for (std::int64_t t = 0; t <= span; t += step)
     out << "<line class=\"axis\" x1=\"" << x(Time{t}) << "\" y1=\"" << axis_y << "\" x2=\"" << x(Time{t}) << "\" y2=\""

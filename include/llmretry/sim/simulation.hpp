@@ -31,7 +31,8 @@ struct Scenario {
   /// Throws std::invalid_argument naming the field when the scenario makes no sense: clients outside
   /// [1, 10,000,000], a negative start_spacing, or a bad policy or provider (see their validate()).
   void validate() const {
-    if (clients < 1 || clients > 10'000'000) detail::throw_invalid_argument("Scenario::clients must be in [1, 10000000]");
+    if (clients < 1 || clients > 10'000'000)
+      detail::throw_invalid_argument("Scenario::clients must be in [1, 10000000]");
     if (start_spacing < std::chrono::milliseconds::zero())
       detail::throw_invalid_argument("Scenario::start_spacing must not be negative");
     policy.validate();
@@ -41,36 +42,36 @@ struct Scenario {
 
 /// One request of one client.
 struct Attempt {
-  int number = 1;  ///< 1 for the first attempt
-  Time sent{0};    ///< when the request left the client
+  int number = 1;    ///< 1 for the first attempt
+  Time sent{0};      ///< when the request left the client
   Time answered{0};  ///< when the client held the answer (or stopped waiting for it)
   Outcome outcome = Outcome::served;
-  int status = 0;  ///< HTTP status of a failure (429, 409, 503), 0 when served or timed out
+  int status = 0;                     ///< HTTP status of a failure (429, 409, 503), 0 when served or timed out
   std::chrono::milliseconds wait{0};  ///< the wait decided after this attempt; 0 when none followed
 };
 
 /// Everything one client did.
 struct ClientResult {
-  Time start{0};                   ///< when its first attempt was sent
-  std::vector<Attempt> attempts;   ///< every request, in order
-  bool served = false;             ///< whether an attempt succeeded
-  Time finished{0};                    ///< when it was served or gave up
-  std::optional<StopReason> gave_up;   ///< why it stopped, when not served
+  Time start{0};                        ///< when its first attempt was sent
+  std::vector<Attempt> attempts;        ///< every request, in order
+  bool served = false;                  ///< whether an attempt succeeded
+  Time finished{0};                     ///< when it was served or gave up
+  std::optional<StopReason> gave_up;    ///< why it stopped, when not served
   std::chrono::milliseconds waited{0};  ///< total of its waits
 };
 
 /// Totals over all clients. Completion time is finish minus start, over served clients (0 when none).
 struct Totals {
-  std::int64_t requests = 0;        ///< attempts sent by all clients
-  std::int64_t served = 0;          ///< clients served (one successful request each)
-  std::int64_t refused = 0;         ///< 429s (409s for Refusal::conflict)
-  std::int64_t other_failures = 0;  ///< 503s and timeouts
-  std::int64_t gave_up = 0;         ///< clients that stopped without being served
-  Time makespan{0};                 ///< the last finish, served or not
-  std::chrono::milliseconds p50{0};  ///< median completion time (nearest rank)
-  std::chrono::milliseconds p95{0};  ///< 95th percentile completion time (nearest rank)
-  std::chrono::milliseconds p99{0};  ///< 99th percentile completion time (nearest rank)
-  std::chrono::milliseconds waited{0};  ///< all clients' waits added up
+  std::int64_t requests = 0;             ///< attempts sent by all clients
+  std::int64_t served = 0;               ///< clients served (one successful request each)
+  std::int64_t refused = 0;              ///< 429s (409s for Refusal::conflict)
+  std::int64_t other_failures = 0;       ///< 503s and timeouts
+  std::int64_t gave_up = 0;              ///< clients that stopped without being served
+  Time makespan{0};                      ///< the last finish, served or not
+  std::chrono::milliseconds p50{0};      ///< median completion time (nearest rank)
+  std::chrono::milliseconds p95{0};      ///< 95th percentile completion time (nearest rank)
+  std::chrono::milliseconds p99{0};      ///< 99th percentile completion time (nearest rank)
+  std::chrono::milliseconds waited{0};   ///< all clients' waits added up
   std::int64_t largest_retry_group = 0;  ///< the most retries sent at one instant
   Time largest_retry_group_at{0};        ///< that instant (the earliest, on a tie)
 };

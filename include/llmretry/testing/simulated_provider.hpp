@@ -130,8 +130,7 @@ class SimulatedProvider {
       steps_.insert(steps_.end(), static_cast<std::size_t>(step.repeat), step.failure);
     }
   }
-  SimulatedProvider(std::initializer_list<std::string> script)
-      : SimulatedProvider(std::vector<std::string>(script)) {}
+  SimulatedProvider(std::initializer_list<std::string> script) : SimulatedProvider(std::vector<std::string>(script)) {}
 
   /// Takes the next script item: returns its failure, or nullopt when this call succeeds.
   std::optional<Failure> next() {
@@ -181,7 +180,8 @@ class SimulatedProvider {
         return failure.sent == Sent::no ? "Could not connect within the timeout (simulated)."
                                         : "The provider did not answer within the timeout (simulated).";
       case FailureKind::connection:
-        return failure.sent == Sent::no ? "Connection refused (simulated)." : "Connection reset after sending (simulated).";
+        return failure.sent == Sent::no ? "Connection refused (simulated)."
+                                        : "Connection reset after sending (simulated).";
       case FailureKind::rate_limited: return "HTTP 429: rate limited (simulated).";
       case FailureKind::quota_exhausted: return "HTTP 429: quota exhausted (simulated).";
       case FailureKind::server_error:

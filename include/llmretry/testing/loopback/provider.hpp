@@ -36,9 +36,9 @@ struct ScriptedResponse {
   std::string body;
   std::string content_type = "application/json";
   Mode mode = Mode::whole;
-  std::size_t cut_after = 0;        ///< for Mode::cut_body
-  std::vector<std::string> chunks;  ///< for Mode::stream: raw SSE text, written one after the other
-  bool cut = false;                 ///< for Mode::stream: close the connection after the chunks
+  std::size_t cut_after = 0;           ///< for Mode::cut_body
+  std::vector<std::string> chunks;     ///< for Mode::stream: raw SSE text, written one after the other
+  bool cut = false;                    ///< for Mode::stream: close the connection after the chunks
   std::chrono::milliseconds delay{0};  ///< wait before answering (cut short when the provider stops)
 };
 
@@ -138,7 +138,9 @@ class LoopbackProvider {
   }
   /// Returns an OpenAI-style 503.
   static ScriptedResponse service_unavailable() {
-    return error(503, R"({"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,"code":null}})");
+    return error(
+        503,
+        R"({"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,"code":null}})");
   }
   /// Returns Anthropic's 529 overloaded_error.
   static ScriptedResponse overloaded() {
@@ -146,18 +148,22 @@ class LoopbackProvider {
   }
   /// Returns an OpenAI 400 context_length_exceeded.
   static ScriptedResponse context_length_exceeded() {
-    return error(400,
-                 R"({"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}})");
+    return error(
+        400,
+        R"({"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}})");
   }
   /// Returns an OpenAI 429 insufficient_quota (billing: waiting does not help).
   static ScriptedResponse insufficient_quota() {
-    return error(429,
-                 R"({"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}})");
+    return error(
+        429,
+        R"({"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}})");
   }
   /// Returns a Gemini 429 RESOURCE_EXHAUSTED whose google.rpc.RetryInfo asks for `retry_delay` ("1.5s").
   static ScriptedResponse gemini_resource_exhausted(const std::string& retry_delay) {
-    return error(429, R"({"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":")" +
-                          retry_delay + R"("}]}})");
+    return error(
+        429,
+        R"({"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":")" +
+            retry_delay + R"("}]}})");
   }
   /// Returns a success after `delay`: longer than the client's timeout, it is a hang.
   static ScriptedResponse hang(std::chrono::milliseconds delay) {
@@ -175,8 +181,9 @@ class LoopbackProvider {
   /// Returns an OpenAI chat completion whose answer is `content`.
   static ScriptedResponse chat_completion(const std::string& content) {
     ScriptedResponse r;
-    r.body = R"({"id":"chatcmpl-loopback","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":")" +
-             content + R"("},"finish_reason":"stop"}]})";
+    r.body =
+        R"({"id":"chatcmpl-loopback","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":")" +
+        content + R"("},"finish_reason":"stop"}]})";
     return r;
   }
   /// Returns an OpenAI SSE stream of one chunk per token, ended by `data: [DONE]`.
@@ -185,8 +192,8 @@ class LoopbackProvider {
     r.mode = ScriptedResponse::Mode::stream;
     r.content_type = "text/event-stream";
     for (const auto& token : tokens)
-      r.chunks.emplace_back(R"(data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":")" + token +
-                         "\"}}]}\n\n");
+      r.chunks.emplace_back(R"(data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":")" +
+                            token + "\"}}]}\n\n");
     r.chunks.emplace_back("data: [DONE]\n\n");
     return r;
   }
@@ -200,7 +207,9 @@ class LoopbackProvider {
   /// Returns stream(tokens) with Anthropic's mid-stream `event: error` (overloaded_error) after the tokens.
   static ScriptedResponse stream_error(const std::vector<std::string>& tokens) {
     ScriptedResponse r = stream(tokens);
-    r.chunks.back() = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    r.chunks.back() =
+        "event: error\ndata: "
+        "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
     return r;
   }
 
