@@ -50,3 +50,37 @@ TEST_CASE("failure_of recognises ProviderError and its subclasses only", "[error
   CHECK_FALSE(failure_of(std::runtime_error("not the provider's")));
   CHECK_FALSE(failure_of(std::invalid_argument("bad")));
 }
+
+TEST_CASE("throw_provider_error throws the class the failure calls for", "[errors]") {
+  const auto thrown = [](const Failure& failure) -> std::exception_ptr {
+    try {
+      throw_provider_error("message", failure);
+    } catch (...) {
+      return std::current_exception();
+    }
+  };
+  Failure rate_limited = classify_status(429);
+  rate_limited.retry_after = 3s;
+  try {
+    std::rethrow_exception(thrown(rate_limited));
+  } catch (const RateLimited& error) {
+    CHECK(error.retry_after() == 3s);
+    CHECK(std::string(error.what()) == "message");
+  }
+  CHECK_THROWS_AS(
+      std::rethrow_exception(thrown(Failure{FailureKind::timeout, 0, std::nullopt, Sent::no, std::nullopt})),
+      ProviderTimeout);
+  try {
+    std::rethrow_exception(thrown(Failure{FailureKind::connection, 0, std::nullopt, Sent::maybe, std::nullopt}));
+  } catch (const ConnectionError& error) {
+    CHECK(error.failure().sent == Sent::maybe);
+  }
+  const Failure quota = classify_status(429, "insufficient_quota");
+  try {
+    std::rethrow_exception(thrown(quota));
+  } catch (const RateLimited&) {
+    FAIL("quota exhaustion is not a rate limit");
+  } catch (const ProviderError& error) {
+    CHECK(error.failure() == quota);
+  }
+}

@@ -2,12 +2,14 @@
 #define LLMRETRY_ERRORS_HPP
 
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "classify.hpp"
+#include "detail/config.hpp"
 #include "failure.hpp"
 
 namespace llmretry {
@@ -63,6 +65,25 @@ class ConnectionError : public ProviderError {
   explicit ConnectionError(const std::string& message, Sent sent = Sent::no)
       : ProviderError(message, Failure{FailureKind::connection, 0, std::nullopt, sent, std::nullopt}) {}
 };
+
+/// Throws the exception class that `failure` calls for, with `message`: RateLimited (with the failure's
+/// retry_after) for rate_limited, ProviderTimeout for timeout and ConnectionError for connection (each
+/// with the failure's Sent), ProviderError with the whole failure for any other kind. Aborts when
+/// exceptions are off.
+[[noreturn]] inline void throw_provider_error(const std::string& message, const Failure& failure) {
+#if !LLMRETRY_HAS_EXCEPTIONS
+  (void)message;
+  (void)failure;
+  std::abort();
+#else
+  switch (failure.kind) {
+    case FailureKind::rate_limited: throw RateLimited(message, failure.retry_after);
+    case FailureKind::timeout: throw ProviderTimeout(message, failure.sent);
+    case FailureKind::connection: throw ConnectionError(message, failure.sent);
+    default: throw ProviderError(message, failure);
+  }
+#endif
+}
 
 /// Returns the failure a ProviderError (or a class derived from it) carries; nullopt for any other
 /// exception, which is not the provider's doing and is never retried.

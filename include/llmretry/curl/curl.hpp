@@ -203,10 +203,8 @@ inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void
 [[noreturn]] inline void throw_failure(const Transfer& transfer, const std::string& message, const Failure& failure) {
   if (transfer.guard != nullptr && transfer.guard->started())
     throw StreamInterrupted(message + " (stream interrupted)", *transfer.guard, failure);
-  if (failure.kind == FailureKind::timeout) throw ProviderTimeout(message, failure.sent);
-  if (failure.kind == FailureKind::connection) throw ConnectionError(message, failure.sent);
   if (failure.status != 0) throw HttpError(message, failure, transfer.response);
-  throw ProviderError(message, failure);
+  throw_provider_error(message, failure);  // a transport failure: no status
 }
 
 /// Returns the attempt's total timeout: options.timeout, shortened to end at the deadline.

@@ -143,7 +143,7 @@ class SimulatedProvider {
   /// ProviderError, as a real adapter would), or returns on_ok() when the call succeeds.
   template <class OnOk>
   decltype(auto) call(OnOk&& on_ok) {
-    if (const auto failure = next()) throw_error(*failure);
+    if (const auto failure = next()) throw_provider_error(message(*failure), *failure);
     return on_ok();
   }
   /// Performs one call that returns nothing: throws the scripted error, if any.
@@ -192,15 +192,6 @@ class SimulatedProvider {
   }
 
  private:
-  [[noreturn]] static void throw_error(const Failure& failure) {
-    switch (failure.kind) {
-      case FailureKind::rate_limited: throw RateLimited(message(failure), failure.retry_after);
-      case FailureKind::timeout: throw ProviderTimeout(message(failure), failure.sent);
-      case FailureKind::connection: throw ConnectionError(message(failure), failure.sent);
-      default: throw ProviderError(message(failure), failure);
-    }
-  }
-
   mutable std::mutex mutex_;
   std::vector<std::optional<Failure>> steps_;
   int calls_ = 0;
