@@ -27,10 +27,10 @@ TEST_CASE("classify_status maps statuses to kinds", "[classify]") {
 }
 
 TEST_CASE("classify_status says whether the work may have been done", "[classify]") {
-  CHECK(classify_status(429).sent == Sent::yes);  // refused: no work done
-  CHECK(classify_status(408).sent == Sent::yes);
-  CHECK(classify_status(503).sent == Sent::maybe);
-  CHECK(classify_status(529).sent == Sent::maybe);
+  CHECK(classify_status(429).sent == Sent::refused);  // refused: no work done
+  CHECK(classify_status(408).sent == Sent::refused);
+  CHECK(classify_status(503).sent == Sent::maybe_processed);
+  CHECK(classify_status(529).sent == Sent::maybe_processed);
 }
 
 TEST_CASE("Error codes refine the status, never the message", "[classify]") {
@@ -58,7 +58,7 @@ TEST_CASE("classify_response reads the wait and x-should-retry from the headers"
                                                      {"x-ratelimit-remaining-tokens", "-853"}};
     const auto failure = classify_response(429, headers, now, "rate_limit_exceeded");
     CHECK(failure.kind == FailureKind::rate_limited);
-    CHECK(failure.retry_after == 511ms);
+    CHECK(failure.provider_wait == 511ms);
     CHECK_FALSE(failure.should_retry);
   }
   SECTION("a 500 that the provider says not to retry") {
@@ -70,7 +70,7 @@ TEST_CASE("classify_response reads the wait and x-should-retry from the headers"
   SECTION("malformed headers are ignored") {
     const std::map<std::string, std::string> headers{{"retry-after", "soon"}, {"x-should-retry", "maybe"}};
     const auto failure = classify_response(503, headers, now);
-    CHECK_FALSE(failure.retry_after);
+    CHECK_FALSE(failure.provider_wait);
     CHECK_FALSE(failure.should_retry);
   }
 }

@@ -21,10 +21,10 @@ RetryPolicy no_jitter(milliseconds base = 500ms) {
 }
 Failure rate_limited(std::optional<milliseconds> wait = std::nullopt) {
   Failure failure = classify_status(429);
-  failure.retry_after = wait;
+  failure.provider_wait = wait;
   return failure;
 }
-Failure timeout(Sent sent = Sent::maybe) { return Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt}; }
+Failure timeout(Sent sent = Sent::maybe_processed) { return Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt}; }
 
 // Feeds `failure` until the state stops; returns the waits and sets `reason`.
 std::vector<milliseconds> waits_until_stop(RetryState& state, const Failure& failure, StopReason& reason) {
@@ -78,7 +78,7 @@ TEST_CASE("The seed's exact checks, jitter off", "[decision]") {
     const auto before = rng;
     const auto decision = state.next(rate_limited(30s), rng);
     CHECK_FALSE(decision.retry);
-    CHECK(decision.reason == StopReason::retry_after_too_long);
+    CHECK(decision.reason == StopReason::provider_wait_too_long);
     CHECK(rng == before);  // nothing drawn
     CHECK(state.waited() == 0ms);
   }
@@ -98,7 +98,7 @@ TEST_CASE("A provider wait exactly at the limit is accepted", "[decision]") {
   CHECK(state.next(rate_limited(8s), rng).wait == 8s);
   RetryState saturated{no_jitter()};
   const auto decision = saturated.next(rate_limited(milliseconds::max()), rng);
-  CHECK(decision.reason == StopReason::retry_after_too_long);
+  CHECK(decision.reason == StopReason::provider_wait_too_long);
 }
 
 TEST_CASE("What is never retried", "[decision]") {
@@ -114,7 +114,7 @@ TEST_CASE("What is never retried", "[decision]") {
     CHECK(state.next(classify_status(code[0] == 'i' ? 429 : 400, code), rng).reason == StopReason::not_retryable);
   }
   RetryState state{RetryPolicy{}};
-  CHECK(state.next(Failure{FailureKind::stream_interrupted, 200, std::nullopt, Sent::yes, std::nullopt}, rng).reason ==
+  CHECK(state.next(Failure{FailureKind::stream_interrupted, 200, std::nullopt, Sent::refused, std::nullopt}, rng).reason ==
         StopReason::not_retryable);
 }
 
@@ -126,21 +126,21 @@ TEST_CASE("What is retried", "[decision]") {
   }
   RetryState state{RetryPolicy{}};
   CHECK(state.next(timeout(), rng).retry);
-  CHECK(state.next(Failure{FailureKind::connection, 0, std::nullopt, Sent::no, std::nullopt}, rng).retry);
+  CHECK(state.next(Failure{FailureKind::connection, 0, std::nullopt, Sent::not_sent, std::nullopt}, rng).retry);
 }
 
 TEST_CASE("A call that is not safe to repeat", "[decision]") {
   std::mt19937_64 rng(1);
   SECTION("is not retried after a failure that may have been processed") {
     RetryState state{RetryPolicy{}, false};
-    CHECK(state.next(timeout(Sent::maybe), rng).reason == StopReason::not_safe_to_repeat);
+    CHECK(state.next(timeout(Sent::maybe_processed), rng).reason == StopReason::not_safe_to_repeat);
     RetryState again{RetryPolicy{}, false};
     CHECK(again.next(classify_status(503), rng).reason == StopReason::not_safe_to_repeat);
   }
   SECTION("is retried when the request was never sent or was refused") {
     RetryState state{RetryPolicy{}, false};
-    CHECK(state.next(timeout(Sent::no), rng).retry);
-    CHECK(state.next(Failure{FailureKind::connection, 0, std::nullopt, Sent::no, std::nullopt}, rng).retry);
+    CHECK(state.next(timeout(Sent::not_sent), rng).retry);
+    CHECK(state.next(Failure{FailureKind::connection, 0, std::nullopt, Sent::not_sent, std::nullopt}, rng).retry);
     CHECK(state.next(rate_limited(), rng).retry);
   }
 }
@@ -193,7 +193,7 @@ TEST_CASE("A zero wait budget allows zero waits only", "[decision]") {
   RetryState state{policy};
   std::mt19937_64 rng(1);
   CHECK(state.next(rate_limited(), rng).wait == 0ms);
-  CHECK(state.next(rate_limited(1ms), rng).reason == StopReason::retry_after_too_long);
+  CHECK(state.next(rate_limited(1ms), rng).reason == StopReason::provider_wait_too_long);
 }
 
 TEST_CASE("Decorrelated jitter grows from the previous draw and stays within [base, cap]", "[decision]") {
@@ -221,7 +221,7 @@ TEST_CASE("RetryState refuses a policy that makes no sense", "[decision]") {
 
 TEST_CASE("Stop reason names", "[decision]") {
   CHECK(std::string(to_string(StopReason::attempts_exhausted)) == "attempts_exhausted");
-  CHECK(std::string(to_string(StopReason::retry_after_too_long)) == "retry_after_too_long");
+  CHECK(std::string(to_string(StopReason::provider_wait_too_long)) == "provider_wait_too_long");
   CHECK(std::string(to_string(StopReason::not_safe_to_repeat)) == "not_safe_to_repeat");
   CHECK(std::string(to_string(static_cast<StopReason>(77))) == "unknown");
 }

@@ -27,25 +27,25 @@ TEST_CASE("ProviderError accepts a failure classified by the caller", "[errors]"
 TEST_CASE("RateLimited is a 429 with an optional wait", "[errors]") {
   const RateLimited plain("HTTP 429");
   CHECK(plain.status() == 429);
-  CHECK_FALSE(plain.retry_after());
+  CHECK_FALSE(plain.provider_wait());
   const RateLimited with_wait("HTTP 429", 511ms);
-  CHECK(with_wait.retry_after() == 511ms);
+  CHECK(with_wait.provider_wait() == 511ms);
   CHECK(with_wait.failure().kind == FailureKind::rate_limited);
-  CHECK(with_wait.failure().sent == Sent::yes);
+  CHECK(with_wait.failure().sent == Sent::refused);
 }
 
 TEST_CASE("ProviderTimeout and ConnectionError say whether the request can have been sent", "[errors]") {
-  CHECK(ProviderTimeout("read timeout").failure().sent == Sent::maybe);
-  CHECK(ProviderTimeout("connect timeout", Sent::no).failure().sent == Sent::no);
+  CHECK(ProviderTimeout("read timeout").failure().sent == Sent::maybe_processed);
+  CHECK(ProviderTimeout("connect timeout", Sent::not_sent).failure().sent == Sent::not_sent);
   CHECK(ProviderTimeout("t").status() == 0);
   CHECK(ProviderTimeout("t").failure().kind == FailureKind::timeout);
-  CHECK(ConnectionError("refused").failure().sent == Sent::no);
-  CHECK(ConnectionError("reset", Sent::maybe).failure().sent == Sent::maybe);
+  CHECK(ConnectionError("refused").failure().sent == Sent::not_sent);
+  CHECK(ConnectionError("reset", Sent::maybe_processed).failure().sent == Sent::maybe_processed);
   CHECK(ConnectionError("refused").failure().kind == FailureKind::connection);
 }
 
 TEST_CASE("failure_of recognises ProviderError and its subclasses only", "[errors]") {
-  CHECK(failure_of(RateLimited("x", 2s))->retry_after == 2s);
+  CHECK(failure_of(RateLimited("x", 2s))->provider_wait == 2s);
   CHECK(failure_of(ProviderTimeout("x"))->kind == FailureKind::timeout);
   CHECK_FALSE(failure_of(std::runtime_error("not the provider's")));
   CHECK_FALSE(failure_of(std::invalid_argument("bad")));
@@ -60,20 +60,20 @@ TEST_CASE("throw_provider_error throws the class the failure calls for", "[error
     }
   };
   Failure rate_limited = classify_status(429);
-  rate_limited.retry_after = 3s;
+  rate_limited.provider_wait = 3s;
   try {
     std::rethrow_exception(thrown(rate_limited));
   } catch (const RateLimited& error) {
-    CHECK(error.retry_after() == 3s);
+    CHECK(error.provider_wait() == 3s);
     CHECK(std::string(error.what()) == "message");
   }
   CHECK_THROWS_AS(
-      std::rethrow_exception(thrown(Failure{FailureKind::timeout, 0, std::nullopt, Sent::no, std::nullopt})),
+      std::rethrow_exception(thrown(Failure{FailureKind::timeout, 0, std::nullopt, Sent::not_sent, std::nullopt})),
       ProviderTimeout);
   try {
-    std::rethrow_exception(thrown(Failure{FailureKind::connection, 0, std::nullopt, Sent::maybe, std::nullopt}));
+    std::rethrow_exception(thrown(Failure{FailureKind::connection, 0, std::nullopt, Sent::maybe_processed, std::nullopt}));
   } catch (const ConnectionError& error) {
-    CHECK(error.failure().sent == Sent::maybe);
+    CHECK(error.failure().sent == Sent::maybe_processed);
   }
   const Failure quota = classify_status(429, "insufficient_quota");
   try {

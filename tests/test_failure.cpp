@@ -23,16 +23,16 @@ TEST_CASE("A default Failure is unknown and may have been processed", "[failure]
   const Failure failure;
   CHECK(failure.kind == FailureKind::unknown);
   CHECK(failure.status == 0);
-  CHECK(failure.sent == Sent::maybe);
-  CHECK_FALSE(failure.retry_after);
+  CHECK(failure.sent == Sent::maybe_processed);
+  CHECK_FALSE(failure.provider_wait);
   CHECK_FALSE(failure.should_retry);
 }
 
 TEST_CASE("Failures compare by every field", "[failure]") {
-  Failure a{FailureKind::rate_limited, 429, 511ms, Sent::yes, std::nullopt};
+  Failure a{FailureKind::rate_limited, 429, 511ms, Sent::refused, std::nullopt};
   Failure b = a;
   CHECK(a == b);
-  b.retry_after = 512ms;
+  b.provider_wait = 512ms;
   CHECK(a != b);
   b = a;
   b.should_retry = true;
@@ -42,12 +42,12 @@ TEST_CASE("Failures compare by every field", "[failure]") {
 TEST_CASE("Kind names and descriptions", "[failure]") {
   CHECK(std::string(llmretry::to_string(FailureKind::context_length)) == "context_length");
   CHECK(std::string(llmretry::to_string(static_cast<FailureKind>(99))) == "unknown");
-  CHECK(llmretry::describe(Failure{FailureKind::rate_limited, 429, 511ms, Sent::yes, std::nullopt}) ==
+  CHECK(llmretry::describe(Failure{FailureKind::rate_limited, 429, 511ms, Sent::refused, std::nullopt}) ==
         "HTTP 429 rate_limited, retry after 511 ms");
-  CHECK(llmretry::describe(Failure{FailureKind::timeout, 0, std::nullopt, Sent::maybe, std::nullopt}) ==
+  CHECK(llmretry::describe(Failure{FailureKind::timeout, 0, std::nullopt, Sent::maybe_processed, std::nullopt}) ==
         "timeout (may have been processed)");
-  CHECK(llmretry::describe(Failure{FailureKind::connection, 0, std::nullopt, Sent::no, std::nullopt}) ==
+  CHECK(llmretry::describe(Failure{FailureKind::connection, 0, std::nullopt, Sent::not_sent, std::nullopt}) ==
         "connection (not sent)");
-  CHECK(llmretry::describe(Failure{FailureKind::server_error, 503, std::nullopt, Sent::maybe, std::nullopt}) ==
+  CHECK(llmretry::describe(Failure{FailureKind::server_error, 503, std::nullopt, Sent::maybe_processed, std::nullopt}) ==
         "HTTP 503 server_error");
 }

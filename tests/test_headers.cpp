@@ -10,7 +10,7 @@
 #include "llmretry_catch.hpp"
 
 using llmretry::parse_http_date;
-using llmretry::retry_after;
+using llmretry::requested_wait;
 using llmretry::should_retry;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -27,104 +27,104 @@ long long epoch_seconds(system_clock::time_point t) {
 }
 }  // namespace
 
-TEST_CASE("retry_after reads the most precise header first", "[headers]") {
+TEST_CASE("requested_wait reads the most precise header first", "[headers]") {
   const auto now = seed_date;
   SECTION("the seed's Azure 429: retry-after-ms wins over retry-after") {
-    CHECK(retry_after(Pairs{{"retry-after", "30"}, {"retry-after-ms", "511"}}, now) == 511ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "30"}, {"retry-after-ms", "511"}}, now) == 511ms);
   }
-  SECTION("retry-after alone") { CHECK(retry_after(Pairs{{"retry-after", "30"}}, now) == 30s); }
+  SECTION("retry-after alone") { CHECK(requested_wait(Pairs{{"retry-after", "30"}}, now) == 30s); }
   SECTION("x-ms-retry-after-ms comes before retry-after") {
-    CHECK(retry_after(Pairs{{"retry-after", "30"}, {"x-ms-retry-after-ms", "1500"}}, now) == 1500ms);
-    CHECK(retry_after(Pairs{{"x-ms-retry-after-ms", "1500"}, {"retry-after-ms", "20"}}, now) == 20ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "30"}, {"x-ms-retry-after-ms", "1500"}}, now) == 1500ms);
+    CHECK(requested_wait(Pairs{{"x-ms-retry-after-ms", "1500"}, {"retry-after-ms", "20"}}, now) == 20ms);
   }
   SECTION("a malformed precise header falls through to the next") {
-    CHECK(retry_after(Pairs{{"retry-after-ms", "soon"}, {"retry-after", "2"}}, now) == 2s);
-    CHECK(retry_after(Pairs{{"retry-after-ms", "-5"}, {"x-ms-retry-after-ms", "7"}}, now) == 7ms);
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "soon"}, {"retry-after", "2"}}, now) == 2s);
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "-5"}, {"x-ms-retry-after-ms", "7"}}, now) == 7ms);
   }
   SECTION("nothing usable: no wait") {
-    CHECK_FALSE(retry_after(Pairs{}, now));
-    CHECK_FALSE(retry_after(Pairs{{"retry-after", "later"}}, now));
-    CHECK_FALSE(retry_after(Pairs{{"content-type", "application/json"}}, now));
+    CHECK_FALSE(requested_wait(Pairs{}, now));
+    CHECK_FALSE(requested_wait(Pairs{{"retry-after", "later"}}, now));
+    CHECK_FALSE(requested_wait(Pairs{{"content-type", "application/json"}}, now));
   }
 }
 
 TEST_CASE("Header names compare case-insensitively", "[headers]") {
-  CHECK(retry_after(Pairs{{"Retry-After", "3"}}, seed_date) == 3s);
-  CHECK(retry_after(Pairs{{"RETRY-AFTER-MS", "3"}}, seed_date) == 3ms);
-  CHECK(retry_after(std::map<std::string, std::string>{{"Retry-After-Ms", "4"}}, seed_date) == 4ms);
+  CHECK(requested_wait(Pairs{{"Retry-After", "3"}}, seed_date) == 3s);
+  CHECK(requested_wait(Pairs{{"RETRY-AFTER-MS", "3"}}, seed_date) == 3ms);
+  CHECK(requested_wait(std::map<std::string, std::string>{{"Retry-After-Ms", "4"}}, seed_date) == 4ms);
 }
 
-TEST_CASE("retry_after takes any container of pairs or a look-up callable", "[headers]") {
+TEST_CASE("requested_wait takes any container of pairs or a look-up callable", "[headers]") {
   const auto now = seed_date;
-  CHECK(retry_after(std::map<std::string, std::string>{{"retry-after", "1"}}, now) == 1s);
-  CHECK(retry_after(std::unordered_map<std::string, std::string>{{"retry-after", "1"}}, now) == 1s);
-  CHECK(retry_after(std::multimap<std::string, std::string>{{"retry-after", "1"}}, now) == 1s);
-  CHECK(retry_after(std::vector<std::pair<std::string_view, std::string_view>>{{"retry-after", "1"}}, now) == 1s);
+  CHECK(requested_wait(std::map<std::string, std::string>{{"retry-after", "1"}}, now) == 1s);
+  CHECK(requested_wait(std::unordered_map<std::string, std::string>{{"retry-after", "1"}}, now) == 1s);
+  CHECK(requested_wait(std::multimap<std::string, std::string>{{"retry-after", "1"}}, now) == 1s);
+  CHECK(requested_wait(std::vector<std::pair<std::string_view, std::string_view>>{{"retry-after", "1"}}, now) == 1s);
   SECTION("a callable returning std::optional<std::string>") {
     const auto lookup = [](std::string_view name) -> std::optional<std::string> {
       if (name == "retry-after-ms") return "250";
       return std::nullopt;
     };
-    CHECK(retry_after(lookup, now) == 250ms);
+    CHECK(requested_wait(lookup, now) == 250ms);
   }
   SECTION("a callable returning a pointer, null when absent") {
     const auto lookup = [](std::string_view name) -> const char* { return name == "retry-after" ? "9" : nullptr; };
-    CHECK(retry_after(lookup, now) == 9s);
+    CHECK(requested_wait(lookup, now) == 9s);
   }
   SECTION("a callable returning a string, empty when absent") {
     const auto lookup = [](std::string_view name) { return name == "retry-after" ? std::string("4") : std::string(); };
-    CHECK(retry_after(lookup, now) == 4s);
+    CHECK(requested_wait(lookup, now) == 4s);
   }
 }
 
 TEST_CASE("Numbers round up and saturate", "[headers]") {
   const auto now = seed_date;
   SECTION("fractional milliseconds round up: never earlier than asked") {
-    CHECK(retry_after(Pairs{{"retry-after-ms", "511.2"}}, now) == 512ms);
-    CHECK(retry_after(Pairs{{"retry-after-ms", "0.001"}}, now) == 1ms);
-    CHECK(retry_after(Pairs{{"retry-after-ms", "511.000"}}, now) == 511ms);
-    CHECK(retry_after(Pairs{{"retry-after-ms", "511."}}, now) == 511ms);
-    CHECK(retry_after(Pairs{{"retry-after-ms", "0.0000000000000000001"}}, now) == 1ms);
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "511.2"}}, now) == 512ms);
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "0.001"}}, now) == 1ms);
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "511.000"}}, now) == 511ms);
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "511."}}, now) == 511ms);
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "0.0000000000000000001"}}, now) == 1ms);
   }
   SECTION("fractional seconds are accepted from lenient servers") {
-    CHECK(retry_after(Pairs{{"retry-after", "1.5"}}, now) == 1500ms);
-    CHECK(retry_after(Pairs{{"retry-after", "0.0001"}}, now) == 1ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "1.5"}}, now) == 1500ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "0.0001"}}, now) == 1ms);
   }
   SECTION("white space around the value is allowed") {
-    CHECK(retry_after(Pairs{{"retry-after", " \t30 "}}, now) == 30s);
+    CHECK(requested_wait(Pairs{{"retry-after", " \t30 "}}, now) == 30s);
   }
-  SECTION("zero is zero") { CHECK(retry_after(Pairs{{"retry-after", "0"}}, now) == 0ms); }
+  SECTION("zero is zero") { CHECK(requested_wait(Pairs{{"retry-after", "0"}}, now) == 0ms); }
   SECTION("huge numbers saturate") {
-    CHECK(retry_after(Pairs{{"retry-after", "99999999999999999999999999"}}, now) == milliseconds::max());
-    CHECK(retry_after(Pairs{{"retry-after", "9223372036854775"}}, now) == milliseconds{9223372036854775000});
-    CHECK(retry_after(Pairs{{"retry-after", "9223372036854776"}}, now) == milliseconds::max());
-    CHECK(retry_after(Pairs{{"retry-after-ms", "9223372036854775807.5"}}, now) == milliseconds::max());
+    CHECK(requested_wait(Pairs{{"retry-after", "99999999999999999999999999"}}, now) == milliseconds::max());
+    CHECK(requested_wait(Pairs{{"retry-after", "9223372036854775"}}, now) == milliseconds{9223372036854775000});
+    CHECK(requested_wait(Pairs{{"retry-after", "9223372036854776"}}, now) == milliseconds::max());
+    CHECK(requested_wait(Pairs{{"retry-after-ms", "9223372036854775807.5"}}, now) == milliseconds::max());
   }
   SECTION("anything else is malformed and ignored") {
     for (const char* bad : {"", " ", "-1", "+1", "1e3", "0x10", "30s", "1,5", ".5", "1.2.3", "３０", "NaN", "inf"})
-      CHECK_FALSE(retry_after(Pairs{{"retry-after", bad}}, now));
+      CHECK_FALSE(requested_wait(Pairs{{"retry-after", bad}}, now));
   }
 }
 
 TEST_CASE("Retry-After as an HTTP date", "[headers]") {
   const auto now = at_epoch_seconds(784111777);  // Sun, 06 Nov 1994 08:49:37 GMT
   SECTION("in the future: the time until then") {
-    CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:50:07 GMT"}}, now) == 30s);
-    CHECK(retry_after(Pairs{{"retry-after", "Sunday, 06-Nov-94 08:49:39 GMT"}}, now) == 2s);
-    CHECK(retry_after(Pairs{{"retry-after", "Sun Nov  6 08:49:47 1994"}}, now) == 10s);
+    CHECK(requested_wait(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:50:07 GMT"}}, now) == 30s);
+    CHECK(requested_wait(Pairs{{"retry-after", "Sunday, 06-Nov-94 08:49:39 GMT"}}, now) == 2s);
+    CHECK(requested_wait(Pairs{{"retry-after", "Sun Nov  6 08:49:47 1994"}}, now) == 10s);
   }
   SECTION("rounded up when now falls between seconds") {
-    CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:39 GMT"}}, now + 250ms) == 1750ms);
-    CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:39 GMT"}}, now + std::chrono::nanoseconds{1}) ==
+    CHECK(requested_wait(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:39 GMT"}}, now + 250ms) == 1750ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:39 GMT"}}, now + std::chrono::nanoseconds{1}) ==
           2000ms);
   }
   SECTION("now or in the past: no wait") {
-    CHECK(retry_after(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"}}, now) == 0ms);
-    CHECK(retry_after(Pairs{{"retry-after", "Thu, 01 Jan 1970 00:00:00 GMT"}}, now) == 0ms);
-    CHECK(retry_after(Pairs{{"retry-after", "Mon, 01 Jan 0001 00:00:00 GMT"}}, now) == 0ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"}}, now) == 0ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "Thu, 01 Jan 1970 00:00:00 GMT"}}, now) == 0ms);
+    CHECK(requested_wait(Pairs{{"retry-after", "Mon, 01 Jan 0001 00:00:00 GMT"}}, now) == 0ms);
   }
   SECTION("far in the future: a huge wait, never an overflow") {
-    const auto wait = retry_after(Pairs{{"retry-after", "Fri, 31 Dec 9999 23:59:59 GMT"}}, now);
+    const auto wait = requested_wait(Pairs{{"retry-after", "Fri, 31 Dec 9999 23:59:59 GMT"}}, now);
     REQUIRE(wait);
     CHECK(*wait > std::chrono::hours{24 * 365 * 200});
   }

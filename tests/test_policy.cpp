@@ -27,8 +27,8 @@ TEST_CASE("RetryPolicy defaults are the seed's", "[policy]") {
   CHECK(policy.cap == 8s);
   CHECK(policy.max_total_wait == 20s);
   CHECK(policy.jitter == Jitter::full);
-  CHECK_FALSE(policy.max_retry_after.has_value());
-  CHECK(policy.retry_after_limit() == 8s);
+  CHECK_FALSE(policy.max_provider_wait.has_value());
+  CHECK(policy.provider_wait_limit() == 8s);
   CHECK_NOTHROW(policy.validate());
 }
 
@@ -44,17 +44,17 @@ TEST_CASE("RetryPolicy presets", "[policy]") {
     CHECK(policy.max_attempts == 8);
     CHECK(policy.max_total_wait == 300s);
     CHECK(policy.cap == 60s);
-    CHECK(policy.retry_after_limit() == 60s);
+    CHECK(policy.provider_wait_limit() == 60s);
     CHECK_NOTHROW(policy.validate());
   }
 }
 
-TEST_CASE("max_retry_after overrides the cap as the longest accepted provider wait", "[policy]") {
+TEST_CASE("max_provider_wait overrides the cap as the longest accepted provider wait", "[policy]") {
   RetryPolicy policy;
-  policy.max_retry_after = 30s;
-  CHECK(policy.retry_after_limit() == 30s);
-  policy.max_retry_after = 0ms;
-  CHECK(policy.retry_after_limit() == 0ms);  // zero means zero, not "default"
+  policy.max_provider_wait = 30s;
+  CHECK(policy.provider_wait_limit() == 30s);
+  policy.max_provider_wait = 0ms;
+  CHECK(policy.provider_wait_limit() == 0ms);  // zero means zero, not "default"
 }
 
 TEST_CASE("A policy that makes no sense is refused, naming the field", "[policy]") {
@@ -83,9 +83,9 @@ TEST_CASE("A policy that makes no sense is refused, naming the field", "[policy]
     policy.max_total_wait = -1ms;
     CHECK(validation_message(policy) == "RetryPolicy::max_total_wait must not be negative");
   }
-  SECTION("negative max_retry_after") {
-    policy.max_retry_after = -5ms;
-    CHECK(validation_message(policy) == "RetryPolicy::max_retry_after must not be negative");
+  SECTION("negative max_provider_wait") {
+    policy.max_provider_wait = -5ms;
+    CHECK(validation_message(policy) == "RetryPolicy::max_provider_wait must not be negative");
   }
   SECTION("a jitter that is not an enumerator") {
     policy.jitter = static_cast<Jitter>(42);

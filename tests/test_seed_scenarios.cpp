@@ -84,7 +84,7 @@ TEST_CASE("try_retry.py with rate_limit:30: throws at once, no sleep", "[seed]")
   const auto run = replay({"rate_limit:30"}, RetryPolicy{});
   CHECK(run.calls == 1);
   CHECK(run.waits.empty());
-  CHECK(run.stopped == StopReason::retry_after_too_long);
+  CHECK(run.stopped == StopReason::provider_wait_too_long);
   CHECK(run.last_failure->kind == FailureKind::rate_limited);
 }
 
@@ -133,7 +133,7 @@ TEST_CASE("DESIGN.md: the real Azure 429 waits at least 0.511 s; retry-after: 30
     CHECK_THROWS_AS(call_with_retry(
                         [&] {
                           ++calls;
-                          throw RateLimited("HTTP 429", retry_after(coarse, now));
+                          throw RateLimited("HTTP 429", requested_wait(coarse, now));
                         },
                         RetryPolicy{}, sleep),
                     RateLimited);

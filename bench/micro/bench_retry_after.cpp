@@ -34,7 +34,7 @@ void retry_after_ms(benchmark::State& state) {
   const auto lookup = [&](std::string_view name) { return name == "retry-after-ms" ? value : std::string_view{}; };
   for (auto _ : state) {
     benchmark::DoNotOptimize(value);
-    benchmark::DoNotOptimize(llmretry::retry_after(lookup, now));
+    benchmark::DoNotOptimize(llmretry::requested_wait(lookup, now));
   }
 }
 

@@ -14,12 +14,12 @@ namespace llmretry {
 /// or type when given (never its message): "insufficient_quota" and "billing_hard_limit_reached" make a
 /// 429 quota_exhausted; "context_length_exceeded" gives context_length; "content_filter" and
 /// "content_policy_violation" give content_filter. 429 and 408 were answered without doing any work
-/// (Sent::yes); a 5xx may have been processed (Sent::maybe). Statuses below 400 give FailureKind::unknown.
+/// (Sent::refused); a 5xx may have been processed (Sent::maybe_processed). Statuses below 400 give FailureKind::unknown.
 constexpr Failure classify_status(int status, std::string_view error_code = {}) noexcept {
   using detail::iequals;
   Failure failure;
   failure.status = status;
-  failure.sent = status >= 500 ? Sent::maybe : Sent::yes;
+  failure.sent = status >= 500 ? Sent::maybe_processed : Sent::refused;
   if (iequals(error_code, "insufficient_quota") || iequals(error_code, "billing_hard_limit_reached")) {
     failure.kind = FailureKind::quota_exhausted;
   } else if (iequals(error_code, "context_length_exceeded")) {
@@ -42,19 +42,19 @@ constexpr Failure classify_status(int status, std::string_view error_code = {}) 
     failure.kind = FailureKind::client_error;
   } else {
     failure.kind = FailureKind::unknown;
-    failure.sent = Sent::maybe;
+    failure.sent = Sent::maybe_processed;
   }
   return failure;
 }
 
 /// Returns classify_status(status, error_code) completed from the response headers: the wait the
-/// provider asked for (see retry_after, relative to `now`) and its explicit `x-should-retry`.
+/// provider asked for (see requested_wait, relative to `now`) and its explicit `x-should-retry`.
 /// Malformed headers are ignored; never throws.
 template <class Headers>
 Failure classify_response(int status, const Headers& headers, std::chrono::system_clock::time_point now,
                           std::string_view error_code = {}) {
   Failure failure = classify_status(status, error_code);
-  failure.retry_after = retry_after(headers, now);
+  failure.provider_wait = requested_wait(headers, now);
   failure.should_retry = should_retry(headers);
   return failure;
 }

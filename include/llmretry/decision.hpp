@@ -19,7 +19,7 @@ enum class StopReason {
   provider_declined,     ///< the provider said `x-should-retry: false`
   attempts_exhausted,    ///< max_attempts were made
   wait_budget,           ///< the next wait would take the total past max_total_wait
-  retry_after_too_long,  ///< the provider asked for a wait above max_retry_after
+  provider_wait_too_long,  ///< the provider asked for a wait above max_provider_wait
   deadline,              ///< the next wait would end after the call's deadline
 };
 
@@ -31,7 +31,7 @@ constexpr const char* to_string(StopReason reason) noexcept {
     case StopReason::provider_declined: return "provider_declined";
     case StopReason::attempts_exhausted: return "attempts_exhausted";
     case StopReason::wait_budget: return "wait_budget";
-    case StopReason::retry_after_too_long: return "retry_after_too_long";
+    case StopReason::provider_wait_too_long: return "provider_wait_too_long";
     case StopReason::deadline: return "deadline";
   }
   return "unknown";
@@ -44,7 +44,7 @@ struct Decision {
   StopReason reason = StopReason::not_retryable;  ///< meaningful when !retry
 
   /// Returns a decision to retry after `wait`.
-  static constexpr Decision retry_after(std::chrono::milliseconds wait) noexcept {
+  static constexpr Decision retry_in(std::chrono::milliseconds wait) noexcept {
     return {true, wait, StopReason::not_retryable};
   }
   /// Returns a decision to stop for `reason`.
@@ -66,7 +66,7 @@ class RetryState {
   /// Records failed attempt number attempts() + 1 and returns what to do next. Draws from `rng` only
   /// when it will retry. `time_left`: how long until the call's deadline, when it has one.
   /// The checks, in order: x-should-retry: false; not transient (unless x-should-retry: true); may have
-  /// been processed and not safe to repeat; attempts used up; the provider's wait above max_retry_after;
+  /// been processed and not safe to repeat; attempts used up; the provider's wait above max_provider_wait;
   /// the waits adding up to more than max_total_wait; the wait ending after the deadline.
   /// The wait is max(jittered backoff, provider's wait).
   template <class Rng>
@@ -75,19 +75,19 @@ class RetryState {
     if (failure.should_retry == false) return Decision::stop(StopReason::provider_declined);
     const bool provider_says_retry = failure.should_retry == true;
     if (!provider_says_retry && !is_transient(failure.kind)) return Decision::stop(StopReason::not_retryable);
-    if (!provider_says_retry && failure.sent == Sent::maybe && !safe_to_repeat_)
+    if (!provider_says_retry && failure.sent == Sent::maybe_processed && !safe_to_repeat_)
       return Decision::stop(StopReason::not_safe_to_repeat);
     if (attempts_ >= policy_.max_attempts) return Decision::stop(StopReason::attempts_exhausted);
-    if (failure.retry_after && *failure.retry_after > policy_.retry_after_limit())
-      return Decision::stop(StopReason::retry_after_too_long);
+    if (failure.provider_wait && *failure.provider_wait > policy_.provider_wait_limit())
+      return Decision::stop(StopReason::provider_wait_too_long);
     const auto drawn = jittered(backoff(attempts_, policy_), previous_wait_, policy_, rng);
-    const auto wait = std::max(drawn, failure.retry_after.value_or(std::chrono::milliseconds::zero()));
+    const auto wait = std::max(drawn, failure.provider_wait.value_or(std::chrono::milliseconds::zero()));
     const auto total = detail::saturating_add(waited_, wait);
     if (total > policy_.max_total_wait) return Decision::stop(StopReason::wait_budget);
     if (time_left && wait > *time_left) return Decision::stop(StopReason::deadline);
     previous_wait_ = drawn;
     waited_ = total;
-    return Decision::retry_after(wait);
+    return Decision::retry_in(wait);
   }
 
   /// Returns how many attempts have failed so far.

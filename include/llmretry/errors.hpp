@@ -34,40 +34,40 @@ class ProviderError : public std::runtime_error {
 /// HTTP 429: the provider did no work and asks the caller to slow down.
 class RateLimited : public ProviderError {
  public:
-  /// `retry_after`: the wait the provider asked for, if it said.
-  explicit RateLimited(const std::string& message, std::optional<std::chrono::milliseconds> retry_after = {})
-      : ProviderError(message, with_retry_after(retry_after)) {}
+  /// `provider_wait`: the wait the provider asked for, if it said.
+  explicit RateLimited(const std::string& message, std::optional<std::chrono::milliseconds> provider_wait = {})
+      : ProviderError(message, with_provider_wait(provider_wait)) {}
 
   /// Returns the wait the provider asked for, if any.
-  std::optional<std::chrono::milliseconds> retry_after() const noexcept { return failure().retry_after; }
+  std::optional<std::chrono::milliseconds> provider_wait() const noexcept { return failure().provider_wait; }
 
  private:
-  static Failure with_retry_after(std::optional<std::chrono::milliseconds> wait) {
+  static Failure with_provider_wait(std::optional<std::chrono::milliseconds> wait) {
     Failure failure = classify_status(429);
-    failure.retry_after = wait;
+    failure.provider_wait = wait;
     return failure;
   }
 };
 
 /// No answer arrived in time. `sent` says whether the request can have reached the provider:
-/// Sent::maybe (the default: a read timeout, the work may have been done and billed) or Sent::no
+/// Sent::maybe_processed (the default: a read timeout, the work may have been done and billed) or Sent::not_sent
 /// (a connect timeout: nothing was sent, always safe to repeat).
 class ProviderTimeout : public ProviderError {
  public:
-  explicit ProviderTimeout(const std::string& message, Sent sent = Sent::maybe)
+  explicit ProviderTimeout(const std::string& message, Sent sent = Sent::maybe_processed)
       : ProviderError(message, Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt}) {}
 };
 
-/// The connection failed: refused or unreachable before sending (Sent::no, the default), or reset after
-/// the request went out (Sent::maybe).
+/// The connection failed: refused or unreachable before sending (Sent::not_sent, the default), or reset after
+/// the request went out (Sent::maybe_processed).
 class ConnectionError : public ProviderError {
  public:
-  explicit ConnectionError(const std::string& message, Sent sent = Sent::no)
+  explicit ConnectionError(const std::string& message, Sent sent = Sent::not_sent)
       : ProviderError(message, Failure{FailureKind::connection, 0, std::nullopt, sent, std::nullopt}) {}
 };
 
 /// Throws the exception class that `failure` calls for, with `message`: RateLimited (with the failure's
-/// retry_after) for rate_limited, ProviderTimeout for timeout and ConnectionError for connection (each
+/// provider_wait) for rate_limited, ProviderTimeout for timeout and ConnectionError for connection (each
 /// with the failure's Sent), ProviderError with the whole failure for any other kind. Aborts when
 /// exceptions are off.
 [[noreturn]] inline void throw_provider_error(const std::string& message, const Failure& failure) {
@@ -77,7 +77,7 @@ class ConnectionError : public ProviderError {
   std::abort();
 #else
   switch (failure.kind) {
-    case FailureKind::rate_limited: throw RateLimited(message, failure.retry_after);
+    case FailureKind::rate_limited: throw RateLimited(message, failure.provider_wait);
     case FailureKind::timeout: throw ProviderTimeout(message, failure.sent);
     case FailureKind::connection: throw ConnectionError(message, failure.sent);
     default: throw ProviderError(message, failure);

@@ -27,21 +27,21 @@ enum class FailureKind {
 
 /// Whether the request can have reached the provider, which decides if repeating it is safe.
 enum class Sent {
-  no,     ///< certainly not sent (connection refused, connect timeout): always safe to repeat
-  maybe,  ///< may have been received and processed (read timeout, reset after send, 5xx)
-  yes,    ///< received and answered without doing the work (429, 408): safe to repeat
+  not_sent,         ///< certainly not sent (connection refused, connect timeout): always safe to repeat
+  maybe_processed,  ///< may have been received and processed (read timeout, reset after send, 5xx)
+  refused,          ///< received and refused without doing any work (429, 408): safe to repeat
 };
 
 /// One failed attempt, classified. Cheap to copy; holds no message text.
 struct Failure {
   FailureKind kind = FailureKind::unknown;
   int status = 0;                                        ///< HTTP status, or 0 when there was no response
-  std::optional<std::chrono::milliseconds> retry_after;  ///< the wait the provider asked for, if any
-  Sent sent = Sent::maybe;
+  std::optional<std::chrono::milliseconds> provider_wait;  ///< the wait the provider asked for, if any
+  Sent sent = Sent::maybe_processed;
   std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set
 
   friend bool operator==(const Failure& a, const Failure& b) noexcept {
-    return a.kind == b.kind && a.status == b.status && a.retry_after == b.retry_after && a.sent == b.sent &&
+    return a.kind == b.kind && a.status == b.status && a.provider_wait == b.provider_wait && a.sent == b.sent &&
            a.should_retry == b.should_retry;
   }
   friend bool operator!=(const Failure& a, const Failure& b) noexcept { return !(a == b); }
@@ -86,8 +86,8 @@ inline std::string describe(const Failure& failure) {
   if (failure.status != 0) text += "HTTP " + std::to_string(failure.status) + ' ';
   text += to_string(failure.kind);
   if (failure.kind == FailureKind::timeout || failure.kind == FailureKind::connection)
-    text += failure.sent == Sent::no ? " (not sent)" : " (may have been processed)";
-  if (failure.retry_after) text += ", retry after " + std::to_string(failure.retry_after->count()) + " ms";
+    text += failure.sent == Sent::not_sent ? " (not sent)" : " (may have been processed)";
+  if (failure.provider_wait) text += ", retry after " + std::to_string(failure.provider_wait->count()) + " ms";
   return text;
 }
 

@@ -257,7 +257,7 @@ inline std::optional<std::chrono::milliseconds> parse_retry_after(std::string_vi
 /// callable `lookup(std::string_view name)` returning std::optional<string-like>, a pointer (null when
 /// absent) or a string (empty when absent). Returns nullopt when no usable header is present. Never throws.
 template <class Headers>
-std::optional<std::chrono::milliseconds> retry_after(const Headers& headers,
+std::optional<std::chrono::milliseconds> requested_wait(const Headers& headers,
                                                      std::chrono::system_clock::time_point now) {
   std::optional<std::chrono::milliseconds> wait;
   for (std::string_view name : {"retry-after-ms", "x-ms-retry-after-ms"}) {

@@ -25,7 +25,7 @@ struct RetryPolicy {
   std::chrono::milliseconds max_total_wait{20000};  ///< stop when the waits would add up to more
   Jitter jitter = Jitter::full;
   /// A provider asking for a longer wait stops the call at once. Empty: the same as `cap`.
-  std::optional<std::chrono::milliseconds> max_retry_after;
+  std::optional<std::chrono::milliseconds> max_provider_wait;
 
   /// Returns a policy for a person waiting on the answer: 3 attempts, 8 s of waiting at most.
   static RetryPolicy interactive() {
@@ -46,7 +46,7 @@ struct RetryPolicy {
   }
 
   /// Returns the longest wait a provider may ask for before the call stops.
-  std::chrono::milliseconds retry_after_limit() const noexcept { return max_retry_after.value_or(cap); }
+  std::chrono::milliseconds provider_wait_limit() const noexcept { return max_provider_wait.value_or(cap); }
 
   /// Throws std::invalid_argument naming the field when the policy makes no sense:
   /// max_attempts < 1, a negative duration, or cap < base.
@@ -58,8 +58,8 @@ struct RetryPolicy {
     if (cap < base) detail::throw_invalid_argument("RetryPolicy::cap must not be less than RetryPolicy::base");
     if (max_total_wait < milliseconds::zero())
       detail::throw_invalid_argument("RetryPolicy::max_total_wait must not be negative");
-    if (max_retry_after && *max_retry_after < milliseconds::zero())
-      detail::throw_invalid_argument("RetryPolicy::max_retry_after must not be negative");
+    if (max_provider_wait && *max_provider_wait < milliseconds::zero())
+      detail::throw_invalid_argument("RetryPolicy::max_provider_wait must not be negative");
     if (jitter != Jitter::none && jitter != Jitter::full && jitter != Jitter::equal && jitter != Jitter::decorrelated)
       detail::throw_invalid_argument("RetryPolicy::jitter is not a Jitter value");
   }

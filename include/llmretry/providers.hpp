@@ -87,7 +87,7 @@ constexpr int gemini_status(std::string_view status) noexcept {
 ///   quota_exhausted; "context_length_exceeded", "content_filter" refine a 400).
 /// - Anthropic: the status of `type` where the HTTP status says nothing (0, or 200 for an SSE `error`
 ///   event); "billing_error" is quota_exhausted; 529 / "overloaded_error" is a server error refused
-///   before any work (Sent::yes), so it is safe to repeat.
+///   before any work (Sent::refused), so it is safe to repeat.
 /// - Gemini / Vertex: the status of `status` ("RESOURCE_EXHAUSTED" is 429) where the HTTP status says
 ///   nothing.
 /// Unknown strings fall back on the HTTP status. Never throws.
@@ -104,7 +104,7 @@ inline Failure classify_provider_error(Provider provider, int status, const Erro
       if (status_says_nothing && detail::anthropic_status(body.type) != 0) status = detail::anthropic_status(body.type);
       Failure failure = classify_status(status);
       if (body.type == "billing_error") failure.kind = FailureKind::quota_exhausted;
-      if (status == 529 || body.type == "overloaded_error") failure.sent = Sent::yes;
+      if (status == 529 || body.type == "overloaded_error") failure.sent = Sent::refused;
       return failure;
     }
     case Provider::gemini: {
@@ -116,17 +116,17 @@ inline Failure classify_provider_error(Provider provider, int status, const Erro
 }
 
 /// Returns classify_provider_error(provider, status, body) completed from the response: the wait the
-/// provider asked for, from the headers (see retry_after, relative to `now`) or else from the body's
+/// provider asked for, from the headers (see requested_wait, relative to `now`) or else from the body's
 /// `retry_delay` ("30s", "1.5s", rounded up to milliseconds), and its explicit `x-should-retry`.
-/// `headers`: any container of name/value pairs or look-up callable, as for retry_after.
+/// `headers`: any container of name/value pairs or look-up callable, as for requested_wait.
 /// Malformed values are ignored; never throws.
 template <class Headers>
 Failure classify_provider_response(Provider provider, int status, const Headers& headers,
                                    std::chrono::system_clock::time_point now, const ErrorFields& body = {}) {
   Failure failure = classify_provider_error(provider, status, body);
-  failure.retry_after = retry_after(headers, now);
-  if (!failure.retry_after && !body.retry_delay.empty())
-    failure.retry_after = detail::parse_duration_ms(body.retry_delay);
+  failure.provider_wait = requested_wait(headers, now);
+  if (!failure.provider_wait && !body.retry_delay.empty())
+    failure.provider_wait = detail::parse_duration_ms(body.retry_delay);
   failure.should_retry = should_retry(headers);
   return failure;
 }

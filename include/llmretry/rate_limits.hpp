@@ -120,7 +120,7 @@ void read_count(const Headers& headers, const std::string& name, std::optional<s
 ///   duration such as "6m0s", "1s" or "20ms";
 /// - Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`,
 ///   the reset as an RFC 3339 time, turned into a wait from `now` (0 when past).
-/// `headers`: any container of name/value pairs or look-up callable, as for retry_after. A malformed
+/// `headers`: any container of name/value pairs or look-up callable, as for requested_wait. A malformed
 /// value leaves its field empty; never throws on the values (allocation only for the header names).
 template <class Headers>
 RateLimits parse_rate_limits(const Headers& headers, std::chrono::system_clock::time_point now) {

@@ -75,9 +75,9 @@ inline const CallOptions& no_call_options() {
 /// What call_with_retry keeps between attempts: the caller's policy, sleep, RNG, hook and options, and the
 /// retry state, made from the policy at the first failure so that a success sets up nothing.
 template <class Sleep, class Rng, class OnRetry>
-class Attempts {
+class RetryLoop {
  public:
-  Attempts(const RetryPolicy& policy, Sleep& sleep, Rng& rng, OnRetry& on_retry, const CallOptions& options) noexcept
+  RetryLoop(const RetryPolicy& policy, Sleep& sleep, Rng& rng, OnRetry& on_retry, const CallOptions& options) noexcept
       : policy_(policy), sleep_(sleep), rng_(rng), on_retry_(on_retry), options_(options) {}
 
   /// The loop for a call returning a move-assignable result-like R: one result for every attempt, built
@@ -85,7 +85,7 @@ class Attempts {
   template <class R, class Call>
   R assign_results(Call& call) {
     R result = std::invoke(call);
-    while (!result.has_value() && retry_after(failure_of_result(result))) result = std::invoke(call);
+    while (!result.has_value() && decide_and_wait(failure_of_result(result))) result = std::invoke(call);
     return result;
   }
 
@@ -94,7 +94,7 @@ class Attempts {
   R construct_results(Call& call) {
     for (;;) {
       R result = std::invoke(call);
-      if (result.has_value() || !retry_after(failure_of_result(result))) return result;
+      if (result.has_value() || !decide_and_wait(failure_of_result(result))) return result;
     }
   }
 
@@ -135,7 +135,7 @@ class Attempts {
   }
 
   /// Decides after `failure`: returns false to stop, or waits and returns true to retry.
-  bool retry_after(const Failure& failure) {
+  bool decide_and_wait(const Failure& failure) {
     const Decision decision = decide(failure);
     if (decision.retry) wait(failure, decision);
     return decision.retry;
@@ -173,7 +173,7 @@ std::invoke_result_t<Call&> call_with_retry(Call&& call, const RetryPolicy& poli
                                             const CallOptions& options = detail::no_call_options()) {
   using R = std::invoke_result_t<Call&>;
   policy.validate();
-  detail::Attempts<Sleep, Rng, OnRetry> attempts{policy, sleep, rng, on_retry, options};
+  detail::RetryLoop<Sleep, Rng, OnRetry> attempts{policy, sleep, rng, on_retry, options};
   if constexpr (!is_result_like_v<R>) {
 #if LLMRETRY_HAS_EXCEPTIONS
     return attempts.template catch_exceptions<R>(call);

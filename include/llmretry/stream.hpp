@@ -28,10 +28,10 @@ class StreamGuard {
   std::size_t delivered_events() const noexcept { return events_; }
 
   /// Returns `failure` unchanged before content reached the caller. After, returns a stream_interrupted
-  /// failure with the same status, Sent::maybe, no wait and no `x-should-retry` (which must not revive it).
-  Failure guard(const Failure& failure) const noexcept {
+  /// failure with the same status, Sent::maybe_processed, no wait and no `x-should-retry` (which must not revive it).
+  Failure failure_for(const Failure& failure) const noexcept {
     if (!started()) return failure;
-    return Failure{FailureKind::stream_interrupted, failure.status, std::nullopt, Sent::maybe, std::nullopt};
+    return Failure{FailureKind::stream_interrupted, failure.status, std::nullopt, Sent::maybe_processed, std::nullopt};
   }
 
  private:
@@ -45,7 +45,7 @@ class StreamInterrupted : public ProviderError {
  public:
   /// `guard`: the stream's guard (it must have started); `cause`: the failure that broke the stream.
   StreamInterrupted(const std::string& message, const StreamGuard& guard, const Failure& cause)
-      : ProviderError(message, guard.guard(cause)),
+      : ProviderError(message, guard.failure_for(cause)),
         cause_(cause),
         bytes_(guard.delivered_bytes()),
         events_(guard.delivered_events()) {}

@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto decision = state.next(failure, rng);
     if (!decision.retry) break;
     require(decision.wait >= milliseconds::zero());
-    require(!failure.retry_after || decision.wait >= *failure.retry_after);
+    require(!failure.provider_wait || decision.wait >= *failure.provider_wait);
     require(state.waited() <= policy.max_total_wait);
   }
   return 0;

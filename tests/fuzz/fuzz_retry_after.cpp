@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (const auto ms = llmretry::detail::parse_decimal_ms(text, 1)) require(*ms >= milliseconds::zero());
 
   const auto headers = llmretry_fuzz::header_lines(text);
-  if (const auto asked = llmretry::retry_after(headers, now)) require(*asked >= milliseconds::zero());
+  if (const auto asked = llmretry::requested_wait(headers, now)) require(*asked >= milliseconds::zero());
   (void)llmretry::should_retry(headers);
   return 0;
 }

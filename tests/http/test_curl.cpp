@@ -111,7 +111,7 @@ TEST_CASE("the seed's Azure 429 as an HttpError: the failure, the response and i
     FAIL("no error");
   } catch (const llmretry::curl::HttpError& error) {
     CHECK(error.failure().kind == FailureKind::rate_limited);
-    CHECK(error.failure().retry_after == std::chrono::milliseconds{511});
+    CHECK(error.failure().provider_wait == std::chrono::milliseconds{511});
     CHECK(error.response().status == 429);
     CHECK(error.response().header("Retry-After") == std::string_view("30"));
     CHECK(std::string(error.what()).find("rate_limit_exceeded") != std::string::npos);
@@ -122,7 +122,7 @@ TEST_CASE("the seed's Azure 429 as an HttpError: the failure, the response and i
   }
 }
 
-TEST_CASE("retry-after: 30 alone is above max_retry_after: stop at once") {
+TEST_CASE("retry-after: 30 alone is above max_provider_wait: stop at once") {
   LoopbackProvider server;
   auto only_seconds = LoopbackProvider::azure_rate_limited();
   only_seconds.headers.erase(only_seconds.headers.begin() + 1);  // retry-after-ms
@@ -131,7 +131,7 @@ TEST_CASE("retry-after: 30 alone is above max_retry_after: stop at once") {
   Run run;
   expect_throw<llmretry::curl::HttpError>(run, call);
   REQUIRE(run.gave_up);
-  CHECK(run.gave_up->reason == StopReason::retry_after_too_long);
+  CHECK(run.gave_up->reason == StopReason::provider_wait_too_long);
   CHECK(server.request_count() == 1);
 }
 
@@ -191,13 +191,13 @@ TEST_CASE("Gemini 429 RESOURCE_EXHAUSTED: the wait comes from RetryInfo in the b
     CHECK(run.sleep.waits()[0] >= 1500ms);
     CHECK(server.request_count() == 2);
   }
-  SECTION("30s: above max_retry_after, stop at once") {
+  SECTION("30s: above max_provider_wait, stop at once") {
     server.then(LoopbackProvider::gemini_resource_exhausted("30s"));
     Call call(chat_request(server), options_for(Provider::gemini));
     const auto error = expect_throw<llmretry::curl::HttpError>(run, call);
-    CHECK(error.failure().retry_after == std::chrono::milliseconds{30'000});
+    CHECK(error.failure().provider_wait == std::chrono::milliseconds{30'000});
     REQUIRE(run.gave_up);
-    CHECK(run.gave_up->reason == StopReason::retry_after_too_long);
+    CHECK(run.gave_up->reason == StopReason::provider_wait_too_long);
     CHECK(server.request_count() == 1);
   }
 }
@@ -215,7 +215,7 @@ TEST_CASE("a hang longer than the attempt's timeout") {
     run.call_options.safe_to_repeat = false;
     const auto error = expect_throw<llmretry::ProviderTimeout>(run, call);
     CHECK(error.failure().kind == FailureKind::timeout);
-    CHECK(error.failure().sent == Sent::maybe);
+    CHECK(error.failure().sent == Sent::maybe_processed);
     REQUIRE(run.gave_up);
     CHECK(run.gave_up->reason == StopReason::not_safe_to_repeat);
     CHECK(server.request_count() == 1);
@@ -256,7 +256,7 @@ TEST_CASE("an attempt after the deadline is not sent") {
     call();
     FAIL("no error");
   } catch (const llmretry::ProviderTimeout& error) {
-    CHECK(error.failure().sent == Sent::no);
+    CHECK(error.failure().sent == Sent::not_sent);
   }
   CHECK(server.request_count() == 0);
 }
@@ -274,7 +274,7 @@ TEST_CASE("a connection closed mid-body may have been processed") {
     Call call(chat_request(server), options_for(Provider::openai));
     run.call_options.safe_to_repeat = false;
     const auto error = expect_throw<llmretry::ConnectionError>(run, call);
-    CHECK(error.failure().sent == Sent::maybe);
+    CHECK(error.failure().sent == Sent::maybe_processed);
     CHECK(server.request_count() == 1);
   }
 }
@@ -294,7 +294,7 @@ TEST_CASE("connection refused: never sent, so always safe to repeat") {
   llmretry::RetryPolicy policy;
   policy.max_attempts = 2;
   const auto error = expect_throw<llmretry::ConnectionError>(run, call, policy);
-  CHECK(error.failure().sent == Sent::no);
+  CHECK(error.failure().sent == Sent::not_sent);
   REQUIRE(run.gave_up);
   CHECK(run.gave_up->reason == StopReason::attempts_exhausted);
   CHECK(call.attempts() == 2);
@@ -418,14 +418,14 @@ TEST_CASE("an exception from the event handler propagates unchanged and is not r
 
 TEST_CASE("transport_failure: whether the request can have reached the provider") {
   using llmretry::curl::transport_failure;
-  CHECK(transport_failure(CURLE_COULDNT_CONNECT, true).sent == Sent::no);
+  CHECK(transport_failure(CURLE_COULDNT_CONNECT, true).sent == Sent::not_sent);
   CHECK(transport_failure(CURLE_COULDNT_RESOLVE_HOST, false).kind == FailureKind::connection);
   const auto connect_timeout = transport_failure(CURLE_OPERATION_TIMEDOUT, false);
   CHECK(connect_timeout.kind == FailureKind::timeout);
-  CHECK(connect_timeout.sent == Sent::no);
-  CHECK(transport_failure(CURLE_OPERATION_TIMEDOUT, true).sent == Sent::maybe);
+  CHECK(connect_timeout.sent == Sent::not_sent);
+  CHECK(transport_failure(CURLE_OPERATION_TIMEDOUT, true).sent == Sent::maybe_processed);
   CHECK(transport_failure(CURLE_RECV_ERROR, true).kind == FailureKind::connection);
-  CHECK(transport_failure(CURLE_RECV_ERROR, true).sent == Sent::maybe);
+  CHECK(transport_failure(CURLE_RECV_ERROR, true).sent == Sent::maybe_processed);
   CHECK(transport_failure(CURLE_URL_MALFORMAT, false).kind == FailureKind::unknown);
   CHECK(transport_failure(CURLE_PEER_FAILED_VERIFICATION, true).kind == FailureKind::unknown);
 }

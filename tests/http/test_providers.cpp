@@ -40,7 +40,7 @@ TEST_CASE("OpenAI and Azure: the code, then the type, refine the status") {
     SECTION(std::string("429 rate_limit_exceeded is a rate limit: ") + to_string(provider)) {
       const auto failure = classify_provider_error(provider, 429, code("rate_limit_exceeded", "too_many_requests"));
       CHECK(failure.kind == FailureKind::rate_limited);
-      CHECK(failure.sent == Sent::yes);
+      CHECK(failure.sent == Sent::refused);
     }
     SECTION(std::string("429 insufficient_quota is not waited out: ") + to_string(provider)) {
       CHECK(classify_provider_error(provider, 429, code("insufficient_quota")).kind == FailureKind::quota_exhausted);
@@ -62,8 +62,8 @@ TEST_CASE("Anthropic: error types") {
   SECTION("529 overloaded_error is a server error refused before any work") {
     const auto failure = classify_provider_error(Provider::anthropic, 529, type("overloaded_error"));
     CHECK(failure.kind == FailureKind::server_error);
-    CHECK(failure.sent == Sent::yes);
-    CHECK(classify_provider_error(Provider::anthropic, 529, ErrorFields{}).sent == Sent::yes);
+    CHECK(failure.sent == Sent::refused);
+    CHECK(classify_provider_error(Provider::anthropic, 529, ErrorFields{}).sent == Sent::refused);
   }
   SECTION("an SSE error event (status 200) takes the status of its type") {
     const auto failure = classify_provider_error(Provider::anthropic, 200, type("overloaded_error"));
@@ -82,7 +82,7 @@ TEST_CASE("Anthropic: error types") {
           FailureKind::quota_exhausted);
     const auto api_error = classify_provider_error(Provider::anthropic, 500, type("api_error"));
     CHECK(api_error.kind == FailureKind::server_error);
-    CHECK(api_error.sent == Sent::maybe);
+    CHECK(api_error.sent == Sent::maybe_processed);
   }
 }
 
@@ -91,19 +91,19 @@ TEST_CASE("Gemini and Vertex: google.rpc status and RetryInfo") {
     const auto failure =
         classify_provider_response(Provider::gemini, 429, no_headers, now, gemini("RESOURCE_EXHAUSTED", "1.5s"));
     CHECK(failure.kind == FailureKind::rate_limited);
-    REQUIRE(failure.retry_after);
-    CHECK(*failure.retry_after == 1500ms);
+    REQUIRE(failure.provider_wait);
+    CHECK(*failure.provider_wait == 1500ms);
   }
   SECTION("a header wait wins over the body's") {
     const std::map<std::string, std::string> headers{{"Retry-After", "2"}};
     const auto failure =
         classify_provider_response(Provider::gemini, 429, headers, now, gemini("RESOURCE_EXHAUSTED", "30s"));
-    CHECK(failure.retry_after == std::chrono::milliseconds{2000});
+    CHECK(failure.provider_wait == std::chrono::milliseconds{2000});
   }
   SECTION("a malformed retryDelay is ignored") {
     const auto failure =
         classify_provider_response(Provider::gemini, 429, no_headers, now, gemini("RESOURCE_EXHAUSTED", "soon"));
-    CHECK_FALSE(failure.retry_after);
+    CHECK_FALSE(failure.provider_wait);
   }
   SECTION("the status name stands in for a missing HTTP status") {
     CHECK(classify_provider_error(Provider::gemini, 0, gemini("UNAVAILABLE")).kind == FailureKind::server_error);
@@ -121,7 +121,7 @@ TEST_CASE("classify_provider_response reads the seed's Azure 429 headers") {
   const auto failure =
       classify_provider_response(Provider::azure_openai, 429, headers, now, code("rate_limit_exceeded"));
   CHECK(failure.kind == FailureKind::rate_limited);
-  CHECK(failure.retry_after == std::chrono::milliseconds{511});
+  CHECK(failure.provider_wait == std::chrono::milliseconds{511});
   SECTION("x-should-retry is kept") {
     const std::map<std::string, std::string> declined{{"x-should-retry", "false"}};
     CHECK(classify_provider_response(Provider::openai, 503, declined, now).should_retry == false);

@@ -14,9 +14,9 @@ using llmretry::StreamGuard;
 
 TEST_CASE("StreamGuard: retried like any failure before content, never after") {
   StreamGuard guard;
-  const Failure reset{FailureKind::connection, 0, std::nullopt, Sent::maybe, std::nullopt};
+  const Failure reset{FailureKind::connection, 0, std::nullopt, Sent::maybe_processed, std::nullopt};
   CHECK_FALSE(guard.started());
-  CHECK(guard.guard(reset) == reset);
+  CHECK(guard.failure_for(reset) == reset);
 
   guard.deliver(5);
   guard.deliver(7);
@@ -26,12 +26,12 @@ TEST_CASE("StreamGuard: retried like any failure before content, never after") {
 
   Failure overloaded = llmretry::classify_status(529);
   overloaded.should_retry = true;
-  overloaded.retry_after = std::chrono::milliseconds{100};
-  const auto guarded = guard.guard(overloaded);
+  overloaded.provider_wait = std::chrono::milliseconds{100};
+  const auto guarded = guard.failure_for(overloaded);
   CHECK(guarded.kind == FailureKind::stream_interrupted);
   CHECK(guarded.status == 529);
   CHECK_FALSE(guarded.should_retry);  // x-should-retry: true must not revive it
-  CHECK_FALSE(guarded.retry_after);
+  CHECK_FALSE(guarded.provider_wait);
 
   std::mt19937_64 rng(1);
   llmretry::RetryState state{llmretry::RetryPolicy{}};
@@ -41,7 +41,7 @@ TEST_CASE("StreamGuard: retried like any failure before content, never after") {
 TEST_CASE("StreamInterrupted carries what was delivered and the cause") {
   StreamGuard guard;
   guard.deliver(3);
-  const Failure cause{FailureKind::timeout, 0, std::nullopt, Sent::maybe, std::nullopt};
+  const Failure cause{FailureKind::timeout, 0, std::nullopt, Sent::maybe_processed, std::nullopt};
   const llmretry::StreamInterrupted error("cut", guard, cause);
   CHECK(error.failure().kind == FailureKind::stream_interrupted);
   CHECK(error.cause() == cause);

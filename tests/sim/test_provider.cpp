@@ -10,7 +10,7 @@ using namespace std::chrono_literals;
 using llmretry::FailureKind;
 using llmretry::sim::Bucket;
 using llmretry::sim::Outcome;
-using llmretry::sim::Provider;
+using llmretry::sim::ProviderModel;
 using llmretry::sim::ProviderSpec;
 using llmretry::sim::Refusal;
 using llmretry::sim::RetryAfterMode;
@@ -19,14 +19,14 @@ using llmretry::sim::Time;
 TEST_CASE("start_interval: a request at t is served iff t >= last start + interval") {
   ProviderSpec spec;
   spec.start_interval = 250ms;
-  Provider provider{spec, 1};
+  ProviderModel provider{spec, 1};
   CHECK(provider.request(Time{0}).outcome == Outcome::served);
   const auto refused = provider.request(Time{0});
   CHECK(refused.outcome == Outcome::refused);
   REQUIRE(refused.failure);
   CHECK(refused.failure->status == 429);
   CHECK(refused.failure->kind == FailureKind::rate_limited);
-  CHECK_FALSE(refused.failure->retry_after);  // RetryAfterMode::none
+  CHECK_FALSE(refused.failure->provider_wait);  // RetryAfterMode::none
   CHECK(provider.request(Time{249}).outcome == Outcome::refused);
   CHECK(provider.request(Time{250}).outcome == Outcome::served);
   CHECK(provider.request(Time{499}).outcome == Outcome::refused);
@@ -38,31 +38,31 @@ TEST_CASE("Retry-After: none, fixed, or the precise time until capacity returns"
   ProviderSpec spec;
   spec.start_interval = 1s;
   SECTION("fixed") {
-    spec.retry_after = RetryAfterMode::fixed;
+    spec.retry_after_header = RetryAfterMode::fixed;
     spec.fixed_retry_after = 30s;
-    Provider provider{spec, 1};
+    ProviderModel provider{spec, 1};
     provider.request(Time{0});
-    CHECK(provider.request(Time{100}).failure->retry_after == 30s);
+    CHECK(provider.request(Time{100}).failure->provider_wait == 30s);
   }
   SECTION("precise") {
-    spec.retry_after = RetryAfterMode::precise;
-    Provider provider{spec, 1};
+    spec.retry_after_header = RetryAfterMode::precise;
+    ProviderModel provider{spec, 1};
     provider.request(Time{0});
-    CHECK(provider.request(Time{100}).failure->retry_after == 900ms);
-    CHECK(provider.request(Time{999}).failure->retry_after == 1ms);
+    CHECK(provider.request(Time{100}).failure->provider_wait == 900ms);
+    CHECK(provider.request(Time{999}).failure->provider_wait == 1ms);
   }
 }
 
 TEST_CASE("requests bucket (RPM): a burst of capacity, then capacity per period") {
   ProviderSpec spec;
   spec.requests = Bucket{600, 60s};  // one request every 100 ms once the burst is spent
-  spec.retry_after = RetryAfterMode::precise;
-  Provider provider{spec, 1};
+  spec.retry_after_header = RetryAfterMode::precise;
+  ProviderModel provider{spec, 1};
   for (int i = 0; i < 600; ++i) REQUIRE(provider.request(Time{0}).outcome == Outcome::served);
   const auto refused = provider.request(Time{0});
   CHECK(refused.outcome == Outcome::refused);
-  CHECK(refused.failure->retry_after == 100ms);
-  CHECK(provider.request(Time{99}).failure->retry_after == 1ms);
+  CHECK(refused.failure->provider_wait == 100ms);
+  CHECK(provider.request(Time{99}).failure->provider_wait == 1ms);
   CHECK(provider.request(Time{100}).outcome == Outcome::served);
   CHECK(provider.request(Time{150}).outcome == Outcome::refused);
   // A full period of silence refills it completely, never beyond the capacity.
@@ -74,14 +74,14 @@ TEST_CASE("tokens bucket (TPM): 100,000 tokens per minute refill 1,666.7 tokens 
   ProviderSpec spec;
   spec.tokens = Bucket{100'000, 60s};
   spec.tokens_per_request = 2000;
-  spec.retry_after = RetryAfterMode::precise;
-  Provider provider{spec, 1};
+  spec.retry_after_header = RetryAfterMode::precise;
+  ProviderModel provider{spec, 1};
   for (int i = 0; i < 50; ++i) REQUIRE(provider.request(Time{0}).outcome == Outcome::served);
   const auto refused = provider.request(Time{0});
   CHECK(refused.outcome == Outcome::refused);
-  CHECK(refused.failure->retry_after == 1200ms);  // 2,000 tokens at 100,000 / 60 s
+  CHECK(refused.failure->provider_wait == 1200ms);  // 2,000 tokens at 100,000 / 60 s
   // At 688 ms, 1,146.7 tokens are back: 853.3 missing, 512 ms more (seed 000's retry-after-ms, give or take).
-  CHECK(provider.request(Time{688}).failure->retry_after == 512ms);
+  CHECK(provider.request(Time{688}).failure->provider_wait == 512ms);
   CHECK(provider.request(Time{1199}).outcome == Outcome::refused);
   CHECK(provider.request(Time{1200}).outcome == Outcome::served);
 }
@@ -90,8 +90,8 @@ TEST_CASE("concurrency limit with latency: slots free when answers go out") {
   ProviderSpec spec;
   spec.concurrency = 2;
   spec.latency = 1s;
-  spec.retry_after = RetryAfterMode::precise;
-  Provider provider{spec, 1};
+  spec.retry_after_header = RetryAfterMode::precise;
+  ProviderModel provider{spec, 1};
   const auto first = provider.request(Time{0});
   CHECK(first.outcome == Outcome::served);
   CHECK(first.latency == 1s);
@@ -99,7 +99,7 @@ TEST_CASE("concurrency limit with latency: slots free when answers go out") {
   const auto refused = provider.request(Time{500});
   CHECK(refused.outcome == Outcome::refused);
   CHECK(refused.latency == 0ms);
-  CHECK(refused.failure->retry_after == 500ms);
+  CHECK(refused.failure->provider_wait == 500ms);
   CHECK(provider.request(Time{1000}).outcome == Outcome::served);  // the first answered at 1000
   CHECK(provider.request(Time{1000}).outcome == Outcome::refused);
 }
@@ -108,13 +108,13 @@ TEST_CASE("limits compose: admitted only when every limit has room, and a refusa
   ProviderSpec spec;
   spec.start_interval = 100ms;
   spec.requests = Bucket{2, 1s};
-  spec.retry_after = RetryAfterMode::precise;
-  Provider provider{spec, 1};
+  spec.retry_after_header = RetryAfterMode::precise;
+  ProviderModel provider{spec, 1};
   CHECK(provider.request(Time{0}).outcome == Outcome::served);
-  CHECK(provider.request(Time{50}).failure->retry_after == 50ms);  // the interval is the only full limit
+  CHECK(provider.request(Time{50}).failure->provider_wait == 50ms);  // the interval is the only full limit
   CHECK(provider.request(Time{100}).outcome == Outcome::served);
   // Both limits full: the precise wait is the longer one (the bucket regains a request at 500 ms).
-  CHECK(provider.request(Time{150}).failure->retry_after == 350ms);
+  CHECK(provider.request(Time{150}).failure->provider_wait == 350ms);
   CHECK(provider.request(Time{500}).outcome == Outcome::served);
 }
 
@@ -124,7 +124,7 @@ TEST_CASE("conflict refusals are 409 with x-should-retry: true, after the refusa
   spec.refusal = Refusal::conflict;
   spec.latency = 40ms;
   spec.refusal_latency = 40ms;
-  Provider provider{spec, 1};
+  ProviderModel provider{spec, 1};
   CHECK(provider.request(Time{0}).latency == 40ms);
   const auto lost = provider.request(Time{10});
   CHECK(lost.outcome == Outcome::refused);
@@ -140,7 +140,7 @@ TEST_CASE("random 5xx and timeouts: their rates over many requests, and repeatab
   spec.latency = 100ms;
   spec.timeout = 5s;
   const auto run = [&](std::uint64_t seed) {
-    Provider provider{spec, seed};
+    ProviderModel provider{spec, seed};
     std::string outcomes;
     int errors = 0, timeouts = 0;
     for (int i = 0; i < 20000; ++i) {
@@ -204,6 +204,6 @@ TEST_CASE("ProviderSpec::validate names the bad field") {
   }
   SECTION("the constructor validates") {
     spec.latency = -1ms;
-    CHECK_THROWS_AS((Provider{spec, 1}), std::invalid_argument);
+    CHECK_THROWS_AS((ProviderModel{spec, 1}), std::invalid_argument);
   }
 }

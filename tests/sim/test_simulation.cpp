@@ -16,7 +16,7 @@ using llmretry::StopReason;
 using llmretry::sim::Attempt;
 using llmretry::sim::Bucket;
 using llmretry::sim::Outcome;
-using llmretry::sim::Result;
+using llmretry::sim::RunResult;
 using llmretry::sim::RetryAfterMode;
 using llmretry::sim::Scenario;
 using llmretry::sim::simulate;
@@ -26,7 +26,7 @@ namespace scenarios = llmretry::sim::scenarios;
 namespace {
 
 /// Returns a client's attempts as (sent in ms, served?) pairs.
-std::vector<std::pair<long long, bool>> attempts_of(const Result& result, std::size_t client) {
+std::vector<std::pair<long long, bool>> attempts_of(const RunResult& result, std::size_t client) {
   std::vector<std::pair<long long, bool>> out;
   for (const Attempt& a : result.clients[client].attempts)
     out.emplace_back(a.sent.count(), a.outcome == Outcome::served);
@@ -34,7 +34,7 @@ std::vector<std::pair<long long, bool>> attempts_of(const Result& result, std::s
 }
 
 /// Returns everything a result holds as text, to compare two runs byte for byte.
-std::string fingerprint(const Result& result) {
+std::string fingerprint(const RunResult& result) {
   std::string text;
   for (const auto& client : result.clients) {
     for (const Attempt& a : client.attempts)
@@ -60,7 +60,7 @@ std::string error_of(const Scenario& scenario) {
 }  // namespace
 
 TEST_CASE("the seed's explorer, reproduced exactly") {
-  const Result result = simulate(scenarios::explorer(Jitter::none));
+  const RunResult result = simulate(scenarios::explorer(Jitter::none));
   using V = std::vector<std::pair<long long, bool>>;
   CHECK(attempts_of(result, 0) == V{{0, true}});
   CHECK(attempts_of(result, 1) == V{{0, false}, {500, true}});
@@ -85,7 +85,7 @@ TEST_CASE("the seed's explorer, reproduced exactly") {
 TEST_CASE("one attempt fewer, and the explorer's client 4 gives up") {
   Scenario s = scenarios::explorer(Jitter::none);
   s.policy.max_attempts = 3;
-  const Result result = simulate(s);
+  const RunResult result = simulate(s);
   CHECK_FALSE(result.clients[3].served);
   CHECK(result.clients[3].gave_up == StopReason::attempts_exhausted);
   CHECK(result.clients[3].finished == 1500ms);
@@ -104,7 +104,7 @@ TEST_CASE("same seed, same result; another seed, another draw") {
 }
 
 TEST_CASE("everyone waits 30 seconds: obeying a fixed retry-after without jitter comes back in groups") {
-  const Result fixed = simulate(scenarios::everyone_waits_30s());
+  const RunResult fixed = simulate(scenarios::everyone_waits_30s());
   const auto groups = llmretry::sim::retry_groups(fixed);
   REQUIRE(groups.size() == 8);  // 9 refused at 0 s come back at 30 s, 8 of them at 60 s, ...
   for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -116,7 +116,7 @@ TEST_CASE("everyone waits 30 seconds: obeying a fixed retry-after without jitter
   CHECK(fixed.totals.makespan == 270s);
 
   // The fix: retry-after-ms gives the time until capacity returns (1 s here), jitter spreads the rest.
-  const Result precise = simulate(scenarios::precise_retry_after());
+  const RunResult precise = simulate(scenarios::precise_retry_after());
   CHECK(precise.totals.served == 10);
   CHECK(precise.totals.makespan < 30s);
   CHECK(precise.totals.refused < fixed.totals.refused);
@@ -162,7 +162,7 @@ TEST_CASE("invariants over many random seeds and models") {
     s.policy.base = std::chrono::milliseconds{between(0, 1000)};
     s.policy.cap = s.policy.base + std::chrono::milliseconds{between(0, 8000)};
     s.policy.max_total_wait = std::chrono::milliseconds{between(0, 30000)};
-    s.policy.max_retry_after = std::chrono::milliseconds{between(0, 40000)};
+    s.policy.max_provider_wait = std::chrono::milliseconds{between(0, 40000)};
     s.policy.jitter = jitters[between(0, 3)];
     auto& p = s.provider;
     if (between(0, 1)) p.start_interval = std::chrono::milliseconds{between(1, 500)};
@@ -177,11 +177,11 @@ TEST_CASE("invariants over many random seeds and models") {
     p.server_error_rate = static_cast<double>(between(0, 20)) / 100.0;
     p.timeout_rate = static_cast<double>(between(0, 10)) / 100.0;
     p.timeout = std::chrono::milliseconds{between(0, 5000)};
-    p.retry_after = modes[between(0, 2)];
+    p.retry_after_header = modes[between(0, 2)];
     p.fixed_retry_after = std::chrono::milliseconds{between(0, 40000)};
     INFO("run " << run);
 
-    const Result result = simulate(s);
+    const RunResult result = simulate(s);
     REQUIRE(result.clients.size() == static_cast<std::size_t>(s.clients));
     std::vector<Time> admitted;                      // every request the provider took on
     std::vector<std::pair<Time, int>> flight_edges;  // +1 at start, -1 at answer

@@ -39,14 +39,14 @@ TEST_CASE("The seed's vocabulary", "[simulated_provider]") {
   SimulatedProvider provider{"rate_limit", "rate_limit:2.5", "timeout", "server_error", "ok"};
   const auto plain = thrown_by<RateLimited>([&] { provider.call(); });
   REQUIRE(plain);
-  CHECK_FALSE(plain->retry_after());
+  CHECK_FALSE(plain->provider_wait());
   CHECK(std::string(plain->what()) == "HTTP 429: rate limited (simulated).");
   const auto with_wait = thrown_by<RateLimited>([&] { provider.call(); });
   REQUIRE(with_wait);
-  CHECK(with_wait->retry_after() == 2500ms);
+  CHECK(with_wait->provider_wait() == 2500ms);
   const auto timeout = thrown_by<ProviderTimeout>([&] { provider.call(); });
   REQUIRE(timeout);
-  CHECK(timeout->failure().sent == Sent::maybe);
+  CHECK(timeout->failure().sent == Sent::maybe_processed);
   CHECK(std::string(timeout->what()) == "The provider did not answer within the timeout (simulated).");
   const auto server = thrown_by<ProviderError>([&] { provider.call(); });
   REQUIRE(server);
@@ -59,13 +59,13 @@ TEST_CASE("The seed's vocabulary", "[simulated_provider]") {
 
 TEST_CASE("The extended vocabulary", "[simulated_provider]") {
   const auto failure = [](const char* item) { return *parse_script_item(item).failure; };
-  CHECK(failure("rate_limit_ms:511").retry_after == 511ms);
-  CHECK(failure("rate_limit_ms:0.5").retry_after == 1ms);
+  CHECK(failure("rate_limit_ms:511").provider_wait == 511ms);
+  CHECK(failure("rate_limit_ms:0.5").provider_wait == 1ms);
   CHECK(failure("connect_timeout").kind == FailureKind::timeout);
-  CHECK(failure("connect_timeout").sent == Sent::no);
+  CHECK(failure("connect_timeout").sent == Sent::not_sent);
   CHECK(failure("connection_refused").kind == FailureKind::connection);
-  CHECK(failure("connection_refused").sent == Sent::no);
-  CHECK(failure("connection_reset").sent == Sent::maybe);
+  CHECK(failure("connection_refused").sent == Sent::not_sent);
+  CHECK(failure("connection_reset").sent == Sent::maybe_processed);
   CHECK(failure("overloaded").status == 529);
   CHECK(failure("overloaded").kind == FailureKind::server_error);
   CHECK(failure("quota_exhausted").kind == FailureKind::quota_exhausted);
@@ -73,7 +73,7 @@ TEST_CASE("The extended vocabulary", "[simulated_provider]") {
   CHECK(failure("context_length").kind == FailureKind::context_length);
   CHECK(failure("content_filter").kind == FailureKind::content_filter);
   CHECK(failure("status:401").kind == FailureKind::authentication);
-  CHECK(failure("status:503:4").retry_after == 4s);
+  CHECK(failure("status:503:4").provider_wait == 4s);
   CHECK(failure("status:429:0.25").kind == FailureKind::rate_limited);
   CHECK_FALSE(parse_script_item("ok").failure);
 }
@@ -104,7 +104,7 @@ TEST_CASE("try_call reports failures as values", "[simulated_provider]") {
   SimulatedProvider provider{"rate_limit:1", "status:404"};
   const auto first = provider.try_call([] { return 1; });
   REQUIRE_FALSE(first.has_value());
-  CHECK(first.error().failure.retry_after == 1s);
+  CHECK(first.error().failure.provider_wait == 1s);
   CHECK(first.error().message == "HTTP 429: rate limited (simulated).");
   CHECK(provider.try_call().error().failure.kind == FailureKind::not_found);
   CHECK(*provider.try_call([] { return 3; }) == 3);

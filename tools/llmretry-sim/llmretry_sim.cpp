@@ -183,7 +183,7 @@ std::map<std::string_view, Setter> setters() {
       {"--cap", setter(duration, [](Scenario& s, D d) { s.policy.cap = d; })},
       {"--attempts", setter(count(INT32_MAX), [](Scenario& s, N n) { s.policy.max_attempts = static_cast<int>(n); })},
       {"--max-total-wait", setter(duration, [](Scenario& s, D d) { s.policy.max_total_wait = d; })},
-      {"--max-retry-after", setter(duration, [](Scenario& s, D d) { s.policy.max_retry_after = d; })},
+      {"--max-retry-after", setter(duration, [](Scenario& s, D d) { s.policy.max_provider_wait = d; })},
       {"--interval", setter(duration, [](Scenario& s, D d) { s.provider.start_interval = d; })},
       {"--rpm", setter(count(many),
                        [](Scenario& s, N n) {
@@ -205,12 +205,12 @@ std::map<std::string_view, Setter> setters() {
 }
 
 /// Returns the Edit of `--retry-after VALUE`: none, precise, or a duration sent with every refusal.
-Edit retry_after(std::string_view value) {
-  if (value == "none") return [](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::none; };
-  if (value == "precise") return [](Scenario& s) { s.provider.retry_after = sim::RetryAfterMode::precise; };
+Edit retry_after_header(std::string_view value) {
+  if (value == "none") return [](Scenario& s) { s.provider.retry_after_header = sim::RetryAfterMode::none; };
+  if (value == "precise") return [](Scenario& s) { s.provider.retry_after_header = sim::RetryAfterMode::precise; };
   const milliseconds fixed = parse_duration("--retry-after", value);
   return [fixed](Scenario& s) {
-    s.provider.retry_after = sim::RetryAfterMode::fixed;
+    s.provider.retry_after_header = sim::RetryAfterMode::fixed;
     s.provider.fixed_retry_after = fixed;
   };
 }
@@ -245,7 +245,7 @@ Options parse(int argc, char** argv) {
       edits.push_back([jitter](Scenario& s) { s.policy.jitter = jitter; });
     } else if (flag == "--retry-after") {
       compare = false;
-      edits.push_back(retry_after(value));
+      edits.push_back(retry_after_header(value));
     } else if (flag == "--svg") {
       options.svg = value;
     } else if (flag == "--csv") {
@@ -308,20 +308,20 @@ std::string describe(const Scenario& s) {
   if (p.server_error_rate > 0) text += " 503 for " + share(p.server_error_rate) + " of requests,";
   if (p.timeout_rate > 0) text += " no answer for " + share(p.timeout_rate) + ",";
   text += p.refusal == sim::Refusal::conflict ? " conflicts answered 409" : " refusals answered 429";
-  text += p.retry_after == sim::RetryAfterMode::none    ? " without Retry-After"
-          : p.retry_after == sim::RetryAfterMode::fixed ? " with retry-after: " + sim::seconds(p.fixed_retry_after)
+  text += p.retry_after_header == sim::RetryAfterMode::none    ? " without Retry-After"
+          : p.retry_after_header == sim::RetryAfterMode::fixed ? " with retry-after: " + sim::seconds(p.fixed_retry_after)
                                                         : " with the precise retry-after-ms";
   const auto& r = s.policy;
   text += "\npolicy: base " + sim::seconds(r.base) + " s, cap " + sim::seconds(r.cap) + " s, jitter " +
           llmretry::to_string(r.jitter) + ", " +
           (r.max_attempts == INT32_MAX ? std::string{"unlimited"} : std::to_string(r.max_attempts)) +
           " attempts, at most " + sim::seconds(r.max_total_wait) + " s of waiting, Retry-After up to " +
-          sim::seconds(r.retry_after_limit()) + " s obeyed; seed " + std::to_string(s.seed);
+          sim::seconds(r.provider_wait_limit()) + " s obeyed; seed " + std::to_string(s.seed);
   return text;
 }
 
 void show(const Run& run, std::size_t index, const Options& options) {
-  const sim::Result result = sim::simulate(run.scenario);
+  const sim::RunResult result = sim::simulate(run.scenario);
   std::cout << "== " << run.title << " ==\n" << describe(run.scenario) << "\n\n";
   if (options.table || run.scenario.clients <= 20) {
     std::cout << "attempts: ✓ served, ✗ 429, ✗NNN another status, ⌛ timeout\n";

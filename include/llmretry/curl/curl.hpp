@@ -90,16 +90,16 @@ class HttpError : public ProviderError {
 };
 
 /// Returns the failure a libcurl transfer error means. `request_sent`: whether any byte of the request
-/// went out. Connect refused, unresolved host and a timeout before sending are Sent::no (always safe to
-/// repeat); a timeout, reset or cut answer after sending is Sent::maybe (the provider may have done the
+/// went out. Connect refused, unresolved host and a timeout before sending are Sent::not_sent (always safe to
+/// repeat); a timeout, reset or cut answer after sending is Sent::maybe_processed (the provider may have done the
 /// work). Errors that another attempt cannot fix (bad URL, TLS certificate...) are FailureKind::unknown,
 /// never retried.
 constexpr Failure transport_failure(CURLcode code, bool request_sent) noexcept {
-  const Sent sent = request_sent ? Sent::maybe : Sent::no;
+  const Sent sent = request_sent ? Sent::maybe_processed : Sent::not_sent;
   switch (code) {
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT: return Failure{FailureKind::connection, 0, std::nullopt, Sent::no, std::nullopt};
+    case CURLE_COULDNT_CONNECT: return Failure{FailureKind::connection, 0, std::nullopt, Sent::not_sent, std::nullopt};
     case CURLE_OPERATION_TIMEDOUT: return Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt};
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_SEND_ERROR:
@@ -218,7 +218,7 @@ inline std::chrono::milliseconds attempt_timeout(const Options& options) {
     llmretry::detail::throw_invalid_argument("curl::Options::timeout must be positive");
   if (!options.deadline) return options.timeout;
   const auto left = floor<milliseconds>(*options.deadline - steady_clock::now());
-  if (left <= milliseconds::zero()) throw ProviderTimeout("deadline passed before the attempt", Sent::no);
+  if (left <= milliseconds::zero()) throw ProviderTimeout("deadline passed before the attempt", Sent::not_sent);
   return std::min(options.timeout, left);
 }
 
@@ -230,7 +230,7 @@ inline std::chrono::milliseconds attempt_timeout(const Options& options) {
 /// attempt as a failure. Any other body (a server that does not stream) is returned whole in the body.
 /// Throws: std::invalid_argument when a timeout in `options` is not positive; HttpError for an error
 /// status (classified for options.provider); ProviderTimeout or ConnectionError for a transfer failure
-/// (Sent::no when no byte of the request went out); StreamInterrupted for any failure after `guard` has
+/// (Sent::not_sent when no byte of the request went out); StreamInterrupted for any failure after `guard` has
 /// started; ProviderError (kind unknown) for other libcurl errors; whatever `on_event` throws, unchanged.
 inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
                         const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr) {

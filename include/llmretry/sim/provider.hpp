@@ -86,7 +86,7 @@ struct ProviderSpec {
   /// How a refusal is answered.
   Refusal refusal = Refusal::rate_limited;
   /// How a refusal fills Retry-After.
-  RetryAfterMode retry_after = RetryAfterMode::none;
+  RetryAfterMode retry_after_header = RetryAfterMode::none;
   /// The Retry-After sent with RetryAfterMode::fixed.
   std::chrono::milliseconds fixed_retry_after{30000};
 
@@ -184,11 +184,11 @@ namespace llmretry::sim {
 /// A provider following a ProviderSpec, answering requests in virtual time. Requests must come in
 /// non-decreasing time order (the simulator's event queue sees to it). Random failures draw from the
 /// provider's own generator, so they repeat for the same seed.
-class Provider {
+class ProviderModel {
  public:
   /// Builds the provider. `seed`: the generator for random failures.
   /// Throws std::invalid_argument naming the field when `spec` makes no sense (see ProviderSpec::validate).
-  Provider(const ProviderSpec& spec, std::uint64_t seed)
+  ProviderModel(const ProviderSpec& spec, std::uint64_t seed)
       : spec_((spec.validate(), spec)),
         rng_(seed),
         error_ppm_(detail::per_million(spec.server_error_rate)),
@@ -200,7 +200,7 @@ class Provider {
   /// Answers a request sent at `now`, updating the provider's state.
   /// Throws std::invalid_argument when `now` is before an earlier request.
   Reply request(Time now) {
-    if (now < last_request_) detail::throw_invalid_argument("Provider::request: time went back");
+    if (now < last_request_) detail::throw_invalid_argument("ProviderModel::request: time went back");
     last_request_ = now;
     while (!in_flight_.empty() && in_flight_.top() <= now) in_flight_.pop();
 
@@ -229,7 +229,7 @@ class Provider {
       if (draw < timeout_ppm_) {
         reply.outcome = Outcome::timeout;
         reply.latency = spec_.timeout;
-        reply.failure = Failure{FailureKind::timeout, 0, std::nullopt, Sent::maybe, std::nullopt};
+        reply.failure = Failure{FailureKind::timeout, 0, std::nullopt, Sent::maybe_processed, std::nullopt};
       } else if (draw < timeout_ppm_ + error_ppm_) {
         reply.outcome = Outcome::server_error;
         reply.failure = classify_status(503);
@@ -239,9 +239,6 @@ class Provider {
     return reply;
   }
 
-  /// Returns the model this provider follows.
-  const ProviderSpec& spec() const noexcept { return spec_; }
-
  private:
   Reply refuse(std::chrono::milliseconds until) const {
     Reply reply;
@@ -249,8 +246,8 @@ class Provider {
     reply.latency = spec_.refusal_latency;
     Failure failure = classify_status(spec_.refusal == Refusal::conflict ? 409 : 429);
     if (spec_.refusal == Refusal::conflict) failure.should_retry = true;
-    if (spec_.retry_after == RetryAfterMode::fixed) failure.retry_after = spec_.fixed_retry_after;
-    if (spec_.retry_after == RetryAfterMode::precise) failure.retry_after = until;
+    if (spec_.retry_after_header == RetryAfterMode::fixed) failure.provider_wait = spec_.fixed_retry_after;
+    if (spec_.retry_after_header == RetryAfterMode::precise) failure.provider_wait = until;
     reply.failure = failure;
     return reply;
   }

@@ -11,7 +11,7 @@
 #include "../decision.hpp"
 #include "simulation.hpp"
 
-/// Ways to show a simulation's Result: a table for people, CSV for tools, an SVG timeline for browsers.
+/// Ways to show a simulation's RunResult: a table for people, CSV for tools, an SVG timeline for browsers.
 
 namespace llmretry::detail {
 
@@ -84,7 +84,7 @@ inline std::string seconds(std::chrono::milliseconds duration) {
 
 /// Writes one row per client: attempt times with their marks (✓ served, ✗ 429, ✗NNN another status,
 /// ⌛ timeout), the waits and their total, and the result.
-inline void write_table(std::ostream& out, const Result& result) {
+inline void write_table(std::ostream& out, const RunResult& result) {
   std::vector<std::vector<std::string>> rows{{"client", "attempts at (s)", "waits (s)", "result"}};
   for (std::size_t i = 0; i < result.clients.size(); ++i) {
     const ClientResult& client = result.clients[i];
@@ -126,7 +126,7 @@ inline void write_totals(std::ostream& out, const Totals& totals) {
 
 /// Writes one CSV row per attempt, after the header
 /// `client,attempt,sent_ms,answered_ms,outcome,status,wait_ms` (client numbered from 1).
-inline void write_csv(std::ostream& out, const Result& result) {
+inline void write_csv(std::ostream& out, const RunResult& result) {
   out << "client,attempt,sent_ms,answered_ms,outcome,status,wait_ms\n";
   for (std::size_t i = 0; i < result.clients.size(); ++i)
     for (const Attempt& a : result.clients[i].attempts)
@@ -137,7 +137,7 @@ inline void write_csv(std::ostream& out, const Result& result) {
 /// Writes the timeline as a self-contained SVG document: one lane (`<g class="lane">`) per client, with
 /// each attempt (green served, red refused, orange 503 or timeout; a bar while in flight), each wait
 /// (grey) and a time axis in seconds. `title` is shown at the top.
-inline void write_svg(std::ostream& out, const Result& result, const std::string& title) {
+inline void write_svg(std::ostream& out, const RunResult& result, const std::string& title) {
   const std::int64_t lanes = static_cast<std::int64_t>(result.clients.size());
   const std::int64_t lane = std::clamp<std::int64_t>(600 / std::max<std::int64_t>(lanes, 1), 2, 24);
   const std::int64_t left = 80, top = 56, plot = 860, width = left + plot + 30;

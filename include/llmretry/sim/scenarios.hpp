@@ -26,12 +26,12 @@ inline Scenario explorer(Jitter jitter = Jitter::none) {
 }
 
 /// Returns a policy that obeys a provider's `retry-after: 30`: 10 attempts, up to 30 s per wait
-/// (max_retry_after 30 s) and 300 s of waiting in all. The default policy would stop at once instead,
+/// (max_provider_wait 30 s) and 300 s of waiting in all. The default policy would stop at once instead,
 /// since 30 s is above its cap of 8 s.
 inline RetryPolicy patient_policy(Jitter jitter) {
   RetryPolicy policy;
   policy.max_attempts = 10;
-  policy.max_retry_after = 30s;
+  policy.max_provider_wait = 30s;
   policy.max_total_wait = 300s;
   policy.jitter = jitter;
   return policy;
@@ -44,7 +44,7 @@ inline Scenario everyone_waits_30s() {
   Scenario s;
   s.clients = 10;
   s.provider.start_interval = 1s;
-  s.provider.retry_after = RetryAfterMode::fixed;
+  s.provider.retry_after_header = RetryAfterMode::fixed;
   s.provider.fixed_retry_after = 30s;
   s.policy = patient_policy(Jitter::none);
   return s;
@@ -54,7 +54,7 @@ inline Scenario everyone_waits_30s() {
 /// (`retry-after-ms`) and the clients add full jitter (same patient_policy budgets).
 inline Scenario precise_retry_after() {
   Scenario s = everyone_waits_30s();
-  s.provider.retry_after = RetryAfterMode::precise;
+  s.provider.retry_after_header = RetryAfterMode::precise;
   s.policy.jitter = Jitter::full;
   return s;
 }
@@ -68,7 +68,7 @@ inline ProviderSpec rpm_tpm_provider(std::int64_t tokens_per_request) {
   p.tokens = Bucket{5000, 1s};
   p.tokens_per_request = tokens_per_request;
   p.latency = 2s;
-  p.retry_after = RetryAfterMode::precise;
+  p.retry_after_header = RetryAfterMode::precise;
   return p;
 }
 

@@ -77,7 +77,7 @@ struct Totals {
 };
 
 /// What a simulation produced: one ClientResult per client, in client order, and the totals.
-struct Result {
+struct RunResult {
   std::vector<ClientResult> clients;  ///< one per client, in client order
   Totals totals;                      ///< totals_of(clients), plus the largest group of retries
 };
@@ -91,7 +91,7 @@ struct Group {
 
 /// Returns, in time order, every instant at which at least `min_requests` retries (attempts after the
 /// first) were sent: the herd, when clients come back together.
-inline std::vector<Group> retry_groups(const Result& result, std::int64_t min_requests = 2) {
+inline std::vector<Group> retry_groups(const RunResult& result, std::int64_t min_requests = 2) {
   std::vector<std::pair<Time, bool>> retries;
   for (const auto& client : result.clients)
     for (const auto& attempt : client.attempts)
@@ -150,16 +150,16 @@ inline Totals totals_of(const std::vector<ClientResult>& clients) {
 /// sent at the same instant reach the provider in client order. The same scenario (seed included) gives
 /// the same result on every run and platform.
 /// Throws std::invalid_argument naming the field when the scenario makes no sense.
-inline Result simulate(const Scenario& scenario) {
+inline RunResult simulate(const Scenario& scenario) {
   scenario.validate();
-  Provider provider{scenario.provider, stream(scenario.seed, 0)()};
+  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)()};
   struct Caller {
     RetryState state;
     SplitMix64 rng;
   };
   std::vector<Caller> callers;
   callers.reserve(static_cast<std::size_t>(scenario.clients));
-  Result result;
+  RunResult result;
   result.clients.resize(static_cast<std::size_t>(scenario.clients));
   EventQueue<std::size_t> queue;
   queue.reserve(static_cast<std::size_t>(scenario.clients));

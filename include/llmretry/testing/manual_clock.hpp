@@ -36,7 +36,7 @@ class BasicManualClock {
 
 /// A manual steady clock, for CallOptions::deadline.
 using ManualClock = BasicManualClock<std::chrono::steady_clock>;
-/// A manual wall clock, for retry_after and parse_http_date.
+/// A manual wall clock, for requested_wait and parse_http_date.
 using ManualSystemClock = BasicManualClock<std::chrono::system_clock>;
 
 }  // namespace llmretry::testing

@@ -45,10 +45,10 @@ inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item
   using std::chrono::milliseconds;
   const auto with_sent = [](FailureKind kind, Sent sent) { return Failure{kind, 0, std::nullopt, sent, std::nullopt}; };
   if (item == "ok") return std::optional<Failure>{};
-  if (item == "timeout") return with_sent(FailureKind::timeout, Sent::maybe);
-  if (item == "connect_timeout") return with_sent(FailureKind::timeout, Sent::no);
-  if (item == "connection_refused") return with_sent(FailureKind::connection, Sent::no);
-  if (item == "connection_reset") return with_sent(FailureKind::connection, Sent::maybe);
+  if (item == "timeout") return with_sent(FailureKind::timeout, Sent::maybe_processed);
+  if (item == "connect_timeout") return with_sent(FailureKind::timeout, Sent::not_sent);
+  if (item == "connection_refused") return with_sent(FailureKind::connection, Sent::not_sent);
+  if (item == "connection_reset") return with_sent(FailureKind::connection, Sent::maybe_processed);
   if (item == "server_error") return classify_status(503);
   if (item == "overloaded") return classify_status(529);
   if (item == "quota_exhausted") return classify_status(429, "insufficient_quota");
@@ -57,7 +57,7 @@ inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item
   std::optional<milliseconds> wait;
   if (take_wait(item, "rate_limit", 1000, true, wait) || take_wait(item, "rate_limit_ms", 1, false, wait)) {
     Failure failure = classify_status(429);
-    failure.retry_after = wait;
+    failure.provider_wait = wait;
     return failure;
   }
   if (item.substr(0, 7) == "status:") {  // status:NNN or status:NNN:SECONDS
@@ -68,7 +68,7 @@ inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item
       const int status = (code[0] - '0') * 100 + (code[1] - '0') * 10 + (code[2] - '0');
       if (status >= 400 && status <= 599 && (rest.size() == 3 || take_wait(rest, code, 1000, false, wait))) {
         Failure failure = classify_status(status);
-        failure.retry_after = wait;
+        failure.provider_wait = wait;
         return failure;
       }
     }
@@ -177,10 +177,10 @@ class SimulatedProvider {
   static std::string message(const Failure& failure) {
     switch (failure.kind) {
       case FailureKind::timeout:
-        return failure.sent == Sent::no ? "Could not connect within the timeout (simulated)."
+        return failure.sent == Sent::not_sent ? "Could not connect within the timeout (simulated)."
                                         : "The provider did not answer within the timeout (simulated).";
       case FailureKind::connection:
-        return failure.sent == Sent::no ? "Connection refused (simulated)."
+        return failure.sent == Sent::not_sent ? "Connection refused (simulated)."
                                         : "Connection reset after sending (simulated).";
       case FailureKind::rate_limited: return "HTTP 429: rate limited (simulated).";
       case FailureKind::quota_exhausted: return "HTTP 429: quota exhausted (simulated).";

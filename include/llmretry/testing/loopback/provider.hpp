@@ -97,8 +97,6 @@ class LoopbackProvider {
     thread_.join();
   }
 
-  /// Returns the port the server listens on.
-  int port() const noexcept { return port_; }
   /// Returns "http://127.0.0.1:PORT", the base URL to send requests to.
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
