@@ -24,7 +24,7 @@ Failure rate_limited(std::optional<milliseconds> wait = std::nullopt) {
   failure.provider_wait = wait;
   return failure;
 }
-Failure timeout(Sent sent = Sent::maybe_processed) { return Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt}; }
+Failure timeout(Sent sent = Sent::maybe_processed) { return Failure::timed_out(sent); }
 
 // Feeds `failure` until the state stops; returns the waits and sets `reason`.
 std::vector<milliseconds> waits_until_stop(RetryState& state, const Failure& failure, StopReason& reason) {
@@ -126,7 +126,7 @@ TEST_CASE("What is retried", "[decision]") {
   }
   RetryState state{RetryPolicy{}};
   CHECK(state.next(timeout(), rng).retry);
-  CHECK(state.next(Failure{FailureKind::connection, 0, std::nullopt, Sent::not_sent, std::nullopt}, rng).retry);
+  CHECK(state.next(Failure::connection_failed(Sent::not_sent), rng).retry);
 }
 
 TEST_CASE("A call that is not safe to repeat", "[decision]") {
@@ -140,7 +140,7 @@ TEST_CASE("A call that is not safe to repeat", "[decision]") {
   SECTION("is retried when the request was never sent or was refused") {
     RetryState state{RetryPolicy{}, false};
     CHECK(state.next(timeout(Sent::not_sent), rng).retry);
-    CHECK(state.next(Failure{FailureKind::connection, 0, std::nullopt, Sent::not_sent, std::nullopt}, rng).retry);
+    CHECK(state.next(Failure::connection_failed(Sent::not_sent), rng).retry);
     CHECK(state.next(rate_limited(), rng).retry);
   }
 }

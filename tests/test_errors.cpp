@@ -68,10 +68,10 @@ TEST_CASE("throw_provider_error throws the class the failure calls for", "[error
     CHECK(std::string(error.what()) == "message");
   }
   CHECK_THROWS_AS(
-      std::rethrow_exception(thrown(Failure{FailureKind::timeout, 0, std::nullopt, Sent::not_sent, std::nullopt})),
+      std::rethrow_exception(thrown(Failure::timed_out(Sent::not_sent))),
       ProviderTimeout);
   try {
-    std::rethrow_exception(thrown(Failure{FailureKind::connection, 0, std::nullopt, Sent::maybe_processed, std::nullopt}));
+    std::rethrow_exception(thrown(Failure::connection_failed(Sent::maybe_processed)));
   } catch (const ConnectionError& error) {
     CHECK(error.failure().sent == Sent::maybe_processed);
   }

@@ -55,7 +55,7 @@ class RateLimited : public ProviderError {
 class ProviderTimeout : public ProviderError {
  public:
   explicit ProviderTimeout(const std::string& message, Sent sent = Sent::maybe_processed)
-      : ProviderError(message, Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt}) {}
+      : ProviderError(message, Failure::timed_out(sent)) {}
 };
 
 /// The connection failed: refused or unreachable before sending (Sent::not_sent, the default), or reset after
@@ -63,7 +63,7 @@ class ProviderTimeout : public ProviderError {
 class ConnectionError : public ProviderError {
  public:
   explicit ConnectionError(const std::string& message, Sent sent = Sent::not_sent)
-      : ProviderError(message, Failure{FailureKind::connection, 0, std::nullopt, sent, std::nullopt}) {}
+      : ProviderError(message, Failure::connection_failed(sent)) {}
 };
 
 /// Throws the exception class that `failure` calls for, with `message`: RateLimited (with the failure's

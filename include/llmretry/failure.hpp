@@ -40,6 +40,13 @@ struct Failure {
   Sent sent = Sent::maybe_processed;
   std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set
 
+  /// Returns a failure of `kind` with no HTTP status, no provider wait and no `x-should-retry`.
+  static constexpr Failure of(FailureKind kind, Sent sent) noexcept { return {kind, 0, std::nullopt, sent, std::nullopt}; }
+  /// Returns a timeout with no response: `sent` says whether the request can have been processed.
+  static constexpr Failure timed_out(Sent sent) noexcept { return of(FailureKind::timeout, sent); }
+  /// Returns a failed connection with no response: `sent` says whether the request can have been processed.
+  static constexpr Failure connection_failed(Sent sent) noexcept { return of(FailureKind::connection, sent); }
+
   friend bool operator==(const Failure& a, const Failure& b) noexcept {
     return a.kind == b.kind && a.status == b.status && a.provider_wait == b.provider_wait && a.sent == b.sent &&
            a.should_retry == b.should_retry;

@@ -99,16 +99,16 @@ constexpr Failure transport_failure(CURLcode code, bool request_sent) noexcept {
   switch (code) {
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT: return Failure{FailureKind::connection, 0, std::nullopt, Sent::not_sent, std::nullopt};
-    case CURLE_OPERATION_TIMEDOUT: return Failure{FailureKind::timeout, 0, std::nullopt, sent, std::nullopt};
+    case CURLE_COULDNT_CONNECT: return Failure::connection_failed(Sent::not_sent);
+    case CURLE_OPERATION_TIMEDOUT: return Failure::timed_out(sent);
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
     case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM: return Failure{FailureKind::connection, 0, std::nullopt, sent, std::nullopt};
-    default: return Failure{FailureKind::unknown, 0, std::nullopt, sent, std::nullopt};
+    case CURLE_HTTP2_STREAM: return Failure::connection_failed(sent);
+    default: return Failure::of(FailureKind::unknown, sent);
   }
 }
 

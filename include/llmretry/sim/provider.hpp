@@ -229,7 +229,7 @@ class ProviderModel {
       if (draw < timeout_ppm_) {
         reply.outcome = Outcome::timeout;
         reply.latency = spec_.timeout;
-        reply.failure = Failure{FailureKind::timeout, 0, std::nullopt, Sent::maybe_processed, std::nullopt};
+        reply.failure = Failure::timed_out(Sent::maybe_processed);
       } else if (draw < timeout_ppm_ + error_ppm_) {
         reply.outcome = Outcome::server_error;
         reply.failure = classify_status(503);

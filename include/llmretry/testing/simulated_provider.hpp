@@ -43,7 +43,7 @@ inline bool take_wait(std::string_view item, std::string_view name, std::int64_t
 /// outer optional when the item is not in the vocabulary.
 inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item) {
   using std::chrono::milliseconds;
-  const auto with_sent = [](FailureKind kind, Sent sent) { return Failure{kind, 0, std::nullopt, sent, std::nullopt}; };
+  const auto with_sent = [](FailureKind kind, Sent sent) { return Failure::of(kind, sent); };
   if (item == "ok") return std::optional<Failure>{};
   if (item == "timeout") return with_sent(FailureKind::timeout, Sent::maybe_processed);
   if (item == "connect_timeout") return with_sent(FailureKind::timeout, Sent::not_sent);
