@@ -118,6 +118,65 @@ TEST_CASE("What is never retried", "[decision]") {
         StopReason::not_retryable);
 }
 
+TEST_CASE("A broken stream is never replayed, whatever the provider says", "[decision]") {
+  std::mt19937_64 rng(1);
+  Failure broken = Failure::of(FailureKind::stream_interrupted, Sent::maybe_processed);
+  broken.should_retry = true;
+  RetryState state{RetryPolicy{}};
+  const auto decision = state.next(broken, rng);
+  CHECK_FALSE(decision.retry);
+  CHECK(decision.reason == StopReason::not_retryable);
+}
+
+TEST_CASE("The generator is drawn from only when the call may retry", "[decision]") {
+  struct CountingRng {
+    using result_type = std::uint64_t;
+    static constexpr result_type min() { return 0; }
+    static constexpr result_type max() { return ~result_type{0}; }
+    result_type operator()() { return ++draws * 0x9E3779B97F4A7C15ull; }
+    int draws = 0;
+  } rng;
+  RetryPolicy policy;  // full jitter: the shortest wait is zero
+  policy.max_total_wait = 1s;
+
+  SECTION("not when it stops before the wait") {
+    RetryState state{policy};
+    CHECK_FALSE(state.next(classify_status(400), rng).retry);
+    CHECK(rng.draws == 0);
+  }
+  SECTION("not when even the shortest wait breaks the budget") {
+    RetryState state{policy};
+    CHECK_FALSE(state.next(rate_limited(2s), rng).retry);  // the provider's 2 s is the shortest: past 1 s
+    CHECK(rng.draws == 0);
+  }
+  SECTION("not when even the shortest wait ends after the deadline") {
+    RetryState state{policy};
+    CHECK(state.next(rate_limited(300ms), rng, 200ms).reason == StopReason::deadline);
+    CHECK(rng.draws == 0);
+  }
+  SECTION("once when it retries") {
+    RetryState state{policy};
+    CHECK(state.next(classify_status(503), rng).retry);
+    CHECK(rng.draws == 1);
+  }
+}
+
+TEST_CASE("The provider's wait plus provider_wait_jitter: one more draw, never below the provider's wait",
+          "[decision]") {
+  RetryPolicy policy = no_jitter();
+  policy.provider_wait_jitter = 100ms;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 100; ++i) {
+    RetryState state{policy};
+    const auto decision = state.next(rate_limited(2s), rng);
+    REQUIRE(decision.retry);
+    CHECK(decision.wait >= 2s);
+    CHECK(decision.wait <= 2100ms);
+  }
+  RetryState state{policy};
+  CHECK(state.next(classify_status(503), rng).wait == 500ms);  // no provider wait: nothing to spread
+}
+
 TEST_CASE("What is retried", "[decision]") {
   std::mt19937_64 rng(1);
   for (int status : {408, 429, 500, 502, 503, 504, 529}) {
@@ -223,5 +282,6 @@ TEST_CASE("Stop reason names", "[decision]") {
   CHECK(std::string(to_string(StopReason::attempts_exhausted)) == "attempts_exhausted");
   CHECK(std::string(to_string(StopReason::provider_wait_too_long)) == "provider_wait_too_long");
   CHECK(std::string(to_string(StopReason::not_safe_to_repeat)) == "not_safe_to_repeat");
+  CHECK(std::string(to_string(StopReason::refused)) == "refused");
   CHECK(std::string(to_string(static_cast<StopReason>(77))) == "unknown");
 }

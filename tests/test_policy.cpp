@@ -39,12 +39,13 @@ TEST_CASE("RetryPolicy presets", "[policy]") {
     CHECK(policy.max_total_wait == 8s);
     CHECK_NOTHROW(policy.validate());
   }
-  SECTION("batch: 8 attempts, 300 s of waiting, a 60 s cap") {
+  SECTION("batch: 8 attempts, 300 s of waiting, a 60 s cap, provider waits spread by 1 s") {
     const auto policy = RetryPolicy::batch();
     CHECK(policy.max_attempts == 8);
     CHECK(policy.max_total_wait == 300s);
     CHECK(policy.cap == 60s);
     CHECK(policy.provider_wait_limit() == 60s);
+    CHECK(policy.provider_wait_jitter == 1s);
     CHECK_NOTHROW(policy.validate());
   }
 }
@@ -86,6 +87,10 @@ TEST_CASE("A policy that makes no sense is refused, naming the field", "[policy]
   SECTION("negative max_provider_wait") {
     policy.max_provider_wait = -5ms;
     CHECK(validation_message(policy) == "RetryPolicy::max_provider_wait must not be negative");
+  }
+  SECTION("negative provider_wait_jitter") {
+    policy.provider_wait_jitter = -1ms;
+    CHECK(validation_message(policy) == "RetryPolicy::provider_wait_jitter must not be negative");
   }
   SECTION("a jitter that is not an enumerator") {
     policy.jitter = static_cast<Jitter>(42);

@@ -296,3 +296,156 @@ TEST_CASE("The clock is read only when an attempt fails and a deadline is set", 
   call_with_retry([&] { again.call(); }, RetryPolicy{}, sleep, std::mt19937_64{1}, NoRetryHook{}, options);
   CHECK(reads == 2);
 }
+
+TEST_CASE("A call that takes an Attempt learns its number and the time left", "[retry][deadline]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  CallOptions options;
+  options.clock = std::ref(clock);
+  SimulatedProvider provider{"server_error", "server_error"};
+  std::vector<std::pair<int, std::optional<milliseconds>>> seen;
+  const auto call = [&](const Attempt& attempt) {
+    seen.emplace_back(attempt.number, attempt.time_left);
+    clock.advance(100ms);  // each attempt takes 0.1 s
+    return provider.call([] { return 1; });
+  };
+
+  SECTION("without a deadline: no time left is given") {
+    CHECK(call_with_retry(call, no_jitter(), sleep, options) == 1);
+    CHECK(seen == decltype(seen){{1, std::nullopt}, {2, std::nullopt}, {3, std::nullopt}});
+  }
+  SECTION("with a deadline: the time left when each attempt starts") {
+    options.deadline = clock.now() + 5s;
+    CHECK(call_with_retry(call, no_jitter(), sleep, options) == 1);
+    CHECK(seen == decltype(seen){{1, 5000ms}, {2, 4400ms}, {3, 3300ms}});
+  }
+  SECTION("a deadline passed before the first attempt: nothing is sent") {
+    options.deadline = clock.now();
+    GiveUpRecorder recorder;
+    recorder.options.clock = std::ref(clock);
+    recorder.options.deadline = clock.now();
+    CHECK_THROWS_AS(call_with_retry(call, no_jitter(), sleep, recorder.options), AttemptRefused);
+    CHECK(seen.empty());
+    REQUIRE(recorder.gave_up);
+    CHECK(recorder.gave_up->reason == StopReason::deadline);
+    CHECK(recorder.gave_up->failure.sent == Sent::not_sent);
+  }
+}
+
+TEST_CASE("The deadline passing during an attempt stops the call with StopReason::deadline", "[retry][deadline]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  GiveUpRecorder recorder;
+  recorder.options.clock = std::ref(clock);
+  recorder.options.deadline = clock.now() + 1s;
+  RetryPolicy policy = no_jitter();
+  policy.base = 0ms;  // a retry would not wait at all: only the deadline can stop it
+  policy.max_attempts = 100;
+  int calls = 0;
+  CHECK_THROWS_AS(call_with_retry(
+                      [&](const Attempt& attempt) {
+                        ++calls;
+                        clock.advance(*attempt.time_left);  // the attempt uses all the time it is given
+                        throw ProviderTimeout("read timeout");
+                      },
+                      policy, sleep, recorder.options),
+                  ProviderTimeout);
+  CHECK(calls == 1);
+  REQUIRE(recorder.gave_up);
+  CHECK(recorder.gave_up->reason == StopReason::deadline);
+}
+
+TEST_CASE("CallStats says what a call spent, on success too", "[retry]") {
+  FakeSleep sleep;
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  CHECK(call_with_retry([] { return 1; }, no_jitter(), options) == 1);
+  CHECK(stats.attempts == 1);
+  CHECK(stats.waited == 0ms);
+  CHECK_FALSE(stats.stopped);
+
+  SimulatedProvider provider{"rate_limit", "server_error"};
+  call_with_retry([&] { provider.call(); }, no_jitter(), sleep, options);
+  CHECK(stats.attempts == 3);
+  CHECK(stats.waited == 1500ms);
+  CHECK_FALSE(stats.stopped);
+
+  SimulatedProvider failing{"status:404"};
+  CHECK_THROWS_AS(call_with_retry([&] { failing.call(); }, no_jitter(), sleep, options), ProviderError);
+  CHECK(stats.attempts == 1);
+  CHECK(stats.stopped == StopReason::not_retryable);
+}
+
+TEST_CASE("check_answer retries an answer the caller cannot use", "[retry]") {
+  FakeSleep sleep;
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  const auto empty_is_unusable = check_answer([](const std::string& text) -> std::optional<Failure> {
+    if (text.empty()) return Failure::unusable_answer();
+    return std::nullopt;
+  });
+  std::vector<std::string> answers{"", "", "done"};
+  std::size_t next = 0;
+  const auto call = [&] { return answers.at(next++); };
+
+  SECTION("retried under the same policy until an answer is usable") {
+    CHECK(call_with_retry(call, no_jitter(), sleep, empty_is_unusable, options) == "done");
+    CHECK(sleep.waits() == std::vector<milliseconds>{500ms, 1s});
+  }
+  SECTION("giving up returns the last answer, and says why") {
+    RetryPolicy policy = no_jitter();
+    policy.max_attempts = 2;
+    CHECK(call_with_retry(call, policy, sleep, empty_is_unusable, options).empty());
+    CHECK(next == 2);
+    CHECK(stats.stopped == StopReason::attempts_exhausted);
+  }
+  SECTION("not retried when the call is not safe to repeat: the work was done") {
+    options.safe_to_repeat = false;
+    CHECK(call_with_retry(call, no_jitter(), sleep, empty_is_unusable, options).empty());
+    CHECK(stats.stopped == StopReason::not_safe_to_repeat);
+  }
+  SECTION("for a result-like call, values only") {
+    const auto positive = check_answer([](const Result<int>& result) -> std::optional<Failure> {
+      if (*result <= 0) return Failure::unusable_answer();
+      return std::nullopt;
+    });
+    int value = -1;
+    const Result<int> result = call_with_retry([&]() -> Result<int> { return value++; }, no_jitter(), sleep, positive);
+    CHECK(*result == 1);
+  }
+}
+
+TEST_CASE("The arguments after the policy come in any order, each recognised by its type", "[retry]") {
+  FakeSleep sleep;
+  std::mt19937_64 rng{1};
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  int hooks = 0;
+  const auto on_retry = [&](int, const Failure&, milliseconds) { ++hooks; };
+  SimulatedProvider provider{"rate_limit*4"};
+  call_with_retry([&] { provider.call(); }, RetryPolicy::batch(), options, on_retry, rng, sleep);
+  CHECK(sleep.waits().size() == 4);
+  CHECK(hooks == 4);
+  CHECK(stats.attempts == 5);
+}
+
+TEST_CASE("provider_wait_jitter spreads returns above the provider's wait, never below", "[retry]") {
+  RetryPolicy policy = no_jitter();
+  policy.base = 1ms;
+  policy.provider_wait_jitter = 200ms;
+  std::mt19937_64 rng{7};
+  milliseconds lowest = milliseconds::max(), highest{0};
+  for (int i = 0; i < 200; ++i) {
+    FakeSleep sleep;
+    SimulatedProvider provider{"rate_limit_ms:511"};
+    call_with_retry([&] { provider.call(); }, policy, sleep, rng);
+    lowest = std::min(lowest, sleep.waits().at(0));
+    highest = std::max(highest, sleep.waits().at(0));
+  }
+  CHECK(lowest >= 511ms);
+  CHECK(highest <= 711ms);
+  CHECK(highest - lowest >= 150ms);  // spread, not one instant
+}

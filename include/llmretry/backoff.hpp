@@ -13,34 +13,50 @@ namespace llmretry {
 /// Returns the wait after failed attempt `attempt` (1, 2, 3, ...) before jitter:
 /// min(cap, base * 2^(attempt - 1)). Saturates: any attempt, up to INT_MAX, gives at most `cap`.
 /// An attempt below 1 is treated as 1.
-constexpr std::chrono::milliseconds backoff(int attempt, const RetryPolicy& policy) noexcept {
+[[nodiscard]] constexpr std::chrono::milliseconds backoff(int attempt, const RetryPolicy& policy) noexcept {
   return detail::doubled_up_to(std::min(policy.base, policy.cap), attempt < 1 ? 0 : attempt - 1, policy.cap);
 }
 
-/// Returns the wait to use after a failure, drawn from `rng` as `policy.jitter` says.
-/// `backoff_wait` is backoff(attempt, policy); `previous` is the wait drawn last time (base before the
-/// first retry), used by decorrelated jitter only. Draws nothing when jitter is none.
-/// Result bounds: none = backoff; full = [0, backoff]; equal = [backoff/2, backoff];
-/// decorrelated = [min(base, cap), min(cap, 3 * previous)].
-template <class Rng>
-std::chrono::milliseconds jittered(std::chrono::milliseconds backoff_wait, std::chrono::milliseconds previous,
-                                   const RetryPolicy& policy, Rng& rng) {
+/// The range a jittered wait is drawn from: [low, high] in milliseconds.
+struct JitterRange {
+  std::chrono::milliseconds low;
+  std::chrono::milliseconds high;
+};
+
+/// Returns the range `policy.jitter` draws a wait from, given `backoff_wait` = backoff(attempt, policy) and
+/// `previous`, the wait drawn last time (base before the first retry; decorrelated jitter only):
+/// none = [backoff, backoff]; full = [0, backoff]; equal = [backoff - backoff/2, backoff];
+/// decorrelated = [min(base, cap), min(cap, max(that, 3 * previous))].
+[[nodiscard]] constexpr JitterRange jitter_range(std::chrono::milliseconds backoff_wait,
+                                                 std::chrono::milliseconds previous,
+                                                 const RetryPolicy& policy) noexcept {
   using std::chrono::milliseconds;
   switch (policy.jitter) {
-    case Jitter::none: return backoff_wait;
-    case Jitter::full: return milliseconds{detail::uniform_between(rng, 0, backoff_wait.count())};
-    case Jitter::equal: {
-      const auto half = backoff_wait.count() / 2;
-      return milliseconds{backoff_wait.count() - half + detail::uniform_between(rng, 0, half)};
-    }
+    case Jitter::none: break;
+    case Jitter::full: return {milliseconds::zero(), backoff_wait};
+    case Jitter::equal: return {backoff_wait - backoff_wait / 2, backoff_wait};
     case Jitter::decorrelated: {
       const auto low = std::min(policy.base, policy.cap);
       const auto tripled = detail::saturating_add(detail::saturating_add(previous, previous), previous);
-      const auto high = std::min(policy.cap, std::max(low, tripled));
-      return milliseconds{detail::uniform_between(rng, low.count(), high.count())};
+      return {low, std::min(policy.cap, std::max(low, tripled))};
     }
   }
-  return backoff_wait;
+  return {backoff_wait, backoff_wait};
+}
+
+/// Returns a wait drawn uniformly from `range` with `rng`; draws nothing when the range is one value.
+template <class Rng>
+[[nodiscard]] std::chrono::milliseconds draw(JitterRange range, Rng& rng) {
+  return std::chrono::milliseconds{detail::uniform_between(rng, range.low.count(), range.high.count())};
+}
+
+/// Returns the wait to use after a failure: draw(jitter_range(backoff_wait, previous, policy), rng).
+/// Draws nothing when jitter is none.
+template <class Rng>
+[[nodiscard]] std::chrono::milliseconds jittered(std::chrono::milliseconds backoff_wait,
+                                                 std::chrono::milliseconds previous, const RetryPolicy& policy,
+                                                 Rng& rng) {
+  return draw(jitter_range(backoff_wait, previous, policy), rng);
 }
 
 }  // namespace llmretry

@@ -20,11 +20,12 @@ enum class StopReason {
   attempts_exhausted,    ///< max_attempts were made
   wait_budget,           ///< the next wait would take the total past max_total_wait
   provider_wait_too_long,  ///< the provider asked for a wait above max_provider_wait
-  deadline,              ///< the next wait would end after the call's deadline
+  deadline,              ///< the next wait would end after the call's deadline, or it has passed
+  refused,               ///< a guard refused the next attempt (see guard.hpp)
 };
 
 /// Returns the snake_case name of a stop reason, such as "attempts_exhausted".
-constexpr const char* to_string(StopReason reason) noexcept {
+[[nodiscard]] constexpr const char* to_string(StopReason reason) noexcept {
   switch (reason) {
     case StopReason::not_retryable: return "not_retryable";
     case StopReason::not_safe_to_repeat: return "not_safe_to_repeat";
@@ -33,6 +34,7 @@ constexpr const char* to_string(StopReason reason) noexcept {
     case StopReason::wait_budget: return "wait_budget";
     case StopReason::provider_wait_too_long: return "provider_wait_too_long";
     case StopReason::deadline: return "deadline";
+    case StopReason::refused: return "refused";
   }
   return "unknown";
 }
@@ -44,12 +46,20 @@ struct Decision {
   StopReason reason = StopReason::not_retryable;  ///< meaningful when !retry
 
   /// Returns a decision to retry after `wait`.
-  static constexpr Decision retry_in(std::chrono::milliseconds wait) noexcept {
+  [[nodiscard]] static constexpr Decision retry_in(std::chrono::milliseconds wait) noexcept {
     return {true, wait, StopReason::not_retryable};
   }
   /// Returns a decision to stop for `reason`.
-  static constexpr Decision stop(StopReason reason) noexcept { return {false, std::chrono::milliseconds{0}, reason}; }
+  [[nodiscard]] static constexpr Decision stop(StopReason reason) noexcept { return {false, std::chrono::milliseconds{0}, reason}; }
 };
+
+namespace detail {
+/// Marks a policy that was validated already, so that it is not validated again.
+struct validated_policy_t {
+  explicit validated_policy_t() = default;
+};
+inline constexpr validated_policy_t validated_policy{};
+}  // namespace detail
 
 /// The retry brain of one logical call: every driver (call_with_retry, the simulator, your own loop)
 /// feeds it each failure and carries out the Decision. It never sleeps and reads no clock.
@@ -59,45 +69,80 @@ class RetryState {
   /// processed can be sent again (a read, or a write with an idempotency key).
   /// Throws std::invalid_argument naming the field when the policy makes no sense.
   explicit RetryState(const RetryPolicy& policy, bool safe_to_repeat = true)
-      : policy_(policy), safe_to_repeat_(safe_to_repeat), previous_wait_(std::min(policy.base, policy.cap)) {
-    policy_.validate();
-  }
+      : RetryState((policy.validate(), detail::validated_policy), policy, safe_to_repeat) {}
+  /// Starts a logical call under `policy`, which the caller has validated already.
+  RetryState(detail::validated_policy_t /*validated*/, const RetryPolicy& policy, bool safe_to_repeat = true) noexcept
+      : policy_(policy), safe_to_repeat_(safe_to_repeat), previous_wait_(std::min(policy.base, policy.cap)) {}
 
-  /// Records failed attempt number attempts() + 1 and returns what to do next. Draws from `rng` only
-  /// when it will retry. `time_left`: how long until the call's deadline, when it has one.
-  /// The checks, in order: x-should-retry: false; not transient (unless x-should-retry: true); may have
-  /// been processed and not safe to repeat; attempts used up; the provider's wait above max_provider_wait;
-  /// the waits adding up to more than max_total_wait; the wait ending after the deadline.
-  /// The wait is max(jittered backoff, provider's wait).
+  /// Records failed attempt number attempts() + 1 and returns what to do next. `time_left`: how long
+  /// until the call's deadline, when it has one.
+  /// The checks, in order: a broken stream (never replayed, whatever the provider says); x-should-retry:
+  /// false; not transient (unless x-should-retry: true); may have been processed and not safe to repeat;
+  /// attempts used up; the deadline passed; the provider's wait above max_provider_wait; then the wait,
+  /// max(jittered backoff, provider's wait plus up to provider_wait_jitter), adding up to more than
+  /// max_total_wait or ending after the deadline.
+  /// Draws from `rng` only when every check before the wait passed and even the shortest wait it could
+  /// draw fits the budget and the deadline: so it never draws when it is bound to stop, and stops after a
+  /// draw only when the wait drawn is too long.
   template <class Rng>
-  Decision next(const Failure& failure, Rng& rng, std::optional<std::chrono::milliseconds> time_left = std::nullopt) {
+  [[nodiscard]] Decision next(const Failure& failure, Rng& rng,
+                              std::optional<std::chrono::milliseconds> time_left = std::nullopt) {
+    using std::chrono::milliseconds;
     ++attempts_;
+    if (failure.kind == FailureKind::stream_interrupted) return Decision::stop(StopReason::not_retryable);
     if (failure.should_retry == false) return Decision::stop(StopReason::provider_declined);
     const bool provider_says_retry = failure.should_retry == true;
     if (!provider_says_retry && !is_transient(failure.kind)) return Decision::stop(StopReason::not_retryable);
     if (!provider_says_retry && failure.sent == Sent::maybe_processed && !safe_to_repeat_)
       return Decision::stop(StopReason::not_safe_to_repeat);
     if (attempts_ >= policy_.max_attempts) return Decision::stop(StopReason::attempts_exhausted);
+    if (time_left && *time_left <= milliseconds::zero()) return Decision::stop(StopReason::deadline);
     if (failure.provider_wait && *failure.provider_wait > policy_.provider_wait_limit())
       return Decision::stop(StopReason::provider_wait_too_long);
-    const auto drawn = jittered(backoff(attempts_, policy_), previous_wait_, policy_, rng);
-    const auto wait = std::max(drawn, failure.provider_wait.value_or(std::chrono::milliseconds::zero()));
-    const auto total = detail::saturating_add(waited_, wait);
-    if (total > policy_.max_total_wait) return Decision::stop(StopReason::wait_budget);
-    if (time_left && wait > *time_left) return Decision::stop(StopReason::deadline);
+
+    const JitterRange backoff_range = jitter_range(backoff(attempts_, policy_), previous_wait_, policy_);
+    const JitterRange spread_range = provider_wait_range(failure);
+    if (const auto stop = exceeds(std::max(backoff_range.low, spread_range.low), time_left)) return Decision::stop(*stop);
+    const auto drawn = draw(backoff_range, rng);
+    const auto wait = std::max(drawn, spread_range.low == spread_range.high ? spread_range.low : draw(spread_range, rng));
+    if (const auto stop = exceeds(wait, time_left)) return Decision::stop(*stop);
     previous_wait_ = drawn;
-    waited_ = total;
+    waited_ = detail::saturating_add(waited_, wait);
     return Decision::retry_in(wait);
   }
 
+  /// Records a wait that a guard asked for before an attempt, so that it counts toward max_total_wait.
+  /// Returns the reason to stop instead when the wait would take the total past max_total_wait
+  /// (wait_budget) or end after the deadline (`time_left`, when the call has one: deadline).
+  [[nodiscard]] std::optional<StopReason> add_guard_wait(std::chrono::milliseconds wait,
+                                                          std::optional<std::chrono::milliseconds> time_left) noexcept {
+    if (const auto stop = exceeds(wait, time_left)) return stop;
+    waited_ = detail::saturating_add(waited_, wait);
+    return std::nullopt;
+  }
+
   /// Returns how many attempts have failed so far.
-  int attempts() const noexcept { return attempts_; }
+  [[nodiscard]] int attempts() const noexcept { return attempts_; }
   /// Returns the total of the waits decided so far.
-  std::chrono::milliseconds waited() const noexcept { return waited_; }
+  [[nodiscard]] std::chrono::milliseconds waited() const noexcept { return waited_; }
   /// Returns the policy in force.
-  const RetryPolicy& policy() const noexcept { return policy_; }
+  [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
 
  private:
+  /// Returns the range of the provider's wait plus its spread; [0, 0] when the provider asked for none.
+  [[nodiscard]] JitterRange provider_wait_range(const Failure& failure) const noexcept {
+    if (!failure.provider_wait) return {std::chrono::milliseconds::zero(), std::chrono::milliseconds::zero()};
+    return {*failure.provider_wait, detail::saturating_add(*failure.provider_wait, policy_.provider_wait_jitter)};
+  }
+
+  /// Returns why a further `wait` cannot be taken: wait_budget or deadline; nullopt when it can.
+  [[nodiscard]] std::optional<StopReason> exceeds(std::chrono::milliseconds wait,
+                                                  std::optional<std::chrono::milliseconds> time_left) const noexcept {
+    if (detail::saturating_add(waited_, wait) > policy_.max_total_wait) return StopReason::wait_budget;
+    if (time_left && wait > *time_left) return StopReason::deadline;
+    return std::nullopt;
+  }
+
   RetryPolicy policy_;
   bool safe_to_repeat_;
   int attempts_ = 0;

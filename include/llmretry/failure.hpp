@@ -16,6 +16,8 @@ enum class FailureKind {
   timeout,             ///< no answer in time (the request may have been processed)
   connection,          ///< the connection failed (before or after sending, see Failure::request_sent)
   stream_interrupted,  ///< a streamed answer broke after content reached the caller: never replayed
+  unusable_answer,     ///< a successful answer the caller rejected (empty, cut at max tokens, bad JSON):
+                       ///< the work was done and billed, so it is retried only when safe to repeat
   invalid_request,     ///< 400 / 422: the same request fails again
   context_length,      ///< the prompt is longer than the model accepts
   content_filter,      ///< the provider refused the content
@@ -41,11 +43,16 @@ struct Failure {
   std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set
 
   /// Returns a failure of `kind` with no HTTP status, no provider wait and no `x-should-retry`.
-  static constexpr Failure of(FailureKind kind, Sent sent) noexcept { return {kind, 0, std::nullopt, sent, std::nullopt}; }
+  [[nodiscard]] static constexpr Failure of(FailureKind kind, Sent sent) noexcept { return {kind, 0, std::nullopt, sent, std::nullopt}; }
   /// Returns a timeout with no response: `sent` says whether the request can have been processed.
-  static constexpr Failure timed_out(Sent sent) noexcept { return of(FailureKind::timeout, sent); }
+  [[nodiscard]] static constexpr Failure timed_out(Sent sent) noexcept { return of(FailureKind::timeout, sent); }
   /// Returns a failed connection with no response: `sent` says whether the request can have been processed.
-  static constexpr Failure connection_failed(Sent sent) noexcept { return of(FailureKind::connection, sent); }
+  [[nodiscard]] static constexpr Failure connection_failed(Sent sent) noexcept { return of(FailureKind::connection, sent); }
+  /// Returns the failure of a successful answer that the caller cannot use: processed, retried when safe
+  /// to repeat.
+  [[nodiscard]] static constexpr Failure unusable_answer() noexcept {
+    return of(FailureKind::unusable_answer, Sent::maybe_processed);
+  }
 
   friend bool operator==(const Failure& a, const Failure& b) noexcept {
     return a.kind == b.kind && a.status == b.status && a.provider_wait == b.provider_wait && a.sent == b.sent &&
@@ -55,19 +62,20 @@ struct Failure {
 };
 
 /// Returns true when the kind can succeed on a later attempt (before asking whether repeating is safe).
-constexpr bool is_transient(FailureKind kind) noexcept {
+[[nodiscard]] constexpr bool is_transient(FailureKind kind) noexcept {
   switch (kind) {
     case FailureKind::rate_limited:
     case FailureKind::server_error:
     case FailureKind::request_timeout:
     case FailureKind::timeout:
-    case FailureKind::connection: return true;
+    case FailureKind::connection:
+    case FailureKind::unusable_answer: return true;
     default: return false;
   }
 }
 
 /// Returns the snake_case name of a kind, such as "rate_limited".
-constexpr const char* to_string(FailureKind kind) noexcept {
+[[nodiscard]] constexpr const char* to_string(FailureKind kind) noexcept {
   switch (kind) {
     case FailureKind::rate_limited: return "rate_limited";
     case FailureKind::quota_exhausted: return "quota_exhausted";
@@ -76,6 +84,7 @@ constexpr const char* to_string(FailureKind kind) noexcept {
     case FailureKind::timeout: return "timeout";
     case FailureKind::connection: return "connection";
     case FailureKind::stream_interrupted: return "stream_interrupted";
+    case FailureKind::unusable_answer: return "unusable_answer";
     case FailureKind::invalid_request: return "invalid_request";
     case FailureKind::context_length: return "context_length";
     case FailureKind::content_filter: return "content_filter";
@@ -88,7 +97,7 @@ constexpr const char* to_string(FailureKind kind) noexcept {
 }
 
 /// Returns a one-line description for logs, such as "HTTP 429 rate_limited, retry after 511 ms".
-inline std::string describe(const Failure& failure) {
+[[nodiscard]] inline std::string describe(const Failure& failure) {
   std::string text;
   if (failure.status != 0) text += "HTTP " + std::to_string(failure.status) + ' ';
   text += to_string(failure.kind);

@@ -5,11 +5,13 @@
 /// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>
 /// and <llmretry/testing/loopback/provider.hpp>.
 
+#include "attempt.hpp"
 #include "backoff.hpp"
 #include "classify.hpp"
 #include "decision.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
+#include "guard.hpp"
 #include "headers.hpp"
 #include "idempotency.hpp"
 #include "policy.hpp"

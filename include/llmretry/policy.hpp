@@ -26,9 +26,13 @@ struct RetryPolicy {
   Jitter jitter = Jitter::full;
   /// A provider asking for a longer wait stops the call at once. Empty: the same as `cap`.
   std::optional<std::chrono::milliseconds> max_provider_wait;
+  /// When the provider asks for a wait, come back after it plus a share drawn uniformly in
+  /// [0, provider_wait_jitter], never earlier: clients refused at the same instant then return spread out
+  /// instead of together. Zero: exactly the provider's wait.
+  std::chrono::milliseconds provider_wait_jitter{0};
 
   /// Returns a policy for a person waiting on the answer: 3 attempts, 8 s of waiting at most.
-  static RetryPolicy interactive() {
+  [[nodiscard]] static RetryPolicy interactive() {
     RetryPolicy p;
     p.max_attempts = 3;
     p.max_total_wait = std::chrono::seconds{8};
@@ -36,17 +40,18 @@ struct RetryPolicy {
   }
 
   /// Returns a policy for background work that can wait: 8 attempts, 300 s of waiting at most.
-  /// The cap (and so the longest Retry-After it accepts) is 60 s.
-  static RetryPolicy batch() {
+  /// The cap (and so the longest Retry-After it accepts) is 60 s; a provider's wait is spread by up to 1 s.
+  [[nodiscard]] static RetryPolicy batch() {
     RetryPolicy p;
     p.max_attempts = 8;
     p.cap = std::chrono::seconds{60};
     p.max_total_wait = std::chrono::seconds{300};
+    p.provider_wait_jitter = std::chrono::seconds{1};
     return p;
   }
 
   /// Returns the longest wait a provider may ask for before the call stops.
-  std::chrono::milliseconds provider_wait_limit() const noexcept { return max_provider_wait.value_or(cap); }
+  [[nodiscard]] std::chrono::milliseconds provider_wait_limit() const noexcept { return max_provider_wait.value_or(cap); }
 
   /// Throws std::invalid_argument naming the field when the policy makes no sense:
   /// max_attempts < 1, a negative duration, or cap < base.
@@ -60,13 +65,15 @@ struct RetryPolicy {
       detail::throw_invalid_argument("RetryPolicy::max_total_wait must not be negative");
     if (max_provider_wait && *max_provider_wait < milliseconds::zero())
       detail::throw_invalid_argument("RetryPolicy::max_provider_wait must not be negative");
+    if (provider_wait_jitter < milliseconds::zero())
+      detail::throw_invalid_argument("RetryPolicy::provider_wait_jitter must not be negative");
     if (jitter != Jitter::none && jitter != Jitter::full && jitter != Jitter::equal && jitter != Jitter::decorrelated)
       detail::throw_invalid_argument("RetryPolicy::jitter is not a Jitter value");
   }
 };
 
 /// Returns the name of a jitter mode ("none", "full", "equal", "decorrelated"), or "unknown".
-constexpr const char* to_string(Jitter jitter) noexcept {
+[[nodiscard]] constexpr const char* to_string(Jitter jitter) noexcept {
   switch (jitter) {
     case Jitter::none: return "none";
     case Jitter::full: return "full";

@@ -17,11 +17,15 @@ namespace llmretry {
 class ThreadRng {
  public:
   using result_type = std::uint64_t;
-  static constexpr result_type min() noexcept { return 0; }
-  static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
+  [[nodiscard]] static constexpr result_type min() noexcept { return 0; }
+  [[nodiscard]] static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
 
   /// Returns the next 64 random bits of this thread's engine.
   result_type operator()() { return engine()(); }
+
+  /// Reseeds the calling thread's engine with `seed`, so that its draws from now on repeat from run to
+  /// run (a test, a replay); other threads are unaffected.
+  static void seed_this_thread(std::uint64_t seed) { engine().seed(seed); }
 
  private:
   static std::mt19937_64& engine() {

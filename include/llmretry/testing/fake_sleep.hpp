@@ -14,6 +14,9 @@ namespace llmretry::testing {
 /// Safe to use from several threads.
 class FakeSleep {
  public:
+  /// Marks a sleep that call_with_retry refuses to take as a temporary, whose records would be lost.
+  using keeps_records = void;
+
   /// Records waits only.
   FakeSleep() = default;
   /// Records waits and advances `clock` by each; the clock must outlive this object.

@@ -1,0 +1,110 @@
+#ifndef LLMRETRY_GUARD_HPP
+#define LLMRETRY_GUARD_HPP
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "attempt.hpp"
+#include "decision.hpp"
+#include "errors.hpp"
+#include "failure.hpp"
+
+/// Guards: what something shared by many calls (a rate limiter, a circuit breaker, a retry budget) does
+/// around each attempt of call_with_retry. A guard is any object `g` with
+///
+///   Admission<Ticket> g.admit(const Attempt& attempt);
+///
+/// called before every attempt, the first one too. It lets the attempt go now, after a wait, or refuses
+/// it. The Ticket it hands out travels with the attempt and learns how it ended:
+///
+///   ticket.succeeded(result);      // the attempt returned `result` (no argument when the call returns void)
+///   ticket.failed(failure);        // the attempt failed with `failure`
+///
+/// and its destructor runs in every case, so that a ticket that heard neither (the call threw something
+/// that is not a provider failure, or the loop did not send the attempt after all) can give back what it
+/// held. Pass a guard to call_with_retry among its trailing arguments, by reference: it is shared.
+
+namespace llmretry {
+
+/// A guard's refusal of an attempt: the reason the call stops and the failure its caller reads.
+struct Refusal {
+  StopReason reason = StopReason::refused;
+  Failure failure;  ///< what the caller sees, such as a wait after which the guard may admit again
+};
+
+/// A guard's answer before an attempt: go (after `wait`, zero for at once) holding a ticket, or refuse.
+template <class Ticket>
+class Admission {
+ public:
+  /// Admits the attempt after `wait`; `ticket` learns how it ends.
+  static Admission go(Ticket ticket, std::chrono::milliseconds wait = std::chrono::milliseconds::zero()) {
+    return Admission(std::move(ticket), wait);
+  }
+  /// Refuses the attempt.
+  static Admission refuse(Refusal refusal) { return Admission(std::move(refusal)); }
+
+  /// Returns true when the attempt may go.
+  [[nodiscard]] bool admitted() const noexcept { return ticket_.has_value(); }
+  /// Returns how long to wait before the attempt. Requires admitted().
+  [[nodiscard]] std::chrono::milliseconds wait() const noexcept { return wait_; }
+  /// Returns the ticket. Requires admitted().
+  [[nodiscard]] Ticket& ticket() noexcept { return *ticket_; }
+  /// Returns the refusal. Requires !admitted().
+  [[nodiscard]] const Refusal& refusal() const noexcept { return refusal_; }
+
+ private:
+  Admission(Ticket ticket, std::chrono::milliseconds wait) : ticket_(std::move(ticket)), wait_(wait) {}
+  explicit Admission(Refusal refusal) : refusal_(std::move(refusal)) {}
+
+  std::optional<Ticket> ticket_;
+  std::chrono::milliseconds wait_{0};
+  Refusal refusal_;
+};
+
+/// The guard of a call that has none: admits every attempt at once and learns nothing. Compiles away.
+struct NoGuard {
+  /// A ticket that ignores the outcome.
+  struct Ticket {
+    template <class... Result>
+    void succeeded(const Result&... /*result*/) const noexcept {}
+    void failed(const Failure& /*failure*/) const noexcept {}
+  };
+  /// Returns an admission to go at once.
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& /*attempt*/) const noexcept {
+    return Admission<Ticket>::go(Ticket{});
+  }
+};
+
+/// The first attempt of a call was not made: a guard refused it, or the call's deadline had passed.
+/// Thrown by call_with_retry when the call reports failures by throwing; a later attempt refused ends
+/// the call like any give-up, with the last failure.
+class AttemptRefused : public ProviderError {
+ public:
+  /// `refusal`: why, and the failure to report.
+  explicit AttemptRefused(const Refusal& refusal)
+      : ProviderError(std::string("attempt refused (") + to_string(refusal.reason) + "): " + describe(refusal.failure),
+                      refusal.failure),
+        reason_(refusal.reason) {}
+
+  /// Returns why the attempt was refused.
+  [[nodiscard]] StopReason reason() const noexcept { return reason_; }
+
+ private:
+  StopReason reason_;
+};
+
+namespace detail {
+
+template <class T, class = void>
+struct is_guard : std::false_type {};
+template <class T>
+struct is_guard<T, std::void_t<decltype(std::declval<T&>().admit(std::declval<const Attempt&>()))>> : std::true_type {};
+
+}  // namespace detail
+
+}  // namespace llmretry
+
+#endif  // LLMRETRY_GUARD_HPP
