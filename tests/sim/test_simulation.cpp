@@ -130,6 +130,12 @@ TEST_CASE("everyone waits 30 seconds: obeying a fixed retry-after without jitter
   const auto precise_groups = llmretry::sim::retry_groups(precise);
   CHECK(grouped(precise_groups) < grouped(groups));
   for (const auto& group : precise_groups) CHECK(group.at % 1s == 0ms);
+
+  // provider_wait_jitter spreads those returns above the provider's wait: smaller groups, all still served.
+  const RunResult spread = simulate(scenarios::precise_retry_after_spread());
+  CHECK(spread.totals.served == 10);
+  CHECK(spread.totals.largest_retry_group < precise.totals.largest_retry_group);
+  CHECK(grouped(llmretry::sim::retry_groups(spread)) < grouped(precise_groups));
 }
 
 TEST_CASE("Scenario::validate names the bad field") {

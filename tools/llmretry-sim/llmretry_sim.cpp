@@ -131,7 +131,8 @@ std::vector<Run> scenario_runs(std::string_view name) {
             {n, "explorer, full jitter", scenarios::explorer(Jitter::full)}};
   if (name == "thirty")
     return {{n, "retry-after: 30, obeyed without jitter", scenarios::everyone_waits_30s()},
-            {n, "retry-after-ms (precise) and full jitter", scenarios::precise_retry_after()}};
+            {n, "retry-after-ms (precise) and full jitter", scenarios::precise_retry_after()},
+            {n, "retry-after-ms, full jitter, returns spread up to 1 s above it", scenarios::precise_retry_after_spread()}};
   if (name == "rpm") return {{n, "1,000 small calls a minute: the request limit", scenarios::many_small_calls()}};
   if (name == "tpm") return {{n, "100 large calls a minute: the token limit", scenarios::few_large_calls()}};
   if (name == "brooker")
@@ -316,7 +317,9 @@ std::string describe(const Scenario& s) {
           llmretry::to_string(r.jitter) + ", " +
           (r.max_attempts == INT32_MAX ? std::string{"unlimited"} : std::to_string(r.max_attempts)) +
           " attempts, at most " + sim::seconds(r.max_total_wait) + " s of waiting, Retry-After up to " +
-          sim::seconds(r.provider_wait_limit()) + " s obeyed; seed " + std::to_string(s.seed);
+          sim::seconds(r.provider_wait_limit()) + " s obeyed" +
+          (r.provider_wait_jitter > 0ms ? ", spread up to " + sim::seconds(r.provider_wait_jitter) + " s above it" : "") +
+          "; seed " + std::to_string(s.seed);
   return text;
 }
 

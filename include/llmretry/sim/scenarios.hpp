@@ -59,6 +59,15 @@ inline Scenario precise_retry_after() {
   return s;
 }
 
+/// Returns precise_retry_after() with clients that also spread their return above the provider's wait
+/// by up to 1 s (provider_wait_jitter), as RetryPolicy::batch() does: the refused no longer come back at
+/// the very instant capacity returns.
+inline Scenario precise_retry_after_spread() {
+  Scenario s = precise_retry_after();
+  s.policy.provider_wait_jitter = std::chrono::seconds{1};
+  return s;
+}
+
 /// Returns a provider with the limits of seed 001's example, 600 requests and 300,000 tokens per minute,
 /// enforced per second (buckets of 10 requests and 5,000 tokens refilled every second), answering 429
 /// with the precise `retry-after-ms`; each call takes 2 s.

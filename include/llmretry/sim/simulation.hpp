@@ -164,7 +164,8 @@ inline RunResult simulate(const Scenario& scenario) {
   EventQueue<std::size_t> queue;
   queue.reserve(static_cast<std::size_t>(scenario.clients));
   for (std::size_t i = 0; i < result.clients.size(); ++i) {
-    callers.push_back(Caller{RetryState{scenario.policy, scenario.safe_to_repeat}, stream(scenario.seed, i + 1)});
+    callers.push_back(Caller{RetryState{llmretry::detail::validated_policy, scenario.policy, scenario.safe_to_repeat},
+                             stream(scenario.seed, i + 1)});
     result.clients[i].start = scenario.start_spacing * static_cast<std::int64_t>(i);
     queue.push(result.clients[i].start, i, i);
   }
