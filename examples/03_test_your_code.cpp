@@ -18,7 +18,7 @@ std::string summarise(Provider& provider, Sleep& sleep, const llmretry::CallOpti
   llmretry::RetryPolicy policy = llmretry::RetryPolicy::interactive();
   policy.jitter = llmretry::Jitter::none;  // exact waits in this demonstration
   return llmretry::call_with_retry([&] { return provider.call([] { return std::string("summary"); }); }, policy, sleep,
-                                   llmretry::ThreadRng{}, llmretry::NoRetryHook{}, options);
+                                   options);
 }
 }  // namespace app
 

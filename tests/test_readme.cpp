@@ -1,0 +1,64 @@
+// The README's C++ snippets, compiled and run as written: tests/CMakeLists.txt extracts each block marked
+// `<!-- compiled: NAME -->` into readme/NAME.inc, included below after the stand-ins it names.
+#include <llmretry/llmretry.hpp>
+#include <llmretry/testing.hpp>
+
+#include <functional>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "llmretry_catch.hpp"
+
+namespace quick_start {
+
+// Stand-ins for the application's HTTP client: it refuses one connection, then answers a 429 with
+// `retry-after-ms: 1`, then 200.
+struct ConnectRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct ReadTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct HttpResponse {
+  int status;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+int posts = 0;
+HttpResponse http_post(const std::string& /*path*/, const std::string& body) {
+  ++posts;
+  if (posts == 1) throw ConnectRefused("connection refused");
+  if (posts == 2) return {429, {{"retry-after-ms", "1"}}, R"({"error": {"code": "rate_limit_exceeded"}})"};
+  return {200, {}, "answer to " + body};
+}
+std::string error_code_of(std::string_view body) {
+  return body.find("insufficient_quota") != std::string_view::npos ? "insufficient_quota" : "";
+}
+
+#include "readme/quick_start.inc"
+
+}  // namespace quick_start
+
+TEST_CASE("README: quick start", "[readme]") {
+  CHECK(quick_start::ask("hello") == "answer to hello");
+  CHECK(quick_start::posts == 3);
+}
+
+namespace testing_your_code {
+
+// Stand-in for the application's client wrapper, scripted with SimulatedProvider.
+struct Provider {
+  Provider(std::initializer_list<std::string> script) : scripted(script) {}
+  std::string complete(const std::string& /*prompt*/) {
+    return scripted.call([] { return std::string("summary"); });
+  }
+  llmretry::testing::SimulatedProvider scripted;
+};
+
+#include "readme/testing_your_code.inc"
+
+}  // namespace testing_your_code
