@@ -89,11 +89,16 @@ namespace detail {
 /// The answer check of a call that has none.
 struct NoAnswerCheck {};
 
-/// The options of every call that passes none, built once: such a call constructs no CallOptions.
-inline const CallOptions& no_call_options() {
-  static const CallOptions options;
-  return options;
-}
+/// The options of a call that passes none: CallOptions' defaults, known at compile time so that the
+/// loop's reads of them fold away.
+struct NoCallOptions {
+  static constexpr bool safe_to_repeat = true;
+  static constexpr std::optional<std::chrono::steady_clock::time_point> deadline{};
+  static constexpr std::chrono::steady_clock::time_point (*clock)() = nullptr;
+  static constexpr std::optional<Failure> (*classify)(const std::exception&) = nullptr;
+  static constexpr void (*on_give_up)(const GiveUp&) = nullptr;
+  static constexpr CallStats* stats = nullptr;
+};
 
 template <class T>
 struct is_answer_check : std::false_type {};
@@ -175,13 +180,13 @@ R refused_result(const Refusal& refusal) {
 /// the outcome after, and the waits, carried out with the caller's sleep. The drivers below only say
 /// what an attempt returned; every decision is made here, outside any catch block, so that another
 /// driver (a coroutine) can reuse it.
-template <class Sleep, class Rng, class OnRetry, class Guard>
+template <class Options, class Sleep, class Rng, class OnRetry, class Guard>
 class RetryLoop {
  public:
   using Ticket = std::decay_t<decltype(std::declval<Guard&>().admit(std::declval<const Attempt&>()).ticket())>;
   static constexpr bool guarded = !std::is_same_v<std::decay_t<Guard>, NoGuard>;
 
-  RetryLoop(const RetryPolicy& policy, const CallOptions& options, Sleep& sleep, Rng& rng, OnRetry& on_retry,
+  RetryLoop(const RetryPolicy& policy, const Options& options, Sleep& sleep, Rng& rng, OnRetry& on_retry,
             Guard& guard) noexcept
       : policy_(policy), options_(options), sleep_(sleep), rng_(rng), on_retry_(on_retry), guard_(guard) {}
 
@@ -213,7 +218,7 @@ class RetryLoop {
     }
     ++made_;
     // What the call spent should this attempt succeed; a failure writes it again.
-    if (options_.stats != nullptr) *options_.stats = CallStats{made_, waited(), std::nullopt};
+    report(CallStats{made_, waited(), std::nullopt});
     return std::nullopt;
   }
 
@@ -271,13 +276,19 @@ class RetryLoop {
     return refusal;
   }
 
+  void report(const CallStats& stats) {
+    if constexpr (!std::is_same_v<Options, NoCallOptions>) {
+      if (options_.stats != nullptr) *options_.stats = stats;
+    }
+  }
+
   void give_up(StopReason reason, const Failure& failure) {
-    if (options_.stats != nullptr) *options_.stats = CallStats{made_, waited(), reason};
+    report(CallStats{made_, waited(), reason});
     if (options_.on_give_up) options_.on_give_up(GiveUp{reason, failure, made_, waited()});
   }
 
   const RetryPolicy& policy_;
-  const CallOptions& options_;
+  const Options& options_;
   Sleep& sleep_;
   Rng& rng_;
   OnRetry& on_retry_;
@@ -296,26 +307,20 @@ std::optional<Failure> rejected(const Check& check, const Answer& answer) {
 
 #if LLMRETRY_HAS_EXCEPTIONS
 /// The driver of a call that reports failures by throwing.
-template <class R, class Loop, class Call, class Check>
-R run_throwing(Loop& loop, Call& call, const Check& check, const CallOptions& options) {
+template <class R, class Loop, class Call, class Check, class Options>
+R run_throwing(Loop& loop, Call& call, const Check& check, const Options& options) {
   constexpr bool plain = std::is_same_v<Check, NoAnswerCheck> && !Loop::guarded;
   static_assert(!std::is_void_v<R> || std::is_same_v<Check, NoAnswerCheck>, "check_answer needs a call that returns a value");
   static_assert(plain || std::is_void_v<R> || std::is_move_constructible_v<R> || std::is_reference_v<R>,
                 "with a guard or an answer check, the call's result must be movable");
-  std::exception_ptr last_error;  // the last attempt's exception, set only after a failure
-  using Kept = std::conditional_t<std::is_void_v<R> || plain, bool,
-                                  std::conditional_t<std::is_reference_v<R>,
-                                                     std::reference_wrapper<std::remove_reference_t<R>>, R>>;
-  std::optional<Kept> last_answer;  // the last answer the check rejected
+  using Kept = std::conditional_t<std::is_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>, R>;
+  Attempt attempt;
+  if (const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt)) throw AttemptRefused(*refusal);
   for (;;) {
-    Attempt attempt;
-    if (const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt)) {
-      if (last_error) std::rethrow_exception(last_error);
-      if constexpr (!std::is_void_v<R> && !plain) {
-        if (last_answer) return static_cast<R>(*std::move(last_answer));
-      }
-      throw AttemptRefused(*refusal);
-    }
+    // What the attempt left when it failed: its exception, or the answer the check rejected. Both are
+    // new in every attempt, so that a success has nothing of them to destroy.
+    std::exception_ptr error;
+    [[maybe_unused]] std::conditional_t<std::is_void_v<R> || plain, bool, std::optional<Kept>> rejected_answer{};
     Failure failure;
     try {
       if constexpr (std::is_void_v<R>) {
@@ -332,56 +337,78 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const CallOptions& op
           return static_cast<R>(std::move(answer));
         }
         failure = *rejection;
-        last_error = nullptr;
-        last_answer.emplace(std::move(answer));
+        rejected_answer.emplace(std::move(answer));
       }
-    } catch (const std::exception& error) {
+    } catch (const std::exception& exception) {
       // An exception nobody recognises is an unknown failure, which is never retried.
-      failure = (options.classify ? options.classify(error) : failure_of(error)).value_or(Failure{});
-      last_error = std::current_exception();
-      last_answer.reset();
+      failure = (options.classify ? options.classify(exception) : failure_of(exception)).value_or(Failure{});
+      error = std::current_exception();
     } catch (...) {
       loop.abandoned();
       throw;
     }
-    const Decision decision = loop.failed(failure);
-    if (!decision.retry) {
+    // The last failure ends the call: the answer the check rejected comes back, an exception is rethrown.
+    const auto end = [&]() -> R {
       if constexpr (!std::is_void_v<R> && !plain) {
-        if (last_answer) return static_cast<R>(*std::move(last_answer));
+        if (rejected_answer) return static_cast<R>(*std::move(rejected_answer));
       }
-      std::rethrow_exception(last_error);
-    }
+      std::rethrow_exception(error);
+    };
+    const Decision decision = loop.failed(failure);
+    if (!decision.retry) return end();
     loop.wait(failure, decision);
+    if (loop.template admit<takes_attempt_v<Call>>(attempt)) return end();
   }
 }
 #endif
 
+/// Returns the failure a result-like answer carries: its error, or what `check` finds in a value.
+template <class R, class Check>
+std::optional<Failure> failure_in(const R& result, const Check& check) {
+  if (!result.has_value()) return failure_of_result(result);
+  return rejected(check, result);
+}
+
 /// The driver of a call that returns a result-like value: the last result comes back when it gives up.
 template <class R, class Loop, class Call, class Check>
 R run_results(Loop& loop, Call& call, const Check& check) {
-  std::optional<R> last;  // the last failed result, kept only after a failure
-  for (;;) {
-    Attempt attempt;
-    const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt);
-    if constexpr (Loop::guarded || takes_attempt_v<Call>) {  // no other call can be refused
-      if (refusal) {
-        if (last) return *std::move(last);
-        return refused_result<R>(*refusal);
-      }
-    }
+  constexpr bool can_refuse = Loop::guarded || takes_attempt_v<Call>;
+  Attempt attempt;
+  if (const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt)) {
+    if constexpr (can_refuse) return refused_result<R>(*refusal);
+  }
+  if constexpr (std::is_move_assignable_v<R>) {
+    // One result for every attempt, built where the caller receives it: a success copies nothing, and a
+    // later attempt refused returns the last result as it stands.
     R result = invoke_attempt(call, attempt);
-    std::optional<Failure> failure;
-    if (!result.has_value()) failure = failure_of_result(result);
-    else failure = rejected(check, result);
-    if (!failure) {
-      loop.succeeded(result);
-      return result;
+    for (;;) {
+      const std::optional<Failure> failure = failure_in(result, check);
+      if (!failure) {
+        loop.succeeded(result);
+        return result;
+      }
+      const Decision decision = loop.failed(*failure);
+      if (!decision.retry) return result;
+      loop.wait(*failure, decision);
+      if (loop.template admit<takes_attempt_v<Call>>(attempt)) return result;
+      result = invoke_attempt(call, attempt);
     }
-    const Decision decision = loop.failed(*failure);
-    if (!decision.retry) return result;
-    last.reset();
-    last.emplace(std::move(result));
-    loop.wait(*failure, decision);
+  } else {
+    std::optional<R> last;  // a result that cannot be assigned: the last failed one, kept to return it
+    for (;;) {
+      R result = invoke_attempt(call, attempt);
+      const std::optional<Failure> failure = failure_in(result, check);
+      if (!failure) {
+        loop.succeeded(result);
+        return result;
+      }
+      const Decision decision = loop.failed(*failure);
+      if (!decision.retry) return result;
+      loop.wait(*failure, decision);
+      last.reset();
+      last.emplace(std::move(result));
+      if (loop.template admit<takes_attempt_v<Call>>(attempt)) return *std::move(last);
+    }
   }
 }
 
@@ -433,13 +460,15 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   NoRetryHook no_hook;
   NoGuard no_guard;
   detail::NoAnswerCheck no_check;
-  auto& options = detail::pick<Part::options>(detail::no_call_options(), parts...);
+  detail::NoCallOptions no_options;
+  auto& options = detail::pick<Part::options>(no_options, parts...);
   auto& sleep = detail::pick<Part::sleep>(real_sleep, parts...);
   auto& rng = detail::pick<Part::rng>(thread_rng, parts...);
   auto& on_retry = detail::pick<Part::on_retry>(no_hook, parts...);
   auto& guard = detail::pick<Part::guard>(no_guard, parts...);
   auto& check = detail::pick<Part::answer_check>(no_check, parts...);
-  using Loop = detail::RetryLoop<std::remove_reference_t<decltype(sleep)>, std::remove_reference_t<decltype(rng)>,
+  using Loop = detail::RetryLoop<std::remove_const_t<std::remove_reference_t<decltype(options)>>,
+                                 std::remove_reference_t<decltype(sleep)>, std::remove_reference_t<decltype(rng)>,
                                  std::remove_reference_t<decltype(on_retry)>, std::remove_reference_t<decltype(guard)>>;
   Loop loop{policy, options, sleep, rng, on_retry, guard};
   if constexpr (is_result_like_v<R>) {
