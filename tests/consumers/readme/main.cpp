@@ -11,7 +11,7 @@ int main() {
   const int answer =
       llmretry::call_with_retry([&] { return provider.call([] { return 42; }); }, llmretry::RetryPolicy{}, sleep);
   const bool ok = answer == 42 && provider.calls() == 2;
-  std::printf("llmretry %d from the README's recipe: %d calls: %s\n", LLMRETRY_VERSION, provider.calls(),
-              ok ? "ok" : "FAILED");
+  std::printf("llmretry %d.%d.%d from the README's recipe: %d calls: %s\n", LLMRETRY_VERSION_MAJOR,
+              LLMRETRY_VERSION_MINOR, LLMRETRY_VERSION_PATCH, provider.calls(), ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }
