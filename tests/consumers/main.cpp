@@ -1,7 +1,11 @@
 // What a user's program does with llmretry, whichever way the project brought it in: retry a call that is
-// rate limited twice, and check that the headers are the version the build expects.
+// rate limited twice, and check that the headers are the version the build expects. With
+// LLMRETRY_CONSUMER_CURL (the project linked llmretry::curl), it also prepares a request of the libcurl adapter.
 #include <llmretry/llmretry.hpp>
 #include <llmretry/testing.hpp>
+#ifdef LLMRETRY_CONSUMER_CURL
+#include <llmretry/curl/curl.hpp>
+#endif
 
 #include <cstdio>
 #include <cstring>
@@ -23,7 +27,15 @@ int main() {
   llmretry::RetryPolicy policy;
   policy.jitter = llmretry::Jitter::none;
   const int answer = llmretry::call_with_retry([&] { return provider.call([] { return 42; }); }, policy, sleep);
-  const bool ok = answer == 42 && provider.calls() == 3 && sleep.total() == std::chrono::milliseconds{2000};
+  bool ok = answer == 42 && provider.calls() == 3 && sleep.total() == std::chrono::milliseconds{2000};
+#ifdef LLMRETRY_CONSUMER_CURL
+  llmretry::curl::Request request;
+  request.url = "http://127.0.0.1/v1/chat/completions";
+  llmretry::curl::Options options;
+  options.connect_timeout = std::chrono::milliseconds{500};
+  ok = ok && request.method == "POST" && options.timeout > options.connect_timeout;
+  std::printf("llmretry::curl: %s %s\n", request.method.c_str(), request.url.c_str());
+#endif
   std::printf("llmretry %s: %d calls, %lld ms waited: %s\n", LLMRETRY_CONSUMER_HEADER_VERSION, provider.calls(),
               static_cast<long long>(sleep.total().count()), ok ? "ok" : "FAILED");
   return ok ? 0 : 1;

@@ -1,5 +1,4 @@
-// The test runner's main: Catch2 v3 supplies its own (Catch2::Catch2WithMain is not needed for that
-// reason: this file keeps one build for both versions).
+// The test runners' main, the same for Catch2 3 (whose Catch2::Catch2 target has no main) and Catch2 2.
 #if LLMRETRY_CATCH2_MAJOR == 3
 #include <catch2/catch_session.hpp>
 int main(int argc, char* argv[]) { return Catch::Session().run(argc, argv); }
