@@ -2,10 +2,10 @@
 // in virtual time. Without flags it runs the explorer: 4 clients, a provider that starts one request
 // every 0.25 s, without jitter and then with it.
 
-#include <llmretry/detail/text.hpp>
+#include <llmretry/detail/duration.hpp>
+#include <llmretry/detail/number.hpp>
 #include <llmretry/sim.hpp>
 
-#include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -71,7 +71,8 @@ Output
                          (with a comparison, its files get "-2" before the extension)
   --help                 this text
 
-Durations: 0.5s, 500ms, or a bare number of seconds. Exit status: 0, or 2 for a bad option.
+Durations: numbers with units h, m, s, ms, us or ns, one after another (0.5s, 500ms, 1m30s),
+or a bare number of seconds (2, 0.25). Exit status: 0, or 2 for a bad option.
 )";
 
 /// A bad command line: the message names the option; exit status 2.
@@ -79,26 +80,23 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Returns a duration option's value: a sequence of numbers with units h, m, s, ms, us or ns ("0.5s",
+/// "500ms", "1m30s"), or a bare number of seconds. Throws UsageError naming the option otherwise.
 milliseconds parse_duration(std::string_view flag, std::string_view text) {
-  std::optional<milliseconds> value;
-  if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
-    value = llmretry::detail::parse_decimal_ms(text.substr(0, text.size() - 2), 1);
-  } else if (text.size() > 1 && text.back() == 's') {
-    value = llmretry::detail::parse_decimal_ms(text.substr(0, text.size() - 1), 1000);
-  } else {
-    value = llmretry::detail::parse_decimal_ms(text, 1000);
-  }
-  if (!value) throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a duration (0.5s, 500ms, 2)");
+  auto value = llmretry::detail::parse_duration_ms(text);
+  if (!value) value = llmretry::detail::parse_decimal_ms(text, 1000);
+  if (!value)
+    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a duration (0.5s, 500ms, 1m30s, 2)");
   return *value;
 }
 
+/// Returns an integer option's value in [min, max]. Throws UsageError naming the option otherwise.
 std::int64_t parse_integer(std::string_view flag, std::string_view text, std::int64_t min, std::int64_t max) {
-  std::int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size() || value < min || value > max)
+  const auto value = llmretry::detail::parse_integer(text);
+  if (!value || *value < min || *value > max)
     throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a whole number in [" +
                      std::to_string(min) + ", " + std::to_string(max) + "]");
-  return value;
+  return *value;
 }
 
 double parse_rate(std::string_view flag, std::string_view text) {

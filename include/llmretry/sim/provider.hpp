@@ -10,10 +10,10 @@
 #include <queue>
 #include <vector>
 
-#include "../classify.hpp"
 #include "../detail/config.hpp"
 #include "../detail/uniform.hpp"
 #include "../failure.hpp"
+#include "../status.hpp"
 #include "event_queue.hpp"
 #include "random.hpp"
 
