@@ -13,7 +13,7 @@ namespace llmretry {
 /// Returns the wait after failed attempt `attempt` (1, 2, 3, ...) before jitter:
 /// min(cap, base * 2^(attempt - 1)). Saturates: any attempt, up to INT_MAX, gives at most `cap`.
 /// An attempt below 1 is treated as 1.
-constexpr std::chrono::milliseconds backoff(int attempt, const RetryPolicy& policy) noexcept {
+[[nodiscard]] constexpr std::chrono::milliseconds backoff(int attempt, const RetryPolicy& policy) noexcept {
   return detail::doubled_up_to(std::min(policy.base, policy.cap), attempt < 1 ? 0 : attempt - 1, policy.cap);
 }
 
@@ -23,8 +23,9 @@ constexpr std::chrono::milliseconds backoff(int attempt, const RetryPolicy& poli
 /// Result bounds: none = backoff; full = [0, backoff]; equal = [backoff/2, backoff];
 /// decorrelated = [min(base, cap), min(cap, 3 * previous)].
 template <class Rng>
-std::chrono::milliseconds jittered(std::chrono::milliseconds backoff_wait, std::chrono::milliseconds previous,
-                                   const RetryPolicy& policy, Rng& rng) {
+[[nodiscard]] std::chrono::milliseconds jittered(std::chrono::milliseconds backoff_wait,
+                                                 std::chrono::milliseconds previous, const RetryPolicy& policy,
+                                                 Rng& rng) {
   using std::chrono::milliseconds;
   switch (policy.jitter) {
     case Jitter::none: return backoff_wait;

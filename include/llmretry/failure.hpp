@@ -41,11 +41,15 @@ struct Failure {
   std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set
 
   /// Returns a failure of `kind` with no HTTP status, no provider wait and no `x-should-retry`.
-  static constexpr Failure of(FailureKind kind, Sent sent) noexcept { return {kind, 0, std::nullopt, sent, std::nullopt}; }
+  [[nodiscard]] static constexpr Failure of(FailureKind kind, Sent sent) noexcept {
+    return {kind, 0, std::nullopt, sent, std::nullopt};
+  }
   /// Returns a timeout with no response: `sent` says whether the request can have been processed.
-  static constexpr Failure timed_out(Sent sent) noexcept { return of(FailureKind::timeout, sent); }
+  [[nodiscard]] static constexpr Failure timed_out(Sent sent) noexcept { return of(FailureKind::timeout, sent); }
   /// Returns a failed connection with no response: `sent` says whether the request can have been processed.
-  static constexpr Failure connection_failed(Sent sent) noexcept { return of(FailureKind::connection, sent); }
+  [[nodiscard]] static constexpr Failure connection_failed(Sent sent) noexcept {
+    return of(FailureKind::connection, sent);
+  }
 
   friend bool operator==(const Failure& a, const Failure& b) noexcept {
     return a.kind == b.kind && a.status == b.status && a.provider_wait == b.provider_wait && a.sent == b.sent &&
@@ -55,7 +59,7 @@ struct Failure {
 };
 
 /// Returns true when the kind can succeed on a later attempt (before asking whether repeating is safe).
-constexpr bool is_transient(FailureKind kind) noexcept {
+[[nodiscard]] constexpr bool is_transient(FailureKind kind) noexcept {
   switch (kind) {
     case FailureKind::rate_limited:
     case FailureKind::server_error:
@@ -67,7 +71,7 @@ constexpr bool is_transient(FailureKind kind) noexcept {
 }
 
 /// Returns the snake_case name of a kind, such as "rate_limited".
-constexpr const char* to_string(FailureKind kind) noexcept {
+[[nodiscard]] constexpr const char* to_string(FailureKind kind) noexcept {
   switch (kind) {
     case FailureKind::rate_limited: return "rate_limited";
     case FailureKind::quota_exhausted: return "quota_exhausted";
@@ -88,7 +92,7 @@ constexpr const char* to_string(FailureKind kind) noexcept {
 }
 
 /// Returns a one-line description for logs, such as "HTTP 429 rate_limited, retry after 511 ms".
-inline std::string describe(const Failure& failure) {
+[[nodiscard]] inline std::string describe(const Failure& failure) {
   std::string text;
   if (failure.status != 0) text += "HTTP " + std::to_string(failure.status) + ' ';
   text += to_string(failure.kind);

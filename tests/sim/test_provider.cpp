@@ -41,13 +41,13 @@ TEST_CASE("Retry-After: none, fixed, or the precise time until capacity returns"
     spec.retry_after_header = RetryAfterMode::fixed;
     spec.fixed_retry_after = 30s;
     ProviderModel provider{spec, 1};
-    provider.request(Time{0});
+    CHECK(provider.request(Time{0}).outcome == Outcome::served);
     CHECK(provider.request(Time{100}).failure->provider_wait == 30s);
   }
   SECTION("precise") {
     spec.retry_after_header = RetryAfterMode::precise;
     ProviderModel provider{spec, 1};
-    provider.request(Time{0});
+    CHECK(provider.request(Time{0}).outcome == Outcome::served);
     CHECK(provider.request(Time{100}).failure->provider_wait == 900ms);
     CHECK(provider.request(Time{999}).failure->provider_wait == 1ms);
   }

@@ -50,7 +50,7 @@ std::string fingerprint(const RunResult& result) {
 /// Returns the message of the std::invalid_argument that simulating `scenario` throws, or "".
 std::string error_of(const Scenario& scenario) {
   try {
-    simulate(scenario);
+    (void)simulate(scenario);
   } catch (const std::invalid_argument& error) {
     return error.what();
   }

@@ -16,19 +16,19 @@
 namespace llmretry::detail {
 
 /// Returns how many terminal columns UTF-8 `text` takes (one per code point).
-inline std::size_t display_width(const std::string& text) noexcept {
+[[nodiscard]] inline std::size_t display_width(const std::string& text) noexcept {
   return static_cast<std::size_t>(
       std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 /// Returns `text` followed by spaces up to `width` columns.
-inline std::string pad(const std::string& text, std::size_t width) {
+[[nodiscard]] inline std::string pad(const std::string& text, std::size_t width) {
   const std::size_t used = display_width(text);
   return used >= width ? text : text + std::string(width - used, ' ');
 }
 
 /// Returns the mark of an attempt in the table: ✓ served, ✗ 429, ✗409, ✗503, ⌛ timeout.
-inline std::string mark(const sim::Attempt& attempt) {
+[[nodiscard]] inline std::string mark(const sim::Attempt& attempt) {
   switch (attempt.outcome) {
     case sim::Outcome::served: return "✓";
     case sim::Outcome::timeout: return "⌛";
@@ -39,7 +39,7 @@ inline std::string mark(const sim::Attempt& attempt) {
 }
 
 /// Returns a tick step of 1, 2 or 5 times a power of ten (ms) giving at most about 10 ticks over `span`.
-inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
+[[nodiscard]] inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
   std::int64_t step = 1;
   for (;;) {
     for (const std::int64_t m : {1, 2, 5})
@@ -49,7 +49,7 @@ inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
 }
 
 /// Returns `text` with &, <, > and " escaped for XML.
-inline std::string xml_escape(const std::string& text) {
+[[nodiscard]] inline std::string xml_escape(const std::string& text) {
   std::string escaped;
   for (const char c : text) {
     switch (c) {
@@ -68,7 +68,7 @@ inline std::string xml_escape(const std::string& text) {
 namespace llmretry::sim {
 
 /// Returns a duration in seconds, as short as exact: 3500 ms gives "3.5", 511 ms "0.511", 0 "0".
-inline std::string seconds(std::chrono::milliseconds duration) {
+[[nodiscard]] inline std::string seconds(std::chrono::milliseconds duration) {
   const auto ms = duration.count();
   std::string text = std::to_string((ms < 0 ? -ms : ms) / 1000);
   if (ms < 0) text.insert(0, 1, '-');  // not "-" + ...: GCC 12 at -O3 in C++20 warns (-Wrestrict) falsely

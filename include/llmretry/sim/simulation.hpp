@@ -91,7 +91,7 @@ struct Group {
 
 /// Returns, in time order, every instant at which at least `min_requests` retries (attempts after the
 /// first) were sent: the herd, when clients come back together.
-inline std::vector<Group> retry_groups(const RunResult& result, std::int64_t min_requests = 2) {
+[[nodiscard]] inline std::vector<Group> retry_groups(const RunResult& result, std::int64_t min_requests = 2) {
   std::vector<std::pair<Time, bool>> retries;
   for (const auto& client : result.clients)
     for (const auto& attempt : client.attempts)
@@ -111,7 +111,8 @@ inline std::vector<Group> retry_groups(const RunResult& result, std::int64_t min
 
 /// Returns the nearest-rank percentile `percent` (in (0, 100]) of `sorted`, which must be sorted
 /// ascending; 0 when it is empty.
-inline std::chrono::milliseconds percentile(const std::vector<std::chrono::milliseconds>& sorted, int percent) {
+[[nodiscard]] inline std::chrono::milliseconds percentile(const std::vector<std::chrono::milliseconds>& sorted,
+                                                          int percent) {
   if (sorted.empty()) return std::chrono::milliseconds::zero();
   const auto n = static_cast<std::int64_t>(sorted.size());
   const std::int64_t rank = std::max<std::int64_t>(1, (n * percent + 99) / 100);
@@ -119,7 +120,7 @@ inline std::chrono::milliseconds percentile(const std::vector<std::chrono::milli
 }
 
 /// Returns the totals of the given client results.
-inline Totals totals_of(const std::vector<ClientResult>& clients) {
+[[nodiscard]] inline Totals totals_of(const std::vector<ClientResult>& clients) {
   Totals totals;
   std::vector<std::chrono::milliseconds> completions;
   completions.reserve(clients.size());
@@ -150,7 +151,7 @@ inline Totals totals_of(const std::vector<ClientResult>& clients) {
 /// sent at the same instant reach the provider in client order. The same scenario (seed included) gives
 /// the same result on every run and platform.
 /// Throws std::invalid_argument naming the field when the scenario makes no sense.
-inline RunResult simulate(const Scenario& scenario) {
+[[nodiscard]] inline RunResult simulate(const Scenario& scenario) {
   scenario.validate();
   ProviderModel provider{scenario.provider, stream(scenario.seed, 0)()};
   struct Caller {
