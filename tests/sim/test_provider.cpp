@@ -80,7 +80,7 @@ TEST_CASE("tokens bucket (TPM): 100,000 tokens per minute refill 1,666.7 tokens 
   const auto refused = provider.request(Time{0});
   CHECK(refused.outcome == Outcome::refused);
   CHECK(refused.failure->provider_wait == 1200ms);  // 2,000 tokens at 100,000 / 60 s
-  // At 688 ms, 1,146.7 tokens are back: 853.3 missing, 512 ms more (seed 000's retry-after-ms, give or take).
+  // At 688 ms, 1,146.7 tokens are back: 853.3 missing, 512 ms more.
   CHECK(provider.request(Time{688}).failure->provider_wait == 512ms);
   CHECK(provider.request(Time{1199}).outcome == Outcome::refused);
   CHECK(provider.request(Time{1200}).outcome == Outcome::served);

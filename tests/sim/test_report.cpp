@@ -21,7 +21,7 @@ TEST_CASE("seconds() is as short as exact") {
   CHECK(seconds(30000ms) == "30");
 }
 
-TEST_CASE("the explorer's table, as the seed prints it") {
+TEST_CASE("the explorer's table, exactly") {
   std::ostringstream out;
   llmretry::sim::write_table(out, simulate(scenarios::explorer(Jitter::none)));
   const std::string expected =

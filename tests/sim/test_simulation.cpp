@@ -59,7 +59,7 @@ std::string error_of(const Scenario& scenario) {
 
 }  // namespace
 
-TEST_CASE("the seed's explorer, reproduced exactly") {
+TEST_CASE("the explorer without jitter: every attempt, wait and finish, exactly") {
   const RunResult result = simulate(scenarios::explorer(Jitter::none));
   using V = std::vector<std::pair<long long, bool>>;
   CHECK(attempts_of(result, 0) == V{{0, true}});

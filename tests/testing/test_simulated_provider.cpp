@@ -35,7 +35,8 @@ std::optional<E> thrown_by(F&& f) {
 }
 }  // namespace
 
-TEST_CASE("The seed's vocabulary", "[simulated_provider]") {
+TEST_CASE("rate_limit, rate_limit:SECONDS, timeout, server_error, ok: the exceptions and messages of a real adapter",
+          "[simulated_provider]") {
   SimulatedProvider provider{"rate_limit", "rate_limit:2.5", "timeout", "server_error", "ok"};
   const auto plain = thrown_by<RateLimited>([&] { provider.call(); });
   REQUIRE(plain);

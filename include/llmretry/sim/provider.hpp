@@ -21,7 +21,7 @@ namespace llmretry::sim {
 
 /// How a simulated provider fills Retry-After when it refuses a request.
 enum class RetryAfterMode {
-  none,     ///< no Retry-After at all (the seed's explorer)
+  none,     ///< no Retry-After at all (the explorer)
   fixed,    ///< always the same coarse value, such as Azure's `retry-after: 30`
   precise,  ///< the exact time until capacity returns, as `retry-after-ms` gives it
 };

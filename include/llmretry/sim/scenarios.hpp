@@ -8,7 +8,8 @@
 #include "provider.hpp"
 #include "simulation.hpp"
 
-/// Ready-made scenarios: the stories the simulator was built to tell, with the numbers of their sources.
+/// Ready-made scenarios: herds, coarse and precise Retry-After, request and token limits, and optimistic
+/// concurrency, each with the figures it produces.
 
 namespace llmretry::sim::scenarios {
 
@@ -59,7 +60,7 @@ using namespace std::chrono_literals;
   return s;
 }
 
-/// Returns a provider with the limits of seed 001's example, 600 requests and 300,000 tokens per minute,
+/// Returns a provider with limits of 600 requests and 300,000 tokens per minute,
 /// enforced per second (buckets of 10 requests and 5,000 tokens refilled every second), answering 429
 /// with the precise `retry-after-ms`; each call takes 2 s.
 [[nodiscard]] inline ProviderSpec rpm_tpm_provider(std::int64_t tokens_per_request) {
@@ -82,11 +83,11 @@ using namespace std::chrono_literals;
   return s;
 }
 
-/// Returns seed 001's workload A: 1,000 short calls (200 tokens) in one minute; the request limit fails
+/// Returns 1,000 short calls (200 tokens) in one minute; the request limit fails
 /// first, the token limit is fine.
 [[nodiscard]] inline Scenario many_small_calls() { return one_minute_of_calls(1000, 200); }
 
-/// Returns seed 001's workload B: 100 long calls (5,000 tokens) in one minute; the token limit fails
+/// Returns 100 long calls (5,000 tokens) in one minute; the token limit fails
 /// first, the request limit is fine.
 [[nodiscard]] inline Scenario few_large_calls() { return one_minute_of_calls(100, 5000); }
 
