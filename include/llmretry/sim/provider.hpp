@@ -189,7 +189,10 @@ class ProviderModel {
   /// Builds the provider. `seed`: the generator for random failures.
   /// Throws std::invalid_argument naming the field when `spec` makes no sense (see ProviderSpec::validate).
   ProviderModel(const ProviderSpec& spec, std::uint64_t seed)
-      : spec_((spec.validate(), spec)),
+      : ProviderModel((spec.validate(), spec), seed, detail::prevalidated) {}
+  /// Builds the provider from a spec that validate() accepted (simulate validates its scenario once).
+  ProviderModel(const ProviderSpec& spec, std::uint64_t seed, detail::prevalidated_t)
+      : spec_(spec),
         rng_(seed),
         error_ppm_(detail::per_million(spec.server_error_rate)),
         timeout_ppm_(detail::per_million(spec.timeout_rate)) {

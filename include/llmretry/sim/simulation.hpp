@@ -153,7 +153,7 @@ struct Group {
 /// Throws std::invalid_argument naming the field when the scenario makes no sense.
 [[nodiscard]] inline RunResult simulate(const Scenario& scenario) {
   scenario.validate();
-  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)()};
+  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
   struct Caller {
     RetryState state;
     SplitMix64 rng;
