@@ -46,7 +46,7 @@ struct Attempt {
   Time sent{0};      ///< when the request left the client
   Time answered{0};  ///< when the client held the answer (or stopped waiting for it)
   Outcome outcome = Outcome::served;
-  int status = 0;                     ///< HTTP status of a failure (429, 409, 503), 0 when served or timed out
+  int status = 0;                     ///< HTTP status: 200 when served, 429, 409 or 503, 0 when timed out
   std::chrono::milliseconds wait{0};  ///< the wait decided after this attempt; 0 when none followed
 };
 
@@ -64,7 +64,8 @@ struct ClientResult {
 struct Totals {
   std::int64_t requests = 0;             ///< attempts sent by all clients
   std::int64_t served = 0;               ///< clients served (one successful request each)
-  std::int64_t refused = 0;              ///< 429s (409s for Refusal::conflict)
+  std::int64_t refused = 0;              ///< refusals for capacity, answered `refusal_status`
+  int refusal_status = 429;              ///< the status of a refusal: 429, or 409 for Refusal::conflict
   std::int64_t other_failures = 0;       ///< 503s and timeouts
   std::int64_t gave_up = 0;              ///< clients that stopped without being served
   Time makespan{0};                      ///< the last finish, served or not
@@ -182,6 +183,7 @@ struct Group {
     client.finished = attempt.answered;
     if (!reply.failure) {
       client.served = true;
+      attempt.status = 200;
     } else {
       attempt.status = reply.failure->status;
       const Decision decision = callers[i].state.next(*reply.failure, callers[i].rng);
@@ -196,6 +198,7 @@ struct Group {
     client.attempts.push_back(attempt);
   }
   result.totals = totals_of(result.clients);
+  result.totals.refusal_status = scenario.provider.refusal == Refusal::conflict ? 409 : 429;
   for (const Group& group : retry_groups(result, 1)) {
     if (group.requests > result.totals.largest_retry_group) {
       result.totals.largest_retry_group = group.requests;
