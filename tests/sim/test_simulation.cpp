@@ -194,6 +194,7 @@ TEST_CASE("invariants over many random seeds and models") {
         const Attempt& attempt = client.attempts[a];
         const bool last = a + 1 == client.attempts.size();
         CHECK((attempt.outcome == Outcome::served) == (last && client.served));
+        CHECK((attempt.status == 200) == (attempt.outcome == Outcome::served));
         if (!last) CHECK(client.attempts[a + 1].sent == attempt.answered + attempt.wait);
         waits += attempt.wait;
         if (attempt.outcome != Outcome::refused) {
