@@ -1,24 +1,39 @@
 // Watch the retry policy work: the provider is SIMULATED, it fails on purpose, then answers.
 //
-//   try_retry                       # rate_limit, timeout, server_error, then success; full jitter, seed 8
-//   try_retry --no-jitter           # waits exactly 0.5, 1, 2 s
-//   try_retry --script rate_limit:0.511
-//   try_retry --script rate_limit:30  # the provider asks for more than the cap: stop at once
-//
-// Options: --script ITEM[,ITEM...] (see llmretry::testing::parse_script_item), --no-jitter, --seed N,
-// --fake-sleep (record the waits instead of sleeping; the total is then the sum of the waits).
+//   llmretry-example-01-try-retry                 # rate_limit, timeout, server_error, then success
+//   llmretry-example-01-try-retry --no-jitter     # waits exactly 0.5, 1, 2 s
+//   llmretry-example-01-try-retry --script rate_limit:0.511
+//   llmretry-example-01-try-retry --script rate_limit:30  # more than the cap: stop at once
 #include <llmretry/llmretry.hpp>
 #include <llmretry/testing.hpp>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "command_line.hpp"
+
 namespace {
+constexpr const char* usage = R"(usage: llmretry-example-01-try-retry [options]
+
+Calls a SIMULATED provider that fails on purpose, then answers, and prints each attempt and wait.
+
+  --script ITEM[,ITEM...]  the provider's failures, in order (default rate_limit,timeout,server_error);
+                           items: ok, rate_limit[:SECONDS], rate_limit_ms:MS, timeout, connect_timeout,
+                           connection_refused, connection_reset, server_error, overloaded, quota_exhausted,
+                           context_length, content_filter, status:NNN[:SECONDS], each optionally *N
+  --no-jitter              wait the exact backoff (0.5, 1, 2 s...) instead of a random part of it
+  --seed N                 seed of the jitter draws (default 8)
+  --fake-sleep             record the waits instead of sleeping (the total is then the sum of the waits)
+  --help                   this text
+
+Options take their value as --option VALUE or --option=VALUE. Exit status: 0 when the call succeeds,
+1 when it gives up, 2 for a bad option.
+)";
+
 struct Options {
   std::vector<std::string> script{"rate_limit", "timeout", "server_error"};
   bool jitter = true;
@@ -36,29 +51,14 @@ std::vector<std::string> split(std::string_view text) {
   }
 }
 
-[[noreturn]] void usage(const char* problem) {
-  std::fprintf(stderr, "try_retry: %s\nusage: try_retry [--script ITEM,...] [--no-jitter] [--seed N] [--fake-sleep]\n",
-               problem);
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const auto value = [&] {
-      if (i + 1 >= argc) usage("an option is missing its value");
-      return std::string_view(argv[++i]);
-    };
-    if (arg == "--script") options.script = split(value());
-    else if (arg == "--no-jitter") options.jitter = false;
-    else if (arg == "--fake-sleep") options.fake_sleep = true;
-    else if (arg == "--seed") {
-      const std::string text(value());
-      char* end = nullptr;
-      options.seed = std::strtoull(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0') usage("--seed takes a whole number");
-    } else usage("unknown option");
+  for (example::CommandLine args(argc, argv, "llmretry-example-01-try-retry", usage); args.next();) {
+    if (args.is("--script")) options.script = split(args.value());
+    else if (args.is_flag("--no-jitter")) options.jitter = false;
+    else if (args.is_flag("--fake-sleep")) options.fake_sleep = true;
+    else if (args.is("--seed")) options.seed = args.number();
+    else args.reject();
   }
   return options;
 }
@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const llmretry::ProviderError& error) {
     std::fprintf(stderr, "llmretry::ProviderError: %s\n", error.what());
-  } catch (const std::invalid_argument& error) {
-    std::fprintf(stderr, "try_retry: %s\n", error.what());
+  } catch (const std::invalid_argument& error) {  // a malformed --script item
+    std::fprintf(stderr, "llmretry-example-01-try-retry: --script: %s\n", error.what());
+    return 2;
   }
   return 1;
 }

@@ -8,7 +8,16 @@
 #include <random>
 #include <string>
 
-int main() {
+#include "command_line.hpp"
+
+constexpr const char* usage = R"(usage: llmretry-example-02-result-style
+
+Calls two SIMULATED providers in the result-value style (no exceptions): one overloaded twice, then
+answering; one rejecting the prompt as too long. Exit status: 0 when both behave as shown, 2 for an option.
+)";
+
+int main(int argc, char** argv) {
+  for (example::CommandLine args(argc, argv, "llmretry-example-02-result-style", usage); args.next();) args.reject();
   using namespace std::chrono;
   // A provider that is overloaded twice, then answers; and one that rejects the prompt as too long.
   llmretry::testing::SimulatedProvider busy{"overloaded", "rate_limit_ms:511"};

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "command_line.hpp"
+
 namespace app {
 // The application's function under test: summarise a ticket, retrying the model call. It takes the
 // sleep and the clock so that tests can inject theirs; production passes the defaults.
@@ -22,7 +24,15 @@ std::string summarise(Provider& provider, Sleep& sleep, const llmretry::CallOpti
 }
 }  // namespace app
 
-int main() {
+constexpr const char* usage = R"(usage: llmretry-example-03-test-your-code
+
+Tests an application function that uses llmretry, with a scripted provider, a recording sleep and a
+manual clock; prints one line per check. Exit status: 0 when every check passes, 1 when one fails, 2 for
+an option.
+)";
+
+int main(int argc, char** argv) {
+  for (example::CommandLine args(argc, argv, "llmretry-example-03-test-your-code", usage); args.next();) args.reject();
   using namespace std::chrono_literals;
   using llmretry::testing::FakeSleep;
   using llmretry::testing::ManualClock;

@@ -1,9 +1,10 @@
 // An OpenAI-compatible chat completion client with retries, over libcurl.
 //
-//   OPENAI_API_KEY=... [OPENAI_BASE_URL=https://api.openai.com/v1] [OPENAI_MODEL=...] openai_chat [--stream] [prompt]
+//   OPENAI_API_KEY=... [OPENAI_BASE_URL=https://api.openai.com/v1] [OPENAI_MODEL=...] llmretry-example-04-openai-chat
+//   [--stream] [prompt]
 //
 // Like the official SDKs, it reads the base URL and the API key from the environment. With neither, it
-// starts the loopback provider on 127.0.0.1 and shows the retries against it: the seed's real Azure 429,
+// starts the loopback provider on 127.0.0.1 and shows the retries against it: a real Azure 429,
 // then a 503, then the answer. The API key and the Authorization header are never printed.
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
@@ -20,7 +21,21 @@
 #include <string>
 #include <string_view>
 
+#include "command_line.hpp"
+
 namespace {
+
+constexpr const char* usage = R"(usage: llmretry-example-04-openai-chat [--stream] [PROMPT]
+
+Sends PROMPT (default "Say hello in French.") to an OpenAI-compatible chat completion endpoint, with
+retries. Reads OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL; with neither of the first two, it runs
+against a loopback provider on 127.0.0.1 that answers 429, then 503, then the answer.
+
+  --stream  stream the answer (server-sent events)
+  --help    this text
+
+Exit status: 0 when answered, 1 when the call failed, 2 for a bad option.
+)";
 
 std::string environment(const char* name) {
   const char* value = std::getenv(name);
@@ -45,10 +60,10 @@ std::string content_of(std::string_view json_text, const char* part) {
 int main(int argc, char* argv[]) {
   bool stream = false;
   std::string prompt = "Say hello in French.";
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--stream") stream = true;
-    else prompt = arg;
+  for (example::CommandLine args(argc, argv, "llmretry-example-04-openai-chat", usage); args.next();) {
+    if (args.is_flag("--stream")) stream = true;
+    else if (args.is_positional()) prompt = args.argument();
+    else args.reject();
   }
 
   std::string base_url = environment("OPENAI_BASE_URL");

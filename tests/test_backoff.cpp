@@ -16,7 +16,7 @@ using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
 TEST_CASE("backoff doubles from base up to the cap", "[backoff]") {
-  SECTION("base 0.5 s: 0.5, 1, 2, 4, 8 (the seed's backoff_s)") {
+  SECTION("base 0.5 s: 0.5, 1, 2, 4, 8, then 8") {
     const RetryPolicy policy;
     std::vector<milliseconds> waits;
     for (int attempt = 1; attempt <= 5; ++attempt) waits.push_back(backoff(attempt, policy));

@@ -51,7 +51,7 @@ TEST_CASE("classify_status is constexpr", "[classify]") {
 
 TEST_CASE("classify_response reads the wait and x-should-retry from the headers", "[classify]") {
   const auto now = std::chrono::system_clock::time_point{} + std::chrono::hours{24 * 365 * 56};
-  SECTION("the seed's real Azure 429") {
+  SECTION("a real Azure 429") {
     const std::map<std::string, std::string> headers{{"retry-after", "30"},
                                                      {"retry-after-ms", "511"},
                                                      {"x-ratelimit-limit-tokens", "100000"},

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "backoff.hpp"
+#include "detail/config.hpp"
 #include "detail/saturate.hpp"
 #include "failure.hpp"
 #include "policy.hpp"
@@ -53,14 +54,6 @@ struct Decision {
   [[nodiscard]] static constexpr Decision stop(StopReason reason) noexcept { return {false, std::chrono::milliseconds{0}, reason}; }
 };
 
-namespace detail {
-/// Marks a policy that was validated already, so that it is not validated again.
-struct validated_policy_t {
-  explicit validated_policy_t() = default;
-};
-inline constexpr validated_policy_t validated_policy{};
-}  // namespace detail
-
 /// The retry brain of one logical call: every driver (call_with_retry, the simulator, your own loop)
 /// feeds it each failure and carries out the Decision. It never sleeps and reads no clock.
 class RetryState {
@@ -69,9 +62,9 @@ class RetryState {
   /// processed can be sent again (a read, or a write with an idempotency key).
   /// Throws std::invalid_argument naming the field when the policy makes no sense.
   explicit RetryState(const RetryPolicy& policy, bool safe_to_repeat = true)
-      : RetryState((policy.validate(), detail::validated_policy), policy, safe_to_repeat) {}
+      : RetryState((policy.validate(), detail::prevalidated), policy, safe_to_repeat) {}
   /// Starts a logical call under `policy`, which the caller has validated already.
-  RetryState(detail::validated_policy_t /*validated*/, const RetryPolicy& policy, bool safe_to_repeat = true) noexcept
+  RetryState(detail::prevalidated_t /*validated*/, const RetryPolicy& policy, bool safe_to_repeat = true) noexcept
       : policy_(policy), safe_to_repeat_(safe_to_repeat), previous_wait_(std::min(policy.base, policy.cap)) {}
 
   /// Records failed attempt number attempts() + 1 and returns what to do next. `time_left`: how long

@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "classify.hpp"
 #include "detail/config.hpp"
 #include "failure.hpp"
+#include "status.hpp"
 
 namespace llmretry {
 

@@ -43,11 +43,15 @@ struct Failure {
   std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set
 
   /// Returns a failure of `kind` with no HTTP status, no provider wait and no `x-should-retry`.
-  [[nodiscard]] static constexpr Failure of(FailureKind kind, Sent sent) noexcept { return {kind, 0, std::nullopt, sent, std::nullopt}; }
+  [[nodiscard]] static constexpr Failure of(FailureKind kind, Sent sent) noexcept {
+    return {kind, 0, std::nullopt, sent, std::nullopt};
+  }
   /// Returns a timeout with no response: `sent` says whether the request can have been processed.
   [[nodiscard]] static constexpr Failure timed_out(Sent sent) noexcept { return of(FailureKind::timeout, sent); }
   /// Returns a failed connection with no response: `sent` says whether the request can have been processed.
-  [[nodiscard]] static constexpr Failure connection_failed(Sent sent) noexcept { return of(FailureKind::connection, sent); }
+  [[nodiscard]] static constexpr Failure connection_failed(Sent sent) noexcept {
+    return of(FailureKind::connection, sent);
+  }
   /// Returns the failure of a successful answer that the caller cannot use: processed, retried when safe
   /// to repeat.
   [[nodiscard]] static constexpr Failure unusable_answer() noexcept {

@@ -14,7 +14,7 @@ namespace llmretry {
 /// "3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c", with 122 bits drawn from `rng`, any
 /// UniformRandomBitGenerator. Throws only what `rng` throws (and std::bad_alloc).
 template <class Rng>
-std::string uuid_v4(Rng& rng) {
+[[nodiscard]] std::string uuid_v4(Rng& rng) {
   std::uniform_int_distribution<std::uint64_t> draw(0, std::numeric_limits<std::uint64_t>::max());
   std::uint64_t high = draw(rng), low = draw(rng);
   high = (high & ~std::uint64_t{0xF000}) | 0x4000;                         // version 4
@@ -33,7 +33,7 @@ std::string uuid_v4(Rng& rng) {
 /// Returns a new idempotency key for one logical call: a UUID v4 from this thread's ThreadRng, which is
 /// seeded from std::random_device, the time, the thread and an address, so that no two processes share
 /// a sequence. Send the same key on every attempt of that call, and a new key for the next call.
-inline std::string new_idempotency_key() {
+[[nodiscard]] inline std::string new_idempotency_key() {
   ThreadRng rng;
   return uuid_v4(rng);
 }

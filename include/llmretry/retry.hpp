@@ -259,7 +259,7 @@ class RetryLoop {
  private:
   /// Returns the retry state, set up at the first failure (or guard wait) so that a success sets up nothing.
   RetryState& state() {
-    if (!state_) state_.emplace(validated_policy, policy_, options_.safe_to_repeat);
+    if (!state_) state_.emplace(prevalidated, policy_, options_.safe_to_repeat);
     return *state_;
   }
 

@@ -21,7 +21,7 @@ TEST_CASE("seconds() is as short as exact") {
   CHECK(seconds(30000ms) == "30");
 }
 
-TEST_CASE("the explorer's table, as the seed prints it") {
+TEST_CASE("the explorer's table, exactly") {
   std::ostringstream out;
   llmretry::sim::write_table(out, simulate(scenarios::explorer(Jitter::none)));
   const std::string expected =
@@ -42,6 +42,16 @@ TEST_CASE("the totals, in two lines") {
         "largest group of retries at one instant: 3 (at 0.5 s)\n");
 }
 
+TEST_CASE("the totals and the SVG legend name the status that refusals were answered with") {
+  const auto conflicts = simulate(scenarios::brooker_occ(4, Jitter::none));
+  std::ostringstream totals, svg;
+  llmretry::sim::write_totals(totals, conflicts.totals);
+  llmretry::sim::write_svg(svg, conflicts, "brooker");
+  CHECK(totals.str().find(" refused (409), ") != std::string::npos);
+  CHECK(svg.str().find(">refused (409)</text>") != std::string::npos);
+  CHECK(svg.str().find("429") == std::string::npos);
+}
+
 TEST_CASE("a give-up shows its reason") {
   auto s = scenarios::explorer(Jitter::none);
   s.policy.max_attempts = 3;
@@ -50,17 +60,31 @@ TEST_CASE("a give-up shows its reason") {
   CHECK(out.str().find("gave up at 1.5 s (attempts_exhausted)") != std::string::npos);
 }
 
-TEST_CASE("CSV: one row per attempt") {
+TEST_CASE("CSV: one row per attempt, with the status answered (200 when served)") {
   std::ostringstream out;
   llmretry::sim::write_csv(out, simulate(scenarios::explorer(Jitter::none)));
   const std::string csv = out.str();
-  CHECK(csv.rfind(
-            "client,attempt,sent_ms,answered_ms,outcome,status,wait_ms\n1,1,0,0,served,0,0\n2,1,0,0,refused,429,500\n",
-            0) == 0);
-  CHECK(csv.find("4,4,3500,3500,served,0,0\n") != std::string::npos);
+  CHECK(
+      csv.rfind(
+          "client,attempt,sent_ms,answered_ms,outcome,status,wait_ms\n1,1,0,0,served,200,0\n2,1,0,0,refused,429,500\n",
+          0) == 0);
+  CHECK(csv.find("4,4,3500,3500,served,200,0\n") != std::string::npos);
   std::size_t rows = 0;
   for (const char c : csv) rows += c == '\n' ? 1 : 0;
   CHECK(rows == 11);  // the header and 10 requests
+}
+
+TEST_CASE("SVG: the time axis reaches the given end, so that compared runs share one scale") {
+  const auto run = simulate(scenarios::explorer(Jitter::none));  // last finish 3.5 s
+  std::ostringstream own, shared;
+  llmretry::sim::write_svg(own, run, "own scale");
+  llmretry::sim::write_svg(shared, run, "shared scale", std::chrono::milliseconds{10000});
+  CHECK(own.str().find(">3 s</text>") != std::string::npos);
+  CHECK(own.str().find(">10 s</text>") == std::string::npos);
+  CHECK(shared.str().find(">10 s</text>") != std::string::npos);
+  std::ostringstream shorter;  // an end before the last finish does not cut the run
+  llmretry::sim::write_svg(shorter, run, "own scale", std::chrono::milliseconds{1000});
+  CHECK(shorter.str() == own.str());
 }
 
 TEST_CASE("SVG: one lane per client, the title escaped") {

@@ -50,7 +50,7 @@ std::string fingerprint(const RunResult& result) {
 /// Returns the message of the std::invalid_argument that simulating `scenario` throws, or "".
 std::string error_of(const Scenario& scenario) {
   try {
-    simulate(scenario);
+    (void)simulate(scenario);
   } catch (const std::invalid_argument& error) {
     return error.what();
   }
@@ -59,7 +59,7 @@ std::string error_of(const Scenario& scenario) {
 
 }  // namespace
 
-TEST_CASE("the seed's explorer, reproduced exactly") {
+TEST_CASE("the explorer without jitter: every attempt, wait and finish, exactly") {
   const RunResult result = simulate(scenarios::explorer(Jitter::none));
   using V = std::vector<std::pair<long long, bool>>;
   CHECK(attempts_of(result, 0) == V{{0, true}});
@@ -200,6 +200,7 @@ TEST_CASE("invariants over many random seeds and models") {
         const Attempt& attempt = client.attempts[a];
         const bool last = a + 1 == client.attempts.size();
         CHECK((attempt.outcome == Outcome::served) == (last && client.served));
+        CHECK((attempt.status == 200) == (attempt.outcome == Outcome::served));
         if (!last) CHECK(client.attempts[a + 1].sent == attempt.answered + attempt.wait);
         waits += attempt.wait;
         if (attempt.outcome != Outcome::refused) {

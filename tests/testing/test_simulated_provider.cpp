@@ -35,7 +35,8 @@ std::optional<E> thrown_by(F&& f) {
 }
 }  // namespace
 
-TEST_CASE("The seed's vocabulary", "[simulated_provider]") {
+TEST_CASE("rate_limit, rate_limit:SECONDS, timeout, server_error, ok: the exceptions and messages of a real adapter",
+          "[simulated_provider]") {
   SimulatedProvider provider{"rate_limit", "rate_limit:2.5", "timeout", "server_error", "ok"};
   const auto plain = thrown_by<RateLimited>([&] { provider.call(); });
   REQUIRE(plain);
@@ -75,11 +76,16 @@ TEST_CASE("The extended vocabulary", "[simulated_provider]") {
   CHECK(failure("status:401").kind == FailureKind::authentication);
   CHECK(failure("status:503:4").provider_wait == 4s);
   CHECK(failure("status:429:0.25").kind == FailureKind::rate_limited);
+  CHECK(failure("status:429:0.25").provider_wait == 250ms);
+  CHECK(failure("status:599").status == 599);
+  CHECK_FALSE(failure("status:400").provider_wait);
   CHECK_FALSE(parse_script_item("ok").failure);
 }
 
 TEST_CASE("Repeats", "[simulated_provider]") {
   CHECK(parse_script_item("server_error*3").repeat == 3);
+  CHECK(parse_script_item("ok*1000000").repeat == 1'000'000);  // the largest count
+  CHECK(parse_script_item("ok*0001").repeat == 1);
   SimulatedProvider provider{"server_error*2", "ok*1", "timeout"};
   CHECK_THROWS_AS(provider.call(), ProviderError);
   CHECK_THROWS_AS(provider.call(), ProviderError);
@@ -91,10 +97,29 @@ TEST_CASE("Repeats", "[simulated_provider]") {
 TEST_CASE("A malformed script item is rejected, naming it and its position", "[simulated_provider]") {
   CHECK(error_message({"ok", "rate_limt"}).find("\"rate_limt\" (expected") != std::string::npos);
   CHECK(error_message({"ok", "rate_limt"}).find("at position 1") != std::string::npos);
-  for (const char* bad :
-       {"", "OK", "rate_limit:", "rate_limit:-1", "rate_limit:x", "rate_limit_ms", "status:200", "status:600",
-        "status:4000", "status:40", "status:503:", "server_error*0", "server_error*", "server_error*x",
-        "server_error*1000001", "server_error*99999999999999999999", "timeout ", "*3"}) {
+  for (const char* bad : {"",
+                          "OK",
+                          "rate_limit:",
+                          "rate_limit:-1",
+                          "rate_limit:x",
+                          "rate_limit_ms",
+                          "status:200",
+                          "status:600",
+                          "status:4000",
+                          "status:40",
+                          "status:503:",
+                          "server_error*0",
+                          "server_error*",
+                          "server_error*x",
+                          "server_error*1000001",
+                          "server_error*99999999999999999999",
+                          "server_error*+3",
+                          "server_error* 3",
+                          "status:4x9",
+                          "status:+42",
+                          "status: 429",
+                          "timeout ",
+                          "*3"}) {
     CAPTURE(bad);
     CHECK(error_message({bad}).find(std::string("\"") + bad + "\"") != std::string::npos);
   }

@@ -2,15 +2,17 @@
 // in virtual time. Without flags it runs the explorer: 4 clients, a provider that starts one request
 // every 0.25 s, without jitter and then with it.
 
-#include <llmretry/detail/text.hpp>
+#include <llmretry/detail/duration.hpp>
+#include <llmretry/detail/number.hpp>
 #include <llmretry/sim.hpp>
 
-#include <charconv>
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -68,10 +70,13 @@ Provider model (limits combine: a request is admitted only when all have room)
 Output
   --table                print the per-client table even above 20 clients
   --svg FILE             draw the timeline as SVG; --csv FILE writes one row per attempt
-                         (with a comparison, its files get "-2" before the extension)
+                         (with a comparison, its files get "-2" before the extension, and both
+                         SVGs share one time scale); both are checked writable before simulating
   --help                 this text
 
-Durations: 0.5s, 500ms, or a bare number of seconds. Exit status: 0, or 2 for a bad option.
+Options take their value as --option VALUE or --option=VALUE.
+Durations: numbers with units h, m, s, ms, us or ns, one after another (0.5s, 500ms, 1m30s),
+or a bare number of seconds (2, 0.25). Exit status: 0, or 2 for a bad option.
 )";
 
 /// A bad command line: the message names the option; exit status 2.
@@ -79,26 +84,23 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Returns a duration option's value: a sequence of numbers with units h, m, s, ms, us or ns ("0.5s",
+/// "500ms", "1m30s"), or a bare number of seconds. Throws UsageError naming the option otherwise.
 milliseconds parse_duration(std::string_view flag, std::string_view text) {
-  std::optional<milliseconds> value;
-  if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
-    value = llmretry::detail::parse_decimal_ms(text.substr(0, text.size() - 2), 1);
-  } else if (text.size() > 1 && text.back() == 's') {
-    value = llmretry::detail::parse_decimal_ms(text.substr(0, text.size() - 1), 1000);
-  } else {
-    value = llmretry::detail::parse_decimal_ms(text, 1000);
-  }
-  if (!value) throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a duration (0.5s, 500ms, 2)");
+  auto value = llmretry::detail::parse_duration_ms(text);
+  if (!value) value = llmretry::detail::parse_decimal_ms(text, 1000);
+  if (!value)
+    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a duration (0.5s, 500ms, 1m30s, 2)");
   return *value;
 }
 
+/// Returns an integer option's value in [min, max]. Throws UsageError naming the option otherwise.
 std::int64_t parse_integer(std::string_view flag, std::string_view text, std::int64_t min, std::int64_t max) {
-  std::int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size() || value < min || value > max)
+  const auto value = llmretry::detail::parse_integer(text);
+  if (!value || *value < min || *value > max)
     throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a whole number in [" +
                      std::to_string(min) + ", " + std::to_string(max) + "]");
-  return value;
+  return *value;
 }
 
 double parse_rate(std::string_view flag, std::string_view text) {
@@ -221,19 +223,28 @@ Options parse(int argc, char** argv) {
   const auto fields = setters();
   std::vector<Edit> edits;
   bool compare = true;
+  constexpr std::string_view other_options[] = {"--scenario", "--seeds", "--jitter", "--retry-after", "--svg", "--csv"};
   for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
+    std::string_view flag = argv[i];
+    std::optional<std::string_view> attached;  // the value of --flag=value
+    if (const auto equals = flag.find('='); flag.substr(0, 2) == "--" && equals != std::string_view::npos) {
+      attached = flag.substr(equals + 1);
+      flag = flag.substr(0, equals);
+    }
     if (flag == "--help" || flag == "-h") {
       std::cout << usage;
       std::exit(0);
     }
     if (flag == "--table") {
+      if (attached) throw UsageError("--table takes no value (see --help)");
       options.table = true;
       continue;
     }
-    if (flag.substr(0, 2) != "--") throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
-    if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value (see --help)");
-    const std::string_view value = argv[++i];
+    if (fields.count(flag) == 0 &&
+        std::find(std::begin(other_options), std::end(other_options), flag) == std::end(other_options))
+      throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
+    if (!attached && i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value (see --help)");
+    const std::string_view value = attached ? *attached : std::string_view{argv[++i]};
     if (const auto field = fields.find(flag); field != fields.end()) {
       edits.push_back(field->second(flag, value));
     } else if (flag == "--scenario") {
@@ -249,10 +260,8 @@ Options parse(int argc, char** argv) {
       edits.push_back(retry_after_header(value));
     } else if (flag == "--svg") {
       options.svg = value;
-    } else if (flag == "--csv") {
-      options.csv = value;
     } else {
-      throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
+      options.csv = value;
     }
   }
   if (!compare) {
@@ -278,6 +287,18 @@ std::string with_suffix(const std::string& path, const std::string& suffix) {
   const auto slash = path.find_last_of('/');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + suffix;
   return path.substr(0, dot) + suffix + path.substr(dot);
+}
+
+/// Returns the file of run `index` for an output option: `path` itself for the first run, then "-2",
+/// "-3"... before the extension; "" when the option was not given.
+std::string output_path(const std::string& path, std::size_t index) {
+  return path.empty() || index == 0 ? path : with_suffix(path, "-" + std::to_string(index + 1));
+}
+
+/// Throws UsageError naming `flag` unless `path` can be opened for writing (creating it when absent).
+void check_writable(std::string_view flag, const std::string& path) {
+  if (path.empty()) return;
+  if (!std::ofstream(path, std::ios::app)) throw UsageError(std::string(flag) + ": cannot write '" + path + "'");
 }
 
 void write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
@@ -323,8 +344,8 @@ std::string describe(const Scenario& s) {
   return text;
 }
 
-void show(const Run& run, std::size_t index, const Options& options) {
-  const sim::RunResult result = sim::simulate(run.scenario);
+/// Prints a run and writes its files; `axis_end` is the time axis of its SVG (shared by compared runs).
+void show(const Run& run, const sim::RunResult& result, std::size_t index, const Options& options, sim::Time axis_end) {
   std::cout << "== " << run.title << " ==\n" << describe(run.scenario) << "\n\n";
   if (options.table || run.scenario.clients <= 20) {
     std::cout << "attempts: ✓ served, ✗ 429, ✗NNN another status, ⌛ timeout\n";
@@ -362,11 +383,11 @@ void show(const Run& run, std::size_t index, const Options& options) {
               << " refused on average\n";
     std::cout.unsetf(std::ios::fixed);
   }
-  const std::string suffix = index == 0 ? "" : "-" + std::to_string(index + 1);
   if (!options.svg.empty())
-    write_file(with_suffix(options.svg, suffix), [&](std::ostream& out) { sim::write_svg(out, result, run.title); });
+    write_file(output_path(options.svg, index),
+               [&](std::ostream& out) { sim::write_svg(out, result, run.title, axis_end); });
   if (!options.csv.empty())
-    write_file(with_suffix(options.csv, suffix), [&](std::ostream& out) { sim::write_csv(out, result); });
+    write_file(output_path(options.csv, index), [&](std::ostream& out) { sim::write_csv(out, result); });
   std::cout << '\n';
 }
 
@@ -376,12 +397,22 @@ int main(int argc, char** argv) {
   Options options;
   try {
     options = parse(argc, argv);
+    for (std::size_t i = 0; i < options.runs.size(); ++i) {  // before a run that may take long
+      check_writable("--svg", output_path(options.svg, i));
+      check_writable("--csv", output_path(options.csv, i));
+    }
   } catch (const UsageError& error) {
     std::cerr << "llmretry-sim: " << error.what() << '\n';
     return 2;
   }
   try {
-    for (std::size_t i = 0; i < options.runs.size(); ++i) show(options.runs[i], i, options);
+    std::vector<sim::RunResult> results;
+    sim::Time axis_end{0};  // compared runs are drawn on one time scale
+    for (const Run& run : options.runs) {
+      results.push_back(sim::simulate(run.scenario));
+      axis_end = std::max(axis_end, results.back().totals.makespan);
+    }
+    for (std::size_t i = 0; i < options.runs.size(); ++i) show(options.runs[i], results[i], i, options, axis_end);
   } catch (const std::exception& error) {
     std::cerr << "llmretry-sim: " << error.what() << '\n';
     return 1;

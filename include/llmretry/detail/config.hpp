@@ -24,6 +24,12 @@ namespace llmretry::detail {
 #endif
 }
 
+/// Tags a constructor that skips validating what its caller has validated already.
+struct prevalidated_t {
+  explicit prevalidated_t() = default;
+};
+inline constexpr prevalidated_t prevalidated{};
+
 }  // namespace llmretry::detail
 
 #endif  // LLMRETRY_DETAIL_CONFIG_HPP

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string_view>
 
+#include "number.hpp"
 #include "saturate.hpp"
 #include "text.hpp"
 
@@ -15,7 +16,7 @@ namespace llmretry::detail {
 /// send them: "6m0s", "1s", "20ms", "1h2m3.5s", "1.5s", "0.000340s", "500us" (units h, m, s, ms, us, µs,
 /// ns). Returns it in whole milliseconds rounded up (a provider's wait never comes back early), saturated
 /// at milliseconds::max(); nullopt for anything else (empty text, signs, a number without unit).
-constexpr std::optional<std::chrono::milliseconds> parse_duration_ms(std::string_view text) noexcept {
+[[nodiscard]] constexpr std::optional<std::chrono::milliseconds> parse_duration_ms(std::string_view text) noexcept {
   using std::chrono::milliseconds;
   struct Unit {
     std::string_view name;

@@ -9,13 +9,13 @@ namespace llmretry::detail {
 using std::chrono::milliseconds;
 
 /// Returns a + b for non-negative durations, or milliseconds::max() where the sum would overflow.
-constexpr milliseconds saturating_add(milliseconds a, milliseconds b) noexcept {
+[[nodiscard]] constexpr milliseconds saturating_add(milliseconds a, milliseconds b) noexcept {
   return b.count() > milliseconds::max().count() - a.count() ? milliseconds::max() : a + b;
 }
 
 /// Returns d * 2^exponent for a non-negative d, or `limit` where the result would be at least `limit`.
 /// Never shifts past the width of the type: exponent may be any non-negative int.
-constexpr milliseconds doubled_up_to(milliseconds d, int exponent, milliseconds limit) noexcept {
+[[nodiscard]] constexpr milliseconds doubled_up_to(milliseconds d, int exponent, milliseconds limit) noexcept {
   auto value = d.count();
   if (value == 0) return d;
   for (int i = 0; i < exponent && value < limit.count(); ++i) {

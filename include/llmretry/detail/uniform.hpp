@@ -11,7 +11,7 @@ namespace llmretry::detail {
 /// Returns 64 uniformly random bits from any UniformRandomBitGenerator whose range is a power of two
 /// (mt19937, mt19937_64, pcg, splitmix...), combining draws as needed.
 template <class Rng>
-std::uint64_t random_bits64(Rng& rng) {
+[[nodiscard]] std::uint64_t random_bits64(Rng& rng) {
   using result = typename std::remove_reference_t<Rng>::result_type;
   constexpr auto lo = static_cast<std::uint64_t>((std::remove_reference_t<Rng>::min)());
   constexpr auto span = static_cast<std::uint64_t>((std::remove_reference_t<Rng>::max)()) - lo;
@@ -36,7 +36,7 @@ std::uint64_t random_bits64(Rng& rng) {
 /// The draw sequence is the same with every standard library, so simulations repeat across platforms
 /// for generators whose range is a power of two; other generators go through std::uniform_int_distribution.
 template <class Rng>
-std::int64_t uniform_between(Rng& rng, std::int64_t lo, std::int64_t hi) {
+[[nodiscard]] std::int64_t uniform_between(Rng& rng, std::int64_t lo, std::int64_t hi) {
   if (lo == hi) return lo;
   using R = std::remove_reference_t<Rng>;
   constexpr auto span = static_cast<std::uint64_t>((R::max)()) - static_cast<std::uint64_t>((R::min)());

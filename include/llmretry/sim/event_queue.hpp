@@ -39,7 +39,7 @@ class EventQueue {
   }
 
   /// Removes and returns the earliest event, and moves now() to its time. Requires !empty().
-  Event<Payload> pop() {
+  [[nodiscard]] Event<Payload> pop() {
     std::pop_heap(heap_.begin(), heap_.end(), later);
     Event<Payload> event = std::move(heap_.back());
     heap_.pop_back();
@@ -48,16 +48,16 @@ class EventQueue {
   }
 
   /// Returns true when no event is scheduled.
-  bool empty() const noexcept { return heap_.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return heap_.empty(); }
   /// Returns how many events are scheduled.
-  std::size_t size() const noexcept { return heap_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
   /// Returns the time of the last popped event (zero before the first pop).
-  Time now() const noexcept { return now_; }
+  [[nodiscard]] Time now() const noexcept { return now_; }
   /// Reserves room for `count` scheduled events.
   void reserve(std::size_t count) { heap_.reserve(count); }
 
  private:
-  static bool later(const Event<Payload>& a, const Event<Payload>& b) noexcept {
+  [[nodiscard]] static bool later(const Event<Payload>& a, const Event<Payload>& b) noexcept {
     if (a.at != b.at) return a.at > b.at;
     if (a.rank != b.rank) return a.rank > b.rank;
     return a.sequence > b.sequence;

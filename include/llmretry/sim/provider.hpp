@@ -10,10 +10,10 @@
 #include <queue>
 #include <vector>
 
-#include "../classify.hpp"
 #include "../detail/config.hpp"
 #include "../detail/uniform.hpp"
 #include "../failure.hpp"
+#include "../status.hpp"
 #include "event_queue.hpp"
 #include "random.hpp"
 
@@ -21,7 +21,7 @@ namespace llmretry::sim {
 
 /// How a simulated provider fills Retry-After when it refuses a request.
 enum class RetryAfterMode {
-  none,     ///< no Retry-After at all (the seed's explorer)
+  none,     ///< no Retry-After at all (the explorer)
   fixed,    ///< always the same coarse value, such as Azure's `retry-after: 30`
   precise,  ///< the exact time until capacity returns, as `retry-after-ms` gives it
 };
@@ -41,7 +41,7 @@ enum class Outcome {
 };
 
 /// Returns the name of an outcome ("served", "refused", "server_error", "timeout").
-constexpr const char* to_string(Outcome outcome) noexcept {
+[[nodiscard]] constexpr const char* to_string(Outcome outcome) noexcept {
   switch (outcome) {
     case Outcome::served: return "served";
     case Outcome::refused: return "refused";
@@ -151,7 +151,7 @@ class BucketState {
       : capacity_(bucket.capacity), period_ms_(bucket.period.count()), level_(capacity_ * period_ms_) {}
 
   /// Returns 0 when `cost` units are available at `now`, else how long until they are.
-  std::chrono::milliseconds shortfall(sim::Time now, std::int64_t cost) {
+  [[nodiscard]] std::chrono::milliseconds shortfall(sim::Time now, std::int64_t cost) {
     refill(now);
     const std::int64_t deficit = cost * period_ms_ - level_;
     if (deficit <= 0) return std::chrono::milliseconds::zero();
@@ -175,7 +175,7 @@ class BucketState {
 };
 
 /// Returns a rate in [0, 1] as parts per million.
-inline std::int64_t per_million(double rate) noexcept { return std::llround(rate * 1'000'000.0); }
+[[nodiscard]] inline std::int64_t per_million(double rate) noexcept { return std::llround(rate * 1'000'000.0); }
 
 }  // namespace llmretry::detail
 
@@ -189,7 +189,10 @@ class ProviderModel {
   /// Builds the provider. `seed`: the generator for random failures.
   /// Throws std::invalid_argument naming the field when `spec` makes no sense (see ProviderSpec::validate).
   ProviderModel(const ProviderSpec& spec, std::uint64_t seed)
-      : spec_((spec.validate(), spec)),
+      : ProviderModel((spec.validate(), spec), seed, detail::prevalidated) {}
+  /// Builds the provider from a spec that validate() accepted (simulate validates its scenario once).
+  ProviderModel(const ProviderSpec& spec, std::uint64_t seed, detail::prevalidated_t)
+      : spec_(spec),
         rng_(seed),
         error_ppm_(detail::per_million(spec.server_error_rate)),
         timeout_ppm_(detail::per_million(spec.timeout_rate)) {
@@ -199,7 +202,7 @@ class ProviderModel {
 
   /// Answers a request sent at `now`, updating the provider's state.
   /// Throws std::invalid_argument when `now` is before an earlier request.
-  Reply request(Time now) {
+  [[nodiscard]] Reply request(Time now) {
     if (now < last_request_) detail::throw_invalid_argument("ProviderModel::request: time went back");
     last_request_ = now;
     while (!in_flight_.empty() && in_flight_.top() <= now) in_flight_.pop();
@@ -240,7 +243,7 @@ class ProviderModel {
   }
 
  private:
-  Reply refuse(std::chrono::milliseconds until) const {
+  [[nodiscard]] Reply refuse(std::chrono::milliseconds until) const {
     Reply reply;
     reply.outcome = Outcome::refused;
     reply.latency = spec_.refusal_latency;

@@ -15,9 +15,9 @@ class SplitMix64 {
   explicit constexpr SplitMix64(std::uint64_t seed) noexcept : state_(seed) {}
 
   /// Returns the smallest value operator() returns: 0.
-  static constexpr result_type min() noexcept { return 0; }
+  [[nodiscard]] static constexpr result_type min() noexcept { return 0; }
   /// Returns the largest value operator() returns: 2^64 - 1.
-  static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
+  [[nodiscard]] static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
 
   /// Returns the next 64 random bits.
   constexpr result_type operator()() noexcept {
@@ -33,7 +33,7 @@ class SplitMix64 {
 
 /// Returns the generator of stream `stream` (a client's index, say) derived from one simulation `seed`:
 /// different streams of one seed, and the same stream of different seeds, do not overlap in practice.
-constexpr SplitMix64 stream(std::uint64_t seed, std::uint64_t stream) noexcept {
+[[nodiscard]] constexpr SplitMix64 stream(std::uint64_t seed, std::uint64_t stream) noexcept {
   SplitMix64 mixer{seed ^ (0xD1B54A32D192ED03ULL * (stream + 1))};
   return SplitMix64{mixer()};
 }

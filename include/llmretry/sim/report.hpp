@@ -16,19 +16,19 @@
 namespace llmretry::detail {
 
 /// Returns how many terminal columns UTF-8 `text` takes (one per code point).
-inline std::size_t display_width(const std::string& text) noexcept {
+[[nodiscard]] inline std::size_t display_width(const std::string& text) noexcept {
   return static_cast<std::size_t>(
       std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 /// Returns `text` followed by spaces up to `width` columns.
-inline std::string pad(const std::string& text, std::size_t width) {
+[[nodiscard]] inline std::string pad(const std::string& text, std::size_t width) {
   const std::size_t used = display_width(text);
   return used >= width ? text : text + std::string(width - used, ' ');
 }
 
 /// Returns the mark of an attempt in the table: ✓ served, ✗ 429, ✗409, ✗503, ⌛ timeout.
-inline std::string mark(const sim::Attempt& attempt) {
+[[nodiscard]] inline std::string mark(const sim::Attempt& attempt) {
   switch (attempt.outcome) {
     case sim::Outcome::served: return "✓";
     case sim::Outcome::timeout: return "⌛";
@@ -39,7 +39,7 @@ inline std::string mark(const sim::Attempt& attempt) {
 }
 
 /// Returns a tick step of 1, 2 or 5 times a power of ten (ms) giving at most about 10 ticks over `span`.
-inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
+[[nodiscard]] inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
   std::int64_t step = 1;
   for (;;) {
     for (const std::int64_t m : {1, 2, 5})
@@ -49,7 +49,7 @@ inline std::int64_t tick_step(std::int64_t span_ms) noexcept {
 }
 
 /// Returns `text` with &, <, > and " escaped for XML.
-inline std::string xml_escape(const std::string& text) {
+[[nodiscard]] inline std::string xml_escape(const std::string& text) {
   std::string escaped;
   for (const char c : text) {
     switch (c) {
@@ -68,7 +68,7 @@ inline std::string xml_escape(const std::string& text) {
 namespace llmretry::sim {
 
 /// Returns a duration in seconds, as short as exact: 3500 ms gives "3.5", 511 ms "0.511", 0 "0".
-inline std::string seconds(std::chrono::milliseconds duration) {
+[[nodiscard]] inline std::string seconds(std::chrono::milliseconds duration) {
   const auto ms = duration.count();
   std::string text = std::to_string((ms < 0 ? -ms : ms) / 1000);
   if (ms < 0) text.insert(0, 1, '-');  // not "-" + ...: GCC 12 at -O3 in C++20 warns (-Wrestrict) falsely
@@ -114,9 +114,9 @@ inline void write_table(std::ostream& out, const RunResult& result) {
 
 /// Writes the totals in two lines: requests and their outcomes, then times.
 inline void write_totals(std::ostream& out, const Totals& totals) {
-  out << totals.requests << " requests, " << totals.refused << " refused (429), " << totals.other_failures
-      << " other failures; " << totals.served << " of " << totals.served + totals.gave_up << " served, "
-      << totals.gave_up << " gave up\n"
+  out << totals.requests << " requests, " << totals.refused << " refused (" << totals.refusal_status << "), "
+      << totals.other_failures << " other failures; " << totals.served << " of " << totals.served + totals.gave_up
+      << " served, " << totals.gave_up << " gave up\n"
       << "last finish " << seconds(totals.makespan) << " s; completion p50 " << seconds(totals.p50) << " s, p95 "
       << seconds(totals.p95) << " s, p99 " << seconds(totals.p99) << " s; total waiting " << seconds(totals.waited)
       << " s; largest group of retries at one instant: " << totals.largest_retry_group;
@@ -136,13 +136,15 @@ inline void write_csv(std::ostream& out, const RunResult& result) {
 
 /// Writes the timeline as a self-contained SVG document: one lane (`<g class="lane">`) per client, with
 /// each attempt (green served, red refused, orange 503 or timeout; a bar while in flight), each wait
-/// (grey) and a time axis in seconds. `title` is shown at the top.
-inline void write_svg(std::ostream& out, const RunResult& result, const std::string& title) {
+/// (grey) and a time axis in seconds. `title` is shown at the top. The axis runs from 0 to the larger
+/// of `axis_end` and the run's last finish: give runs that are compared the same `axis_end` to draw
+/// them on one scale.
+inline void write_svg(std::ostream& out, const RunResult& result, const std::string& title, Time axis_end = Time{0}) {
   const std::int64_t lanes = static_cast<std::int64_t>(result.clients.size());
   const std::int64_t lane = std::clamp<std::int64_t>(600 / std::max<std::int64_t>(lanes, 1), 2, 24);
   const std::int64_t left = 80, top = 56, plot = 860, width = left + plot + 30;
   const std::int64_t height = top + lanes * lane + 40;
-  const std::int64_t span = std::max<std::int64_t>(result.totals.makespan.count(), 1);
+  const std::int64_t span = std::max({result.totals.makespan.count(), axis_end.count(), std::int64_t{1}});
   const auto x = [&](Time t) {
     return static_cast<double>(left) +
            static_cast<double>(plot) * static_cast<double>(t.count()) / static_cast<double>(span);
@@ -159,8 +161,9 @@ inline void write_svg(std::ostream& out, const RunResult& result, const std::str
       << "<rect x=\"0\" y=\"0\" width=\"" << width << "\" height=\"" << height << "\" fill=\"#fff\"/>\n"
       << "<text x=\"" << left << "\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" << detail::xml_escape(title)
       << "</text>\n";
+  const std::string refused = "refused (" + std::to_string(result.totals.refusal_status) + ")";
   const char* legend[][2] = {{"served", "served"},
-                             {"refused", "refused (429)"},
+                             {"refused", refused.c_str()},
                              {"failed", "503 / timeout"},
                              {"flight", "in flight"},
                              {"wait", "waiting"}};

@@ -8,7 +8,8 @@
 #include "provider.hpp"
 #include "simulation.hpp"
 
-/// Ready-made scenarios: the stories the simulator was built to tell, with the numbers of their sources.
+/// Ready-made scenarios: herds, coarse and precise Retry-After, request and token limits, and optimistic
+/// concurrency, each with the figures it produces.
 
 namespace llmretry::sim::scenarios {
 
@@ -17,7 +18,7 @@ using namespace std::chrono_literals;
 /// Returns the explorer: 4 clients at once against a provider that starts at most one request every
 /// 0.25 s and answers the others 429 without Retry-After; base 0.5 s, 4 attempts, the given jitter.
 /// Without jitter: 10 requests, 6 answered 429, all 4 served, the last at 3.5 s.
-inline Scenario explorer(Jitter jitter = Jitter::none) {
+[[nodiscard]] inline Scenario explorer(Jitter jitter = Jitter::none) {
   Scenario s;
   s.clients = 4;
   s.provider.start_interval = 250ms;
@@ -28,7 +29,7 @@ inline Scenario explorer(Jitter jitter = Jitter::none) {
 /// Returns a policy that obeys a provider's `retry-after: 30`: 10 attempts, up to 30 s per wait
 /// (max_provider_wait 30 s) and 300 s of waiting in all. The default policy would stop at once instead,
 /// since 30 s is above its cap of 8 s.
-inline RetryPolicy patient_policy(Jitter jitter) {
+[[nodiscard]] inline RetryPolicy patient_policy(Jitter jitter) {
   RetryPolicy policy;
   policy.max_attempts = 10;
   policy.max_provider_wait = 30s;
@@ -40,7 +41,7 @@ inline RetryPolicy patient_policy(Jitter jitter) {
 /// Returns "everyone waits 30 seconds": 10 clients at once, a provider that starts one request a second
 /// and answers every refusal `retry-after: 30`, clients that obey without jitter (patient_policy).
 /// The refused come back together, 30 s apart, and all but one are refused again.
-inline Scenario everyone_waits_30s() {
+[[nodiscard]] inline Scenario everyone_waits_30s() {
   Scenario s;
   s.clients = 10;
   s.provider.start_interval = 1s;
@@ -52,7 +53,7 @@ inline Scenario everyone_waits_30s() {
 
 /// Returns everyone_waits_30s() with the fix: the provider gives the precise time until capacity returns
 /// (`retry-after-ms`) and the clients add full jitter (same patient_policy budgets).
-inline Scenario precise_retry_after() {
+[[nodiscard]] inline Scenario precise_retry_after() {
   Scenario s = everyone_waits_30s();
   s.provider.retry_after_header = RetryAfterMode::precise;
   s.policy.jitter = Jitter::full;
@@ -68,10 +69,10 @@ inline Scenario precise_retry_after_spread() {
   return s;
 }
 
-/// Returns a provider with the limits of seed 001's example, 600 requests and 300,000 tokens per minute,
+/// Returns a provider with limits of 600 requests and 300,000 tokens per minute,
 /// enforced per second (buckets of 10 requests and 5,000 tokens refilled every second), answering 429
 /// with the precise `retry-after-ms`; each call takes 2 s.
-inline ProviderSpec rpm_tpm_provider(std::int64_t tokens_per_request) {
+[[nodiscard]] inline ProviderSpec rpm_tpm_provider(std::int64_t tokens_per_request) {
   ProviderSpec p;
   p.requests = Bucket{10, 1s};
   p.tokens = Bucket{5000, 1s};
@@ -83,7 +84,7 @@ inline ProviderSpec rpm_tpm_provider(std::int64_t tokens_per_request) {
 
 /// Returns `clients` calls of `tokens_per_request` tokens each, spread evenly over one minute, against
 /// rpm_tpm_provider.
-inline Scenario one_minute_of_calls(int clients, std::int64_t tokens_per_request) {
+[[nodiscard]] inline Scenario one_minute_of_calls(int clients, std::int64_t tokens_per_request) {
   Scenario s;
   s.clients = clients;
   s.start_spacing = std::chrono::milliseconds{60s} / clients;
@@ -91,13 +92,13 @@ inline Scenario one_minute_of_calls(int clients, std::int64_t tokens_per_request
   return s;
 }
 
-/// Returns seed 001's workload A: 1,000 short calls (200 tokens) in one minute; the request limit fails
+/// Returns 1,000 short calls (200 tokens) in one minute; the request limit fails
 /// first, the token limit is fine.
-inline Scenario many_small_calls() { return one_minute_of_calls(1000, 200); }
+[[nodiscard]] inline Scenario many_small_calls() { return one_minute_of_calls(1000, 200); }
 
-/// Returns seed 001's workload B: 100 long calls (5,000 tokens) in one minute; the token limit fails
+/// Returns 100 long calls (5,000 tokens) in one minute; the token limit fails
 /// first, the request limit is fine.
-inline Scenario few_large_calls() { return one_minute_of_calls(100, 5000); }
+[[nodiscard]] inline Scenario few_large_calls() { return one_minute_of_calls(100, 5000); }
 
 /// Returns the setup of "Exponential Backoff And Jitter" (AWS Architecture Blog, 2015): `clients` writers
 /// contend on one row under optimistic concurrency, base 5 ms, cap 2 s, retrying until they succeed.
@@ -105,7 +106,7 @@ inline Scenario few_large_calls() { return one_minute_of_calls(100, 5000); }
 /// t + 10 ms and writes at t + 30 ms, and its write fails iff another succeeded since its read, which is
 /// a provider that admits at most one request every 20 ms; every answer takes the 40 ms round trip;
 /// a lost race is a 409 with `x-should-retry: true`.
-inline Scenario brooker_occ(int clients, Jitter jitter) {
+[[nodiscard]] inline Scenario brooker_occ(int clients, Jitter jitter) {
   Scenario s;
   s.clients = clients;
   s.provider.start_interval = 20ms;

@@ -46,7 +46,7 @@ struct Attempt {
   Time sent{0};      ///< when the request left the client
   Time answered{0};  ///< when the client held the answer (or stopped waiting for it)
   Outcome outcome = Outcome::served;
-  int status = 0;                     ///< HTTP status of a failure (429, 409, 503), 0 when served or timed out
+  int status = 0;                     ///< HTTP status: 200 when served, 429, 409 or 503, 0 when timed out
   std::chrono::milliseconds wait{0};  ///< the wait decided after this attempt; 0 when none followed
 };
 
@@ -64,7 +64,8 @@ struct ClientResult {
 struct Totals {
   std::int64_t requests = 0;             ///< attempts sent by all clients
   std::int64_t served = 0;               ///< clients served (one successful request each)
-  std::int64_t refused = 0;              ///< 429s (409s for Refusal::conflict)
+  std::int64_t refused = 0;              ///< refusals for capacity, answered `refusal_status`
+  int refusal_status = 429;              ///< the status of a refusal: 429, or 409 for Refusal::conflict
   std::int64_t other_failures = 0;       ///< 503s and timeouts
   std::int64_t gave_up = 0;              ///< clients that stopped without being served
   Time makespan{0};                      ///< the last finish, served or not
@@ -91,7 +92,7 @@ struct Group {
 
 /// Returns, in time order, every instant at which at least `min_requests` retries (attempts after the
 /// first) were sent: the herd, when clients come back together.
-inline std::vector<Group> retry_groups(const RunResult& result, std::int64_t min_requests = 2) {
+[[nodiscard]] inline std::vector<Group> retry_groups(const RunResult& result, std::int64_t min_requests = 2) {
   std::vector<std::pair<Time, bool>> retries;
   for (const auto& client : result.clients)
     for (const auto& attempt : client.attempts)
@@ -111,7 +112,8 @@ inline std::vector<Group> retry_groups(const RunResult& result, std::int64_t min
 
 /// Returns the nearest-rank percentile `percent` (in (0, 100]) of `sorted`, which must be sorted
 /// ascending; 0 when it is empty.
-inline std::chrono::milliseconds percentile(const std::vector<std::chrono::milliseconds>& sorted, int percent) {
+[[nodiscard]] inline std::chrono::milliseconds percentile(const std::vector<std::chrono::milliseconds>& sorted,
+                                                          int percent) {
   if (sorted.empty()) return std::chrono::milliseconds::zero();
   const auto n = static_cast<std::int64_t>(sorted.size());
   const std::int64_t rank = std::max<std::int64_t>(1, (n * percent + 99) / 100);
@@ -119,7 +121,7 @@ inline std::chrono::milliseconds percentile(const std::vector<std::chrono::milli
 }
 
 /// Returns the totals of the given client results.
-inline Totals totals_of(const std::vector<ClientResult>& clients) {
+[[nodiscard]] inline Totals totals_of(const std::vector<ClientResult>& clients) {
   Totals totals;
   std::vector<std::chrono::milliseconds> completions;
   completions.reserve(clients.size());
@@ -150,9 +152,9 @@ inline Totals totals_of(const std::vector<ClientResult>& clients) {
 /// sent at the same instant reach the provider in client order. The same scenario (seed included) gives
 /// the same result on every run and platform.
 /// Throws std::invalid_argument naming the field when the scenario makes no sense.
-inline RunResult simulate(const Scenario& scenario) {
+[[nodiscard]] inline RunResult simulate(const Scenario& scenario) {
   scenario.validate();
-  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)()};
+  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
   struct Caller {
     RetryState state;
     SplitMix64 rng;
@@ -164,7 +166,7 @@ inline RunResult simulate(const Scenario& scenario) {
   EventQueue<std::size_t> queue;
   queue.reserve(static_cast<std::size_t>(scenario.clients));
   for (std::size_t i = 0; i < result.clients.size(); ++i) {
-    callers.push_back(Caller{RetryState{llmretry::detail::validated_policy, scenario.policy, scenario.safe_to_repeat},
+    callers.push_back(Caller{RetryState{detail::prevalidated, scenario.policy, scenario.safe_to_repeat},
                              stream(scenario.seed, i + 1)});
     result.clients[i].start = scenario.start_spacing * static_cast<std::int64_t>(i);
     queue.push(result.clients[i].start, i, i);
@@ -182,6 +184,7 @@ inline RunResult simulate(const Scenario& scenario) {
     client.finished = attempt.answered;
     if (!reply.failure) {
       client.served = true;
+      attempt.status = 200;
     } else {
       attempt.status = reply.failure->status;
       const Decision decision = callers[i].state.next(*reply.failure, callers[i].rng);
@@ -196,6 +199,7 @@ inline RunResult simulate(const Scenario& scenario) {
     client.attempts.push_back(attempt);
   }
   result.totals = totals_of(result.clients);
+  result.totals.refusal_status = scenario.provider.refusal == Refusal::conflict ? 409 : 429;
   for (const Group& group : retry_groups(result, 1)) {
     if (group.requests > result.totals.largest_retry_group) {
       result.totals.largest_retry_group = group.requests;

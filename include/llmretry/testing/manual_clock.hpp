@@ -19,9 +19,9 @@ class BasicManualClock {
   explicit BasicManualClock(time_point start = time_point{}) noexcept : ticks_(start.time_since_epoch().count()) {}
 
   /// Returns the time now shown.
-  time_point now() const noexcept { return time_point{duration{ticks_.load()}}; }
+  [[nodiscard]] time_point now() const noexcept { return time_point{duration{ticks_.load()}}; }
   /// Returns now(): lets the clock be passed where a callable clock is expected.
-  time_point operator()() const noexcept { return now(); }
+  [[nodiscard]] time_point operator()() const noexcept { return now(); }
   /// Moves the clock forward by `step` (which must not be negative).
   template <class Rep, class Period>
   void advance(std::chrono::duration<Rep, Period> step) noexcept {

@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "../classify.hpp"
 #include "../detail/config.hpp"
-#include "../detail/text.hpp"
+#include "../detail/number.hpp"
 #include "../errors.hpp"
 #include "../failure.hpp"
 #include "../result.hpp"
+#include "../status.hpp"
 
 namespace llmretry::testing {
 
@@ -31,8 +31,8 @@ namespace detail {
 
 /// Returns true when item is "name:VALUE" with VALUE a decimal number of `unit_ms` milliseconds (stored
 /// in `wait`), or just `name` when the value is optional (leaving `wait` empty).
-inline bool take_wait(std::string_view item, std::string_view name, std::int64_t unit_ms, bool value_optional,
-                      std::optional<std::chrono::milliseconds>& wait) {
+[[nodiscard]] inline bool take_wait(std::string_view item, std::string_view name, std::int64_t unit_ms,
+                                    bool value_optional, std::optional<std::chrono::milliseconds>& wait) {
   if (item == name) return value_optional;
   if (item.size() <= name.size() + 1 || item.substr(0, name.size()) != name || item[name.size()] != ':') return false;
   wait = llmretry::detail::parse_decimal_ms(item.substr(name.size() + 1), unit_ms);
@@ -41,7 +41,7 @@ inline bool take_wait(std::string_view item, std::string_view name, std::int64_t
 
 /// Returns the outcome an item without its "*N" names: a failure, or nullopt for "ok"; returns an empty
 /// outer optional when the item is not in the vocabulary.
-inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item) {
+[[nodiscard]] inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item) {
   using std::chrono::milliseconds;
   const auto with_sent = [](FailureKind kind, Sent sent) { return Failure::of(kind, sent); };
   if (item == "ok") return std::optional<Failure>{};
@@ -63,14 +63,11 @@ inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item
   if (item.substr(0, 7) == "status:") {  // status:NNN or status:NNN:SECONDS
     const auto rest = item.substr(7);
     const auto code = rest.substr(0, 3);
-    if (code.size() == 3 && llmretry::detail::is_digit(code[0]) && llmretry::detail::is_digit(code[1]) &&
-        llmretry::detail::is_digit(code[2])) {
-      const int status = (code[0] - '0') * 100 + (code[1] - '0') * 10 + (code[2] - '0');
-      if (status >= 400 && status <= 599 && (rest.size() == 3 || take_wait(rest, code, 1000, false, wait))) {
-        Failure failure = classify_status(status);
-        failure.provider_wait = wait;
-        return failure;
-      }
+    const auto status = code.size() == 3 ? llmretry::detail::parse_digits(code) : std::nullopt;
+    if (status && *status >= 400 && *status <= 599 && (rest.size() == 3 || take_wait(rest, code, 1000, false, wait))) {
+      Failure failure = classify_status(static_cast<int>(*status));
+      failure.provider_wait = wait;
+      return failure;
     }
   }
   return std::nullopt;
@@ -85,7 +82,7 @@ inline std::optional<std::optional<Failure>> parse_outcome(std::string_view item
 /// "context_length" and "content_filter" (400), "status:NNN" or "status:NNN:SECONDS" (any status 400-599,
 /// optionally with Retry-After); any of them may end with "*N" to repeat it N times (1 to 1,000,000).
 /// Throws std::invalid_argument naming the item when it is none of these.
-inline ScriptStep parse_script_item(std::string_view item) {
+[[nodiscard]] inline ScriptStep parse_script_item(std::string_view item) {
   const auto fail = [&] {
     throw std::invalid_argument("SimulatedProvider: malformed script item \"" + std::string(item) +
                                 "\" (expected ok, rate_limit[:SECONDS], rate_limit_ms:MS, timeout, "
@@ -97,14 +94,9 @@ inline ScriptStep parse_script_item(std::string_view item) {
   auto outcome = item;
   if (const auto star = item.rfind('*'); star != std::string_view::npos) {
     outcome = item.substr(0, star);
-    const auto count = item.substr(star + 1);
-    std::int64_t n = 0;
-    for (char c : count) {
-      if (!llmretry::detail::is_digit(c) || n > 1'000'000) fail();
-      n = n * 10 + (c - '0');
-    }
-    if (count.empty() || n < 1 || n > 1'000'000) fail();
-    step.repeat = static_cast<int>(n);
+    const auto n = llmretry::detail::parse_digits(item.substr(star + 1));
+    if (!n || *n < 1 || *n > 1'000'000) fail();
+    step.repeat = static_cast<int>(*n);
   }
   const auto parsed = detail::parse_outcome(outcome);
   if (!parsed) fail();
@@ -133,7 +125,7 @@ class SimulatedProvider {
   SimulatedProvider(std::initializer_list<std::string> script) : SimulatedProvider(std::vector<std::string>(script)) {}
 
   /// Takes the next script item: returns its failure, or nullopt when this call succeeds.
-  std::optional<Failure> next() {
+  [[nodiscard]] std::optional<Failure> next() {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto index = static_cast<std::size_t>(calls_++);
     return index < steps_.size() ? steps_[index] : std::nullopt;
@@ -168,13 +160,13 @@ class SimulatedProvider {
   }
 
   /// Returns how many calls were made.
-  int calls() const {
+  [[nodiscard]] int calls() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return calls_;
   }
 
   /// Returns the message a real adapter would give the failure, such as "HTTP 429: rate limited (simulated).".
-  static std::string message(const Failure& failure) {
+  [[nodiscard]] static std::string message(const Failure& failure) {
     switch (failure.kind) {
       case FailureKind::timeout:
         return failure.sent == Sent::not_sent ? "Could not connect within the timeout (simulated)."

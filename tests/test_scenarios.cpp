@@ -1,5 +1,5 @@
-// The seed's reference behaviour (assistant/retry.py, try_retry.py) and DESIGN.md's exact checks,
-// replayed through call_with_retry with a scripted provider and a recording sleep.
+// Whole calls through call_with_retry, with a scripted provider and a recording sleep: the waits, the
+// number of attempts and the reason for stopping that the default policy and its variants promise.
 #include <llmretry/llmretry.hpp>
 #include <llmretry/testing.hpp>
 
@@ -55,7 +55,7 @@ Replay replay(const std::vector<std::string>& script, const RetryPolicy& policy,
 }
 }  // namespace
 
-TEST_CASE("try_retry.py: rate_limit, timeout, server_error, then success on attempt 4", "[seed]") {
+TEST_CASE("rate_limit, timeout, server_error, then success on attempt 4, each wait within its backoff", "[scenario]") {
   const auto run = replay({"rate_limit", "timeout", "server_error"}, RetryPolicy{});
   CHECK(run.calls == 4);
   CHECK_FALSE(run.stopped);
@@ -66,13 +66,13 @@ TEST_CASE("try_retry.py: rate_limit, timeout, server_error, then success on atte
   CHECK(run.waits[2] <= 2s);
 }
 
-TEST_CASE("try_retry.py with jitter off: waits 0.5, 1, 2 s (3.5 s in total)", "[seed]") {
+TEST_CASE("rate_limit, timeout, server_error with jitter off: waits 0.5, 1, 2 s (3.5 s in total)", "[scenario]") {
   const auto run = replay({"rate_limit", "timeout", "server_error"}, policy_with(Jitter::none));
   CHECK(run.waits == std::vector<milliseconds>{500ms, 1s, 2s});
   CHECK(run.calls == 4);
 }
 
-TEST_CASE("try_retry.py with rate_limit:0.511: waits 0.511 s, as the provider asked", "[seed]") {
+TEST_CASE("a 429 asking for 0.511 s: waits exactly 0.511 s whatever the jitter draws", "[scenario]") {
   for (std::uint64_t seed = 0; seed < 50; ++seed) {
     const auto run = replay({"rate_limit:0.511"}, RetryPolicy{}, seed);
     CHECK(run.waits == std::vector<milliseconds>{511ms});
@@ -80,7 +80,7 @@ TEST_CASE("try_retry.py with rate_limit:0.511: waits 0.511 s, as the provider as
   }
 }
 
-TEST_CASE("try_retry.py with rate_limit:30: throws at once, no sleep", "[seed]") {
+TEST_CASE("a 429 asking for 30 s (above the cap): throws at once, no sleep", "[scenario]") {
   const auto run = replay({"rate_limit:30"}, RetryPolicy{});
   CHECK(run.calls == 1);
   CHECK(run.waits.empty());
@@ -88,28 +88,28 @@ TEST_CASE("try_retry.py with rate_limit:30: throws at once, no sleep", "[seed]")
   CHECK(run.last_failure->kind == FailureKind::rate_limited);
 }
 
-TEST_CASE("DESIGN.md: base 1 s, always 429: waits 1, 2, 4 (7 s), the 4th attempt fails", "[seed]") {
+TEST_CASE("base 1 s, always 429: waits 1, 2, 4 (7 s), the 4th attempt fails", "[scenario]") {
   const auto run = replay({"rate_limit*100"}, policy_with(Jitter::none, 1s));
   CHECK(run.waits == std::vector<milliseconds>{1s, 2s, 4s});
   CHECK(run.calls == 4);
   CHECK(run.stopped == StopReason::attempts_exhausted);
 }
 
-TEST_CASE("DESIGN.md: base 4 s: waits 4, 8, 8 (exactly 20 s is within budget), the 4th attempt fails", "[seed]") {
+TEST_CASE("base 4 s: waits 4, 8, 8 (exactly 20 s is within budget), the 4th attempt fails", "[scenario]") {
   const auto run = replay({"rate_limit*100"}, policy_with(Jitter::none, 4s));
   CHECK(run.waits == std::vector<milliseconds>{4s, 8s, 8s});
   CHECK(run.calls == 4);
   CHECK(run.stopped == StopReason::attempts_exhausted);
 }
 
-TEST_CASE("DESIGN.md: unlimited attempts, always 503: 0.5, 1, 2, 4, 8 (15.5 s), then stop", "[seed]") {
+TEST_CASE("unlimited attempts, always 503: 0.5, 1, 2, 4, 8 (15.5 s), then stop", "[scenario]") {
   const auto run = replay({"server_error*100"}, policy_with(Jitter::none, 500ms, 1'000'000));
   CHECK(run.waits == std::vector<milliseconds>{500ms, 1s, 2s, 4s, 8s});
   CHECK(run.calls == 6);
   CHECK(run.stopped == StopReason::wait_budget);
 }
 
-TEST_CASE("DESIGN.md: the real Azure 429 waits at least 0.511 s; retry-after: 30 alone stops", "[seed]") {
+TEST_CASE("a real Azure 429 waits at least 0.511 s; retry-after: 30 alone stops", "[scenario]") {
   const auto now = std::chrono::system_clock::now();
   const std::map<std::string, std::string> azure{{"retry-after", "30"},
                                                  {"retry-after-ms", "511"},
@@ -142,7 +142,7 @@ TEST_CASE("DESIGN.md: the real Azure 429 waits at least 0.511 s; retry-after: 30
   }
 }
 
-TEST_CASE("The seed's decision tree: 400 is never retried", "[seed]") {
+TEST_CASE("a 400 is never retried", "[scenario]") {
   const auto run = replay({"status:400"}, RetryPolicy{});
   CHECK(run.calls == 1);
   CHECK(run.waits.empty());
