@@ -41,7 +41,7 @@ std::vector<milliseconds> waits_until_stop(RetryState& state, const Failure& fai
 }
 }  // namespace
 
-TEST_CASE("The seed's exact checks, jitter off", "[decision]") {
+TEST_CASE("The exact checks of the defaults, jitter off", "[decision]") {
   StopReason reason{};
   SECTION("base 1 s, always 429: waits 1, 2, 4 (7 s), then the 4th attempt fails") {
     RetryState state{no_jitter(1s)};

@@ -20,7 +20,7 @@ std::string validation_message(const RetryPolicy& policy) {
 }
 }  // namespace
 
-TEST_CASE("RetryPolicy defaults are the seed's", "[policy]") {
+TEST_CASE("RetryPolicy defaults: 4 attempts, 0.5 s base, 8 s cap, full jitter, 20 s of waiting", "[policy]") {
   const RetryPolicy policy;
   CHECK(policy.max_attempts == 4);
   CHECK(policy.base == 500ms);

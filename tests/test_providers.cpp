@@ -116,7 +116,7 @@ TEST_CASE("Gemini and Vertex: google.rpc status and RetryInfo") {
   }
 }
 
-TEST_CASE("classify_provider_response reads the seed's Azure 429 headers") {
+TEST_CASE("classify_provider_response reads a real Azure 429's headers") {
   const std::map<std::string, std::string> headers{{"retry-after", "30"}, {"retry-after-ms", "511"}};
   const auto failure =
       classify_provider_response(Provider::azure_openai, 429, headers, now, code("rate_limit_exceeded"));

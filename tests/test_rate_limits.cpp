@@ -37,7 +37,7 @@ TEST_CASE("provider durations") {
 }
 
 TEST_CASE("OpenAI and Azure x-ratelimit headers") {
-  SECTION("the seed's Azure 429: a negative remaining count is kept") {
+  SECTION("a real Azure 429: a negative remaining count is kept") {
     const std::map<std::string, std::string> headers{{"x-ratelimit-limit-tokens", "100000"},
                                                      {"x-ratelimit-remaining-tokens", "-853"},
                                                      {"x-ratelimit-limit-requests", "100"},

@@ -38,7 +38,7 @@ provider, in virtual time (instant and repeatable). Without options: the explore
 Scenario
   --scenario NAME        explorer (default): 4 clients, one request started every 0.25 s, no Retry-After
                          thirty: 10 clients, one request a second, every 429 says retry-after: 30, clients
-                           obey without jitter (10 attempts, max-retry-after 30 s, max-total-wait 300 s);
+                           obey without jitter (10 attempts, max-provider-wait 30 s, max-total-wait 300 s);
                            compared with retry-after-ms and full jitter
                          rpm: 1,000 calls of 200 tokens in a minute (600 RPM and 300,000 TPM, per second)
                          tpm: 100 calls of 5,000 tokens in a minute (same limits)
@@ -52,7 +52,8 @@ Scenario
   --seeds N              runs with jitter or random failures are repeated over N seeds, and the mean
                          last finish and the runs with a give-up are printed (default 50)
 Retry policy (llmretry::RetryPolicy)
-  --base D  --cap D  --attempts N  --max-total-wait D  --max-retry-after D
+  --base D  --cap D  --attempts N  --max-total-wait D  --max-provider-wait D
+  --provider-wait-jitter D   come back up to D after the provider's wait, never before it
   --jitter MODE          none, full, equal or decorrelated
 Provider model (limits combine: a request is admitted only when all have room)
   --interval D           starts at most one request every D
@@ -186,7 +187,8 @@ std::map<std::string_view, Setter> setters() {
       {"--cap", setter(duration, [](Scenario& s, D d) { s.policy.cap = d; })},
       {"--attempts", setter(count(INT32_MAX), [](Scenario& s, N n) { s.policy.max_attempts = static_cast<int>(n); })},
       {"--max-total-wait", setter(duration, [](Scenario& s, D d) { s.policy.max_total_wait = d; })},
-      {"--max-retry-after", setter(duration, [](Scenario& s, D d) { s.policy.max_provider_wait = d; })},
+      {"--provider-wait-jitter", setter(duration, [](Scenario& s, D d) { s.policy.provider_wait_jitter = d; })},
+      {"--max-provider-wait", setter(duration, [](Scenario& s, D d) { s.policy.max_provider_wait = d; })},
       {"--interval", setter(duration, [](Scenario& s, D d) { s.provider.start_interval = d; })},
       {"--rpm", setter(count(many),
                        [](Scenario& s, N n) {
