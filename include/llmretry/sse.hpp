@@ -19,8 +19,9 @@ struct SseEvent {
 /// the bytes as they arrive, in pieces of any size, and it calls back once per complete event.
 /// Lines may end in "\r\n", "\n" or "\r"; comments (":" lines, the keep-alives) and unknown fields are
 /// skipped; an event without data is not dispatched. Never throws on malformed input.
-/// One event (its data, event and id fields and the line being read) is held up to a size limit; past it
-/// the parser stops (see overflowed), so that a server cannot make it buffer without bound.
+/// One event's data, with the line being read, is held up to a size limit (any other field is one line,
+/// so within it too); past it the parser stops (see overflowed), so a server cannot make it buffer
+/// without bound.
 class SseParser {
  public:
   /// The default limit of one event: 1 MiB.
@@ -43,7 +44,7 @@ class SseParser {
       after_cr_ = c == '\r';
       if (c == '\r' || c == '\n') {
         end_line(on_event);
-      } else if (line_.size() + pending_.data.size() + pending_.event.size() + pending_.id.size() >= max_) {
+      } else if (line_.size() + pending_.data.size() >= max_) {
         overflowed_ = true;
       } else {
         line_ += c;
