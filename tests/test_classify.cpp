@@ -30,7 +30,7 @@ TEST_CASE("classify_status says whether the work may have been done", "[classify
   CHECK(classify_status(429).sent == Sent::refused);  // refused: no work done
   CHECK(classify_status(408).sent == Sent::refused);
   CHECK(classify_status(503).sent == Sent::maybe_processed);
-  CHECK(classify_status(529).sent == Sent::maybe_processed);
+  CHECK(classify_status(529).sent == Sent::refused);  // overloaded: turned away before any work
 }
 
 TEST_CASE("Error codes refine the status, never the message", "[classify]") {

@@ -15,7 +15,7 @@ TEST_CASE("Transient kinds are the ones another attempt can fix", "[failure]") {
     CHECK(llmretry::is_transient(kind));
   for (auto kind : {FailureKind::quota_exhausted, FailureKind::stream_interrupted, FailureKind::invalid_request,
                     FailureKind::context_length, FailureKind::content_filter, FailureKind::authentication,
-                    FailureKind::not_found, FailureKind::client_error, FailureKind::unknown})
+                    FailureKind::not_found, FailureKind::client_error, FailureKind::too_large, FailureKind::unknown})
     CHECK_FALSE(llmretry::is_transient(kind));
 }
 

@@ -134,3 +134,24 @@ TEST_CASE("to_string(Provider)") {
   CHECK(std::string(to_string(Provider::anthropic)) == "anthropic");
   CHECK(std::string(to_string(Provider::gemini)) == "gemini");
 }
+
+TEST_CASE("finish_reason_failure: a filtered 2xx answer is content_filter, billed") {
+  using llmretry::finish_reason_failure;
+  for (const auto& [provider, reason] : {std::pair{Provider::openai, "content_filter"},
+                                         std::pair{Provider::azure_openai, "content_filter"},
+                                         std::pair{Provider::anthropic, "refusal"}, std::pair{Provider::gemini, "SAFETY"}}) {
+    const auto failure = finish_reason_failure(provider, reason);
+    REQUIRE(failure);
+    CHECK(failure->kind == FailureKind::content_filter);
+    CHECK(failure->sent == Sent::maybe_processed);
+  }
+  CHECK_FALSE(finish_reason_failure(Provider::openai, "stop"));
+  CHECK_FALSE(finish_reason_failure(Provider::anthropic, "content_filter"));
+}
+
+TEST_CASE("OpenAI and Azure codes stand for a status where the HTTP status says nothing") {
+  CHECK(classify_provider_error(Provider::openai, 200, code("rate_limit_exceeded")).kind == FailureKind::rate_limited);
+  CHECK(classify_provider_error(Provider::azure_openai, 200, type("server_error")).kind == FailureKind::server_error);
+  CHECK(classify_provider_error(Provider::openai, 0, code("insufficient_quota")).kind == FailureKind::quota_exhausted);
+  CHECK(classify_provider_error(Provider::openai, 200, code("something_new")).kind == FailureKind::unknown);
+}

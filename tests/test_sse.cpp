@@ -47,3 +47,18 @@ TEST_CASE("an empty data line still makes an event") {
   CHECK(events[0].data.empty());
   CHECK(events[1].data == "\n");
 }
+
+TEST_CASE("SseParser: one event is held up to its size limit; partial() tells a cut last event") {
+  std::vector<llmretry::SseEvent> events;
+  const auto collect = [&](const llmretry::SseEvent& event) { events.push_back(event); };
+  llmretry::SseParser parser(16);
+  parser.feed("data: short\n\n", collect);
+  CHECK_FALSE(parser.partial());
+  parser.feed("data: 0123456789", collect);
+  CHECK(parser.partial());
+  CHECK_FALSE(parser.overflowed());
+  parser.feed("abcdef\n\ndata: after\n\n", collect);
+  CHECK(parser.overflowed());
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].data == "short");
+}

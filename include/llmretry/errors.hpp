@@ -7,6 +7,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "detail/config.hpp"
 #include "failure.hpp"
@@ -37,6 +39,9 @@ class RateLimited : public ProviderError {
   /// `provider_wait`: the wait the provider asked for, if it said.
   explicit RateLimited(const std::string& message, std::optional<std::chrono::milliseconds> provider_wait = {})
       : ProviderError(message, with_provider_wait(provider_wait)) {}
+  /// A 429 classified by the caller: `failure` is kept whole (status, wait, `x-should-retry`).
+  /// Requires failure.kind == FailureKind::rate_limited.
+  RateLimited(const std::string& message, const Failure& failure) : ProviderError(message, failure) {}
 
   /// Returns the wait the provider asked for, if any.
   std::optional<std::chrono::milliseconds> provider_wait() const noexcept { return failure().provider_wait; }
@@ -56,6 +61,8 @@ class ProviderTimeout : public ProviderError {
  public:
   explicit ProviderTimeout(const std::string& message, Sent sent = Sent::maybe_processed)
       : ProviderError(message, Failure::timed_out(sent)) {}
+  /// A timeout classified by the caller, kept whole. Requires failure.kind == FailureKind::timeout.
+  ProviderTimeout(const std::string& message, const Failure& failure) : ProviderError(message, failure) {}
 };
 
 /// The connection failed: refused or unreachable before sending (Sent::not_sent, the default), or reset after
@@ -64,23 +71,53 @@ class ConnectionError : public ProviderError {
  public:
   explicit ConnectionError(const std::string& message, Sent sent = Sent::not_sent)
       : ProviderError(message, Failure::connection_failed(sent)) {}
+  /// A failed connection classified by the caller, kept whole. Requires failure.kind == FailureKind::connection.
+  ConnectionError(const std::string& message, const Failure& failure) : ProviderError(message, failure) {}
 };
 
-/// Throws the exception class that `failure` calls for, with `message`: RateLimited (with the failure's
-/// provider_wait) for rate_limited, ProviderTimeout for timeout and ConnectionError for connection (each
-/// with the failure's Sent), ProviderError with the whole failure for any other kind. Aborts when
-/// exceptions are off.
-[[noreturn]] inline void throw_provider_error(const std::string& message, const Failure& failure) {
+namespace detail {
+
+/// No payload: throw_provider_error throws the plain exception class.
+struct NoPayload {};
+
+/// An exception of class `Error` that also is a `Payload` (such as the curl adapter's response).
+template <class Error, class Payload>
+class ErrorWith final : public Error, public Payload {
+ public:
+  ErrorWith(const std::string& message, const Failure& failure, Payload payload)
+      : Error(message, failure), Payload(std::move(payload)) {}
+};
+
+#if LLMRETRY_HAS_EXCEPTIONS
+template <class Error, class Payload>
+[[noreturn]] void throw_as(const std::string& message, const Failure& failure, Payload&& payload) {
+  using Plain = std::decay_t<Payload>;
+  if constexpr (std::is_same_v<Plain, NoPayload>) throw Error(message, failure);
+  else throw ErrorWith<Error, Plain>(message, failure, std::forward<Payload>(payload));
+}
+#endif
+
+}  // namespace detail
+
+/// Throws the exception class that `failure` calls for, with `message` and the whole `failure`:
+/// RateLimited for rate_limited, ProviderTimeout for timeout, ConnectionError for connection,
+/// ProviderError for any other kind. With a `payload` (a copyable class that is not an exception, such
+/// as curl::WithResponse), the exception thrown derives from the payload's class too and carries it:
+/// catch it as the llmretry class and read the payload with dynamic_cast (or catch the payload's class).
+/// Every adapter throws through this one mapping. Aborts when exceptions are off.
+template <class Payload = detail::NoPayload>
+[[noreturn]] void throw_provider_error(const std::string& message, const Failure& failure, Payload payload = {}) {
 #if !LLMRETRY_HAS_EXCEPTIONS
   (void)message;
   (void)failure;
+  (void)payload;
   std::abort();
 #else
   switch (failure.kind) {
-    case FailureKind::rate_limited: throw RateLimited(message, failure.provider_wait);
-    case FailureKind::timeout: throw ProviderTimeout(message, failure.sent);
-    case FailureKind::connection: throw ConnectionError(message, failure.sent);
-    default: throw ProviderError(message, failure);
+    case FailureKind::rate_limited: detail::throw_as<RateLimited>(message, failure, std::move(payload));
+    case FailureKind::timeout: detail::throw_as<ProviderTimeout>(message, failure, std::move(payload));
+    case FailureKind::connection: detail::throw_as<ConnectionError>(message, failure, std::move(payload));
+    default: detail::throw_as<ProviderError>(message, failure, std::move(payload));
   }
 #endif
 }

@@ -24,6 +24,7 @@ enum class FailureKind {
   authentication,      ///< 401 / 403: key or permission
   not_found,           ///< 404: model or deployment
   client_error,        ///< any other 4xx
+  too_large,           ///< the answer passed a size limit of the client: the next one would too; never retried
   unknown,             ///< not recognised: never retried
 };
 
@@ -95,6 +96,7 @@ struct Failure {
     case FailureKind::authentication: return "authentication";
     case FailureKind::not_found: return "not_found";
     case FailureKind::client_error: return "client_error";
+    case FailureKind::too_large: return "too_large";
     case FailureKind::unknown: return "unknown";
   }
   return "unknown";

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,7 +52,7 @@ void read_count(const Headers& headers, const std::string& name, std::optional<s
 
 /// Returns the rate-limit state in a response's headers, from either family (names case-insensitive):
 /// - OpenAI and Azure OpenAI: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, the reset as a
-///   duration such as "6m0s", "1s" or "20ms";
+///   duration such as "6m0s", "1s" or "20ms"; a token count of exactly -1 (Azure's "not known") is left empty;
 /// - Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`,
 ///   the reset as an RFC 3339 time, turned into a wait from `now` (0 when past).
 /// `headers`: any container of name/value pairs or look-up callable, as for requested_wait. A malformed
@@ -74,6 +76,8 @@ template <class Headers>
   };
   read_openai("requests", limits.requests);
   read_openai("tokens", limits.tokens);
+  for (auto* count : {&limits.tokens.limit, &limits.tokens.remaining})
+    if (*count == -1) count->reset();
   read_anthropic("requests", limits.requests);
   read_anthropic("tokens", limits.tokens);
   read_anthropic("input-tokens", limits.input_tokens);

@@ -1,6 +1,7 @@
 #ifndef LLMRETRY_SSE_HPP
 #define LLMRETRY_SSE_HPP
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,13 +19,24 @@ struct SseEvent {
 /// the bytes as they arrive, in pieces of any size, and it calls back once per complete event.
 /// Lines may end in "\r\n", "\n" or "\r"; comments (":" lines, the keep-alives) and unknown fields are
 /// skipped; an event without data is not dispatched. Never throws on malformed input.
+/// One event's data, with the line being read, is held up to a size limit (any other field is one line,
+/// so within it too); past it the parser stops (see overflowed), so a server cannot make it buffer
+/// without bound.
 class SseParser {
  public:
+  /// The default limit of one event: 1 MiB.
+  static constexpr std::size_t default_max_event_bytes = std::size_t{1} << 20;
+
+  /// A parser that holds at most `max_event_bytes` of one event.
+  explicit SseParser(std::size_t max_event_bytes = default_max_event_bytes) noexcept : max_(max_event_bytes) {}
+
   /// Parses `bytes` and calls `on_event(const SseEvent&)` for each event they complete. An incomplete
-  /// last line is kept for the next call. Throws only what `on_event` throws.
+  /// last line is kept for the next call. Once an event passes the size limit, this and every later
+  /// call ignore their bytes. Throws only what `on_event` throws.
   template <class OnEvent>
   void feed(std::string_view bytes, OnEvent&& on_event) {
     for (char c : bytes) {
+      if (overflowed_) return;
       if (after_cr_ && c == '\n') {
         after_cr_ = false;
         continue;
@@ -32,11 +44,19 @@ class SseParser {
       after_cr_ = c == '\r';
       if (c == '\r' || c == '\n') {
         end_line(on_event);
+      } else if (line_.size() + pending_.data.size() >= max_) {
+        overflowed_ = true;
       } else {
         line_ += c;
       }
     }
   }
+
+  /// Returns true once an event passed the size limit: the stream cannot be read further.
+  bool overflowed() const noexcept { return overflowed_; }
+  /// Returns true when bytes were fed that no dispatched event accounted for yet: an incomplete line, or
+  /// data lines not yet ended by a blank line. At the end of a stream, its last event was cut.
+  bool partial() const noexcept { return !line_.empty() || has_data_; }
 
  private:
   template <class OnEvent>
@@ -81,6 +101,8 @@ class SseParser {
   bool has_data_ = false;
   bool after_cr_ = false;
   bool first_line_ = true;
+  bool overflowed_ = false;
+  std::size_t max_;
 };
 
 }  // namespace llmretry

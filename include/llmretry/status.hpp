@@ -11,14 +11,14 @@ namespace llmretry {
 /// Returns the failure an HTTP error status means, refined by the provider's machine-readable error code
 /// or type when given (never its message): "insufficient_quota" and "billing_hard_limit_reached" make a
 /// 429 quota_exhausted; "context_length_exceeded" gives context_length; "content_filter" and
-/// "content_policy_violation" give content_filter. 429 and 408 were answered without doing any work
-/// (Sent::refused); a 5xx may have been processed (Sent::maybe_processed). Statuses below 400 give
-/// FailureKind::unknown.
+/// "content_policy_violation" give content_filter. 429, 408 and 529 (overloaded: the provider turned the
+/// request away) were answered without doing any work (Sent::refused); any other 5xx may have been
+/// processed (Sent::maybe_processed). Statuses below 400 give FailureKind::unknown.
 [[nodiscard]] constexpr Failure classify_status(int status, std::string_view error_code = {}) noexcept {
   using detail::iequals;
   Failure failure;
   failure.status = status;
-  failure.sent = status >= 500 ? Sent::maybe_processed : Sent::refused;
+  failure.sent = status >= 500 && status != 529 ? Sent::maybe_processed : Sent::refused;
   if (iequals(error_code, "insufficient_quota") || iequals(error_code, "billing_hard_limit_reached")) {
     failure.kind = FailureKind::quota_exhausted;
   } else if (iequals(error_code, "context_length_exceeded")) {

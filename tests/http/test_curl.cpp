@@ -8,10 +8,21 @@
 #include <llmretry/retry.hpp>
 #include <llmretry/testing/fake_sleep.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <llmretry_catch.hpp>
@@ -102,24 +113,67 @@ TEST_CASE("the seed's Azure 429, then success: waits at least retry-after-ms, sa
   CHECK(call.attempts() == 2);
 }
 
-TEST_CASE("the seed's Azure 429 as an HttpError: the failure, the response and its rate-limit state") {
+TEST_CASE("the seed's Azure 429 is a RateLimited that carries the failure, the response and its rate-limit state") {
   LoopbackProvider server;
   server.then(LoopbackProvider::azure_rate_limited());
   Call call(chat_request(server), options_for(Provider::azure_openai));
   try {
     call();
     FAIL("no error");
-  } catch (const llmretry::curl::HttpError& error) {
+  } catch (const llmretry::RateLimited& error) {
     CHECK(error.failure().kind == FailureKind::rate_limited);
-    CHECK(error.failure().provider_wait == std::chrono::milliseconds{511});
-    CHECK(error.response().status == 429);
-    CHECK(error.response().header("Retry-After") == std::string_view("30"));
+    CHECK(error.provider_wait() == std::chrono::milliseconds{511});
     CHECK(std::string(error.what()).find("rate_limit_exceeded") != std::string::npos);
-    const auto limits = llmretry::parse_rate_limits(error.response().headers, std::chrono::system_clock::now());
+    const auto* response = llmretry::curl::response_of(error);
+    REQUIRE(response != nullptr);
+    CHECK(response->status == 429);
+    CHECK(response->header("Retry-After") == std::string_view("30"));
+    const auto limits = llmretry::parse_rate_limits(response->headers, std::chrono::system_clock::now());
     CHECK(limits.tokens.limit == 100000);
     CHECK(limits.tokens.remaining == -853);
     CHECK(limits.requests.remaining == 65);
   }
+}
+
+TEST_CASE("every failure maps to its llmretry exception class, the response reachable") {
+  SECTION("a timeout is a ProviderTimeout") {
+    LoopbackProvider server;
+    server.then(LoopbackProvider::hang(5000ms));
+    auto options = options_for(Provider::openai);
+    options.timeout = 200ms;
+    Call call(chat_request(server), options);
+    try {
+      call();
+      FAIL("no error");
+    } catch (const llmretry::ProviderTimeout& error) {
+      REQUIRE(llmretry::curl::response_of(error) != nullptr);
+      CHECK(llmretry::curl::response_of(error)->status == 0);
+    }
+  }
+  SECTION("a refused connection is a ConnectionError") {
+    std::string url;
+    {
+      LoopbackProvider closed;
+      url = closed.base_url();
+    }
+    llmretry::curl::Request request;
+    request.url = url;
+    Call call(request, options_for(Provider::openai));
+    CHECK_THROWS_AS(call(), llmretry::ConnectionError);
+  }
+  SECTION("a 400 is a ProviderError carrying the response; WithResponse can be caught too") {
+    LoopbackProvider server;
+    server.then(LoopbackProvider::context_length_exceeded());
+    Call call(chat_request(server), options_for(Provider::openai));
+    try {
+      call();
+      FAIL("no error");
+    } catch (const llmretry::curl::WithResponse& error) {
+      CHECK(error.response().status == 400);
+      CHECK(error.response().body.find("context_length_exceeded") != std::string::npos);
+    }
+  }
+  CHECK(llmretry::curl::response_of(std::runtime_error("other")) == nullptr);
 }
 
 TEST_CASE("retry-after: 30 alone is above max_provider_wait: stop at once") {
@@ -129,7 +183,7 @@ TEST_CASE("retry-after: 30 alone is above max_provider_wait: stop at once") {
   server.then(only_seconds);
   Call call(chat_request(server), options_for(Provider::azure_openai));
   Run run;
-  expect_throw<llmretry::curl::HttpError>(run, call);
+  expect_throw<llmretry::RateLimited>(run, call);
   REQUIRE(run.gave_up);
   CHECK(run.gave_up->reason == StopReason::provider_wait_too_long);
   CHECK(server.request_count() == 1);
@@ -154,7 +208,7 @@ TEST_CASE("529 overloaded is retried even when the call is not safe to repeat; 5
   Call call(chat_request(server), options_for(Provider::anthropic));
   Run run;
   run.call_options.safe_to_repeat = false;
-  const auto error = expect_throw<llmretry::curl::HttpError>(run, call);
+  const auto error = expect_throw<llmretry::ProviderError>(run, call);
   CHECK(error.status() == 503);
   REQUIRE(run.gave_up);
   CHECK(run.gave_up->reason == StopReason::not_safe_to_repeat);
@@ -167,12 +221,12 @@ TEST_CASE("400 context_length_exceeded and 429 insufficient_quota are not retrie
   SECTION("context length") {
     server.then(LoopbackProvider::context_length_exceeded());
     Call call(chat_request(server), options_for(Provider::openai));
-    CHECK(expect_throw<llmretry::curl::HttpError>(run, call).failure().kind == FailureKind::context_length);
+    CHECK(expect_throw<llmretry::ProviderError>(run, call).failure().kind == FailureKind::context_length);
   }
   SECTION("quota") {
     server.then(LoopbackProvider::insufficient_quota());
     Call call(chat_request(server), options_for(Provider::openai));
-    CHECK(expect_throw<llmretry::curl::HttpError>(run, call).failure().kind == FailureKind::quota_exhausted);
+    CHECK(expect_throw<llmretry::ProviderError>(run, call).failure().kind == FailureKind::quota_exhausted);
   }
   REQUIRE(run.gave_up);
   CHECK(run.gave_up->reason == StopReason::not_retryable);
@@ -194,7 +248,7 @@ TEST_CASE("Gemini 429 RESOURCE_EXHAUSTED: the wait comes from RetryInfo in the b
   SECTION("30s: above max_provider_wait, stop at once") {
     server.then(LoopbackProvider::gemini_resource_exhausted("30s"));
     Call call(chat_request(server), options_for(Provider::gemini));
-    const auto error = expect_throw<llmretry::curl::HttpError>(run, call);
+    const auto error = expect_throw<llmretry::RateLimited>(run, call);
     CHECK(error.failure().provider_wait == std::chrono::milliseconds{30'000});
     REQUIRE(run.gave_up);
     CHECK(run.gave_up->reason == StopReason::provider_wait_too_long);
@@ -230,35 +284,24 @@ TEST_CASE("a hang longer than the attempt's timeout") {
   CHECK(std::chrono::steady_clock::now() - started < 1500ms);
 }
 
-TEST_CASE("the deadline bounds each attempt and the whole call") {
+TEST_CASE("the attempt's time left bounds its total timeout") {
   LoopbackProvider server;
-  server.then(LoopbackProvider::hang(5000ms)).then(LoopbackProvider::hang(5000ms));
-  const auto started = std::chrono::steady_clock::now();
+  server.then(LoopbackProvider::hang(5000ms));
   auto options = options_for(Provider::openai);
   options.timeout = 10'000ms;
-  options.deadline = started + 400ms;
   Call call(chat_request(server), options);
-  Run run;
-  run.call_options.deadline = options.deadline;
-  const auto error = expect_throw<llmretry::ProviderTimeout>(run, call);
-  CHECK(error.failure().kind == FailureKind::timeout);
-  CHECK(std::chrono::steady_clock::now() - started < 1500ms);
-  REQUIRE(run.gave_up);
-  CHECK(run.gave_up->reason == StopReason::deadline);
-}
-
-TEST_CASE("an attempt after the deadline is not sent") {
-  LoopbackProvider server;
-  auto options = options_for(Provider::openai);
-  options.deadline = std::chrono::steady_clock::now() - 1ms;
-  Call call(chat_request(server), options);
+  const auto started = std::chrono::steady_clock::now();
   try {
-    call();
+    call(llmretry::Attempt{1, 300ms});
     FAIL("no error");
   } catch (const llmretry::ProviderTimeout& error) {
-    CHECK(error.failure().sent == Sent::not_sent);
+    CHECK(error.failure().sent == Sent::maybe_processed);
   }
-  CHECK(server.request_count() == 0);
+  const auto took = std::chrono::steady_clock::now() - started;
+  CHECK(took >= 280ms);
+  CHECK(took < 1000ms);
+  CHECK_THROWS_AS(Call(chat_request(server), options)(llmretry::Attempt{1, 0ms}), std::invalid_argument);
+  CHECK(server.request_count() == 1);
 }
 
 TEST_CASE("a connection closed mid-body may have been processed") {
@@ -365,16 +408,16 @@ TEST_CASE("streaming: a failure before the first event is retried like any other
   LoopbackProvider server;
   Collected collected;
   SECTION("529 before the stream") {
-    server.then(LoopbackProvider::overloaded()).then(LoopbackProvider::stream({"a", "b"}));
+    server.then(LoopbackProvider::overloaded()).then(LoopbackProvider::anthropic_stream({"a", "b"}));
   }
   SECTION("an SSE error event before any content") {
-    server.then(LoopbackProvider::stream_error({})).then(LoopbackProvider::stream({"a", "b"}));
+    server.then(LoopbackProvider::stream_error({})).then(LoopbackProvider::anthropic_stream({"a", "b"}));
   }
   Call call(chat_request(server), options_for(Provider::anthropic));
   call.on_event(collected.handler());
   Run run;
   CHECK(run(call).status == 200);
-  CHECK(collected.data.size() == 3);  // delivered once, not replayed
+  CHECK(collected.data.size() == 4);  // delivered once, not replayed
   CHECK(server.request_count() == 2);
   check_attempt_headers(server, call.idempotency_key());
 }
@@ -449,4 +492,462 @@ TEST_CASE("a timeout that is not positive is refused before anything is sent") {
   Call call(chat_request(server), options);
   CHECK_THROWS_AS(call(), std::invalid_argument);
   CHECK(server.request_count() == 0);
+}
+
+// ---- What the server sends: errors inside streams, stream ends, sizes, encodings, methods, texts ----
+
+namespace {
+
+/// Returns `text` as a gzip member holding one stored (uncompressed) deflate block. Requires text.size() < 65536.
+std::string gzip_stored(const std::string& text) {
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char byte : text) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  crc = ~crc;
+  const auto le32 = [](std::uint32_t value) {
+    std::string bytes;
+    for (int i = 0; i < 4; ++i) bytes += static_cast<char>((value >> (8 * i)) & 0xFFu);
+    return bytes;
+  };
+  const auto size = static_cast<std::uint16_t>(text.size());
+  const auto not_size = static_cast<std::uint16_t>(~size);
+  std::string out("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", 10);
+  out += '\x01';  // the final block, stored
+  out += static_cast<char>(size & 0xFF);
+  out += static_cast<char>(size >> 8);
+  out += static_cast<char>(not_size & 0xFF);
+  out += static_cast<char>(not_size >> 8);
+  out += text;
+  out += le32(crc);
+  out += le32(static_cast<std::uint32_t>(text.size()));
+  return out;
+}
+
+/// A server on 127.0.0.1 that answers every connection with the same raw bytes, then closes it: for
+/// answers an HTTP library would not send (malformed chunked framing).
+class RawServer {
+ public:
+  explicit RawServer(std::string answer) : answer_(std::move(answer)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        ::listen(listener_, 8) != 0 || ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+      throw std::runtime_error("raw server: cannot listen on 127.0.0.1");
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  RawServer(const RawServer&) = delete;
+  RawServer& operator=(const RawServer&) = delete;
+  ~RawServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1/chat/completions"; }
+  int connections() const { return connections_.load(); }
+
+ private:
+  void serve() {
+    for (;;) {
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      ++connections_;
+      std::string request;
+      char buffer[4096];
+      while (request.find("\r\n\r\n") == std::string::npos) {
+        const auto got = ::recv(client, buffer, sizeof buffer, 0);
+        if (got <= 0) break;
+        request.append(buffer, static_cast<std::size_t>(got));
+      }
+      ::send(client, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+      ::shutdown(client, SHUT_WR);
+      while (::recv(client, buffer, sizeof buffer, 0) > 0) {
+      }
+      ::close(client);
+    }
+  }
+
+  std::string answer_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+/// Returns the failure `call()` throws as a ProviderError (FAILs when it returns).
+llmretry::Failure failure_of_attempt(Call& call) {
+  try {
+    call();
+  } catch (const llmretry::ProviderError& error) {
+    CHECK(std::string(error.what()).find(secret) == std::string::npos);
+    return error.failure();
+  }
+  FAIL("the attempt did not throw");
+  return {};
+}
+
+const std::string openai_server_error =
+    R"(data: {"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}})"
+    "\n\n";
+
+}  // namespace
+
+TEST_CASE("OpenAI's data-only error event inside a 200 stream is a failure, not content") {
+  LoopbackProvider server;
+  Collected collected;
+  Run run;
+  SECTION("before any content: retried") {
+    auto broken = LoopbackProvider::stream({});
+    broken.chunks = {openai_server_error};
+    server.then(broken).then(LoopbackProvider::stream({"a", "b"}));
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event(collected.handler());
+    CHECK(run(call).status == 200);
+    CHECK(collected.data.size() == 3);
+    CHECK(server.request_count() == 2);
+  }
+  SECTION("after content: StreamInterrupted, caused by a server error") {
+    auto broken = LoopbackProvider::stream({"Hel", "lo"});
+    broken.chunks.back() = openai_server_error;
+    server.then(broken).then(LoopbackProvider::stream({"never"}));
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event(collected.handler());
+    const auto error = expect_throw<llmretry::StreamInterrupted>(run, call);
+    CHECK(error.cause().kind == FailureKind::server_error);
+    CHECK(error.delivered_events() == 2);
+    CHECK(collected.data.size() == 2);
+    CHECK(server.request_count() == 1);
+  }
+}
+
+TEST_CASE("event: error is classified under OpenAI and Azure too") {
+  LoopbackProvider server;
+  const auto error_event = [](const std::string& code, const std::string& type) {
+    auto r = LoopbackProvider::stream({});
+    r.chunks = {"event: error\ndata: {\"error\":{\"message\":\"m\",\"type\":\"" + type + "\",\"code\":\"" + code +
+                "\"}}\n\n"};
+    return r;
+  };
+  server.then(error_event("rate_limit_exceeded", "tokens"))
+      .then(error_event("", "server_error"))
+      .then(error_event("insufficient_quota", "insufficient_quota"))
+      .then(error_event("rate_limit_exceeded", "requests"));
+  for (auto provider : {Provider::azure_openai, Provider::openai}) {
+    INFO(to_string(provider));
+    Call rate(chat_request(server), options_for(provider));
+    rate.on_event([](const llmretry::SseEvent&) {});
+    CHECK_THROWS_AS(rate(), llmretry::RateLimited);
+    if (provider == Provider::openai) break;
+    Call server_error(chat_request(server), options_for(provider));
+    server_error.on_event([](const llmretry::SseEvent&) {});
+    CHECK(failure_of_attempt(server_error).kind == FailureKind::server_error);
+    Call quota(chat_request(server), options_for(provider));
+    quota.on_event([](const llmretry::SseEvent&) {});
+    CHECK(failure_of_attempt(quota).kind == FailureKind::quota_exhausted);
+  }
+}
+
+TEST_CASE("a stream that ends cleanly without its end marker, or inside an event, was interrupted") {
+  LoopbackProvider server;
+  Collected collected;
+  Run run;
+  SECTION("OpenAI without data: [DONE], after content: StreamInterrupted") {
+    auto unfinished = LoopbackProvider::stream({"Hel", "lo"});
+    unfinished.chunks.pop_back();  // no [DONE], yet the chunked body ends properly
+    server.then(unfinished);
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event(collected.handler());
+    const auto error = expect_throw<llmretry::StreamInterrupted>(run, call);
+    CHECK(error.delivered_events() == 2);
+    CHECK(server.request_count() == 1);
+  }
+  SECTION("a partial last event before any content: retried") {
+    auto partial = LoopbackProvider::stream({});
+    partial.chunks = {"data: {\"object\":\"chat.completion.chunk\",\"cho"};
+    server.then(partial).then(LoopbackProvider::stream({"ok"}));
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event(collected.handler());
+    CHECK(run(call).status == 200);
+    CHECK(collected.data.size() == 2);
+    CHECK(server.request_count() == 2);
+  }
+  SECTION("Anthropic: message_stop ends the stream, data: [DONE] does not") {
+    server.then(LoopbackProvider::anthropic_stream({"a"})).then(LoopbackProvider::stream({"b"}));
+    Call complete(chat_request(server), options_for(Provider::anthropic));
+    complete.on_event(collected.handler());
+    CHECK(complete().status == 200);
+    Call openai_shaped(chat_request(server), options_for(Provider::anthropic));
+    openai_shaped.on_event(collected.handler());
+    CHECK_THROWS_AS(openai_shaped(), llmretry::StreamInterrupted);
+  }
+  SECTION("Gemini: a chunk with a finishReason ends the stream") {
+    auto gemini = LoopbackProvider::stream({});
+    gemini.chunks = {"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hi\"}]}}]}\r\n\r\n",
+                     "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"!\"}]},\"finishReason\":\"STOP\"}]}\r\n\r\n"};
+    auto cut = gemini;
+    cut.chunks.pop_back();
+    server.then(gemini).then(cut);
+    Call complete(chat_request(server), options_for(Provider::gemini));
+    complete.on_event(collected.handler());
+    CHECK(complete().status == 200);
+    Call unfinished(chat_request(server), options_for(Provider::gemini));
+    unfinished.on_event(collected.handler());
+    CHECK_THROWS_AS(unfinished(), llmretry::StreamInterrupted);
+  }
+}
+
+TEST_CASE("idle_timeout cuts a stream that goes silent, well before the total timeout") {
+  LoopbackProvider server;
+  auto slow = LoopbackProvider::stream({"a", "b"});
+  slow.chunk_interval = 4000ms;
+  server.then(slow);
+  auto options = options_for(Provider::openai);
+  options.timeout = 10'000ms;
+  options.idle_timeout = 300ms;
+  Call call(chat_request(server), options);
+  Collected collected;
+  call.on_event(collected.handler());
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    call();
+    FAIL("no error");
+  } catch (const llmretry::StreamInterrupted& error) {
+    CHECK(error.cause().kind == FailureKind::timeout);
+    CHECK(std::string(error.what()).find("idle_timeout") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - started < 2500ms);
+  CHECK(collected.data.size() == 1);
+}
+
+TEST_CASE("a Call is one logical call: reusing it after it ended is refused") {
+  LoopbackProvider server;
+  SECTION("after a streamed answer") {
+    server.then(LoopbackProvider::stream({"a"})).then(LoopbackProvider::stream({"b"}));
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event([](const llmretry::SseEvent&) {});
+    call();
+    CHECK_THROWS_AS(call(), std::logic_error);
+  }
+  SECTION("after a stream broke") {
+    server.then(LoopbackProvider::stream_cut({"a"})).then(LoopbackProvider::stream({"b"}));
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event([](const llmretry::SseEvent&) {});
+    CHECK_THROWS_AS(call(), llmretry::StreamInterrupted);
+    CHECK_THROWS_AS(call(), std::logic_error);
+  }
+  SECTION("after a plain answer") {
+    server.then(LoopbackProvider::chat_completion("a")).then(LoopbackProvider::chat_completion("b"));
+    Call call(chat_request(server), options_for(Provider::openai));
+    call();
+    CHECK_THROWS_AS(call(), std::logic_error);
+  }
+  CHECK(server.request_count() == 1);
+}
+
+TEST_CASE("HEAD, GET and DELETE without a body") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::chat_completion("head")).then(LoopbackProvider::chat_completion("delete"));
+  auto request = chat_request(server);
+  request.body.clear();
+  auto options = options_for(Provider::openai);
+  options.timeout = 1500ms;
+  request.method = "HEAD";
+  const auto head = Call(request, options)();
+  CHECK(head.status == 200);
+  CHECK(head.body.empty());
+  request.method = "DELETE";
+  CHECK(Call(request, options)().status == 200);
+  const auto requests = server.requests();
+  REQUIRE(requests.size() == 2);
+  CHECK(requests[0].method == "HEAD");
+  CHECK(requests[1].method == "DELETE");
+  for (const auto& received : requests) {
+    CHECK_FALSE(received.header("Content-Length"));
+    CHECK(received.header("Content-Type") == "application/json");  // only the request's own
+  }
+  request.method = "GET";
+  request.body = "{}";
+  CHECK_THROWS_AS(Call(request, options)(), std::invalid_argument);
+}
+
+TEST_CASE("size limits: a clear failure, not retried; an oversized error body is classified by status") {
+  LoopbackProvider server;
+  Run run;
+  auto options = options_for(Provider::openai);
+  SECTION("a 2xx body above max_body") {
+    options.max_body = 1000;
+    server.then(LoopbackProvider::chat_completion(std::string(2000, 'x')));
+  }
+  SECTION("a header block above max_header_bytes") {
+    auto many = LoopbackProvider::chat_completion("x");
+    for (int i = 0; i < 80; ++i) many.headers.emplace_back("X-Filler-" + std::to_string(i), std::string(1000, 'h'));
+    server.then(many);
+  }
+  SECTION("a single header line above libcurl's own limit") {
+    auto one = LoopbackProvider::chat_completion("x");
+    one.headers.emplace_back("X-Huge", std::string(200'000, 'h'));
+    options.max_header_bytes = 1 << 20;
+    server.then(one);
+  }
+  SECTION("one server-sent event above max_event_bytes") {
+    options.max_event_bytes = 4096;
+    auto stream = LoopbackProvider::stream({std::string(10'000, 'y')});
+    server.then(stream);
+  }
+  server.then(LoopbackProvider::chat_completion("never"));
+  Call call(chat_request(server), options);
+  call.on_event([](const llmretry::SseEvent&) {});
+  const auto error = expect_throw<llmretry::ProviderError>(run, call);
+  CHECK(error.failure().kind == FailureKind::too_large);
+  CHECK_FALSE(llmretry::is_transient(error.failure().kind));
+  REQUIRE(run.gave_up);
+  CHECK(run.gave_up->reason == StopReason::not_retryable);
+  CHECK(server.request_count() == 1);
+}
+
+TEST_CASE("an error body above max_error_body is classified by status and headers alone") {
+  LoopbackProvider server;
+  auto huge = LoopbackProvider::insufficient_quota();
+  huge.body.insert(huge.body.size() - 1, ",\"padding\":\"" + std::string(100'000, 'p') + "\"");
+  server.then(huge);
+  auto options = options_for(Provider::openai);
+  std::size_t parsed = 0;
+  options.read_error = [&](std::string_view body) {
+    ++parsed;
+    return llmretry::json::error_fields(body);
+  };
+  Call call(chat_request(server), options);
+  CHECK(failure_of_attempt(call).kind == FailureKind::rate_limited);  // the quota code was past the limit
+  CHECK(parsed == 0);
+}
+
+TEST_CASE("content encodings are asked for and decoded") {
+  LoopbackProvider server;
+  Run run;
+  SECTION("a gzipped insufficient_quota 429 is quota_exhausted") {
+    auto quota = LoopbackProvider::insufficient_quota();
+    quota.body = gzip_stored(quota.body);
+    quota.headers.emplace_back("Content-Encoding", "gzip");
+    server.then(quota);
+    Call call(chat_request(server), options_for(Provider::openai));
+    CHECK(expect_throw<llmretry::ProviderError>(run, call).failure().kind == FailureKind::quota_exhausted);
+    CHECK(server.requests()[0].header("Accept-Encoding").value_or("").find("gzip") != std::string::npos);
+  }
+  SECTION("a body that does not decode fails the same way again: not retried") {
+    auto broken = LoopbackProvider::chat_completion("x");
+    broken.body = "this is not gzip";
+    broken.headers.emplace_back("Content-Encoding", "gzip");
+    server.then(broken).then(broken);
+    Call call(chat_request(server), options_for(Provider::openai));
+    CHECK(expect_throw<llmretry::ProviderError>(run, call).failure().kind == FailureKind::unknown);
+    CHECK(server.request_count() == 1);
+  }
+}
+
+TEST_CASE("malformed chunked framing fails the same way again: not retried") {
+  RawServer server(
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n");
+  llmretry::curl::Request request;
+  request.url = server.url();
+  request.body = "{}";
+  Call call(request, options_for(Provider::openai));
+  Run run;
+  const auto error = expect_throw<llmretry::ProviderError>(run, call);
+  CHECK(error.failure().kind == FailureKind::unknown);
+  CHECK(server.connections() == 1);
+}
+
+TEST_CASE("server text in what() is bounded, printable, and never shows the request's secrets") {
+  LoopbackProvider server;
+  auto echo = LoopbackProvider::insufficient_quota();
+  echo.body = "{\"error\":{\"code\":\"Bearer " + secret + " \\u0001\\n" + std::string(500, 'z') + "\"}}";
+  echo.status = 400;
+  auto key_only = echo;
+  key_only.body = "{\"error\":{\"type\":\"" + secret + "\"}}";
+  server.then(echo).then(key_only);
+  for (int i = 0; i < 2; ++i) {
+    Call call(chat_request(server), options_for(Provider::openai));
+    try {
+      call();
+      FAIL("no error");
+    } catch (const llmretry::ProviderError& error) {
+      const std::string what = error.what();
+      INFO(what);
+      CHECK(what.find(secret) == std::string::npos);
+      CHECK(what.find("sk-test") == std::string::npos);
+      CHECK(what.size() < 200);
+      for (char c : what) CHECK((c >= 0x20 && c <= 0x7E));
+    }
+  }
+}
+
+TEST_CASE("529 is overloaded and refused before any work, under every provider") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::overloaded()).then(LoopbackProvider::overloaded());
+  for (auto provider : {Provider::anthropic, Provider::openai}) {
+    INFO(to_string(provider));
+    Call call(chat_request(server), options_for(provider));
+    const auto failure = failure_of_attempt(call);
+    CHECK(failure.kind == FailureKind::server_error);
+    CHECK(failure.sent == Sent::refused);
+    CHECK(failure == llmretry::classify_status(529));
+  }
+}
+
+TEST_CASE("provider answers recognised over the wire") {
+  LoopbackProvider server;
+  SECTION("Anthropic's prompt is too long is context_length") {
+    auto too_long = LoopbackProvider::overloaded();
+    too_long.status = 400;
+    too_long.body =
+        R"({"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}})";
+    server.then(too_long);
+    Call call(chat_request(server), options_for(Provider::anthropic));
+    CHECK(failure_of_attempt(call).kind == FailureKind::context_length);
+  }
+  SECTION("Gemini's per-day QuotaFailure is quota_exhausted, a per-minute one is rate_limited") {
+    const auto quota = [](const std::string& id) {
+      auto r = LoopbackProvider::gemini_resource_exhausted("20s");
+      r.body.insert(r.body.find("{\"@type\""),
+                    R"({"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests","quotaId":")" +
+                        id + "\"}]},");
+      return r;
+    };
+    server.then(quota("GenerateRequestsPerDayPerProjectPerModel-FreeTier"))
+        .then(quota("GenerateRequestsPerMinutePerProjectPerModel-FreeTier"));
+    Call per_day(chat_request(server), options_for(Provider::gemini));
+    CHECK(failure_of_attempt(per_day).kind == FailureKind::quota_exhausted);
+    Call per_minute(chat_request(server), options_for(Provider::gemini));
+    CHECK(failure_of_attempt(per_minute).kind == FailureKind::rate_limited);
+  }
+  SECTION("Azure's content_filter finish reason in a 200") {
+    auto filtered = LoopbackProvider::chat_completion("");
+    const auto at = filtered.body.find("\"stop\"");
+    filtered.body.replace(at, 6, "\"content_filter\"");
+    server.then(filtered);
+    const auto response = Call(chat_request(server), options_for(Provider::azure_openai))();
+    const auto body = nlohmann::json::parse(response.body);
+    const auto reason = body["choices"][0]["finish_reason"].get<std::string>();
+    const auto failure = llmretry::finish_reason_failure(Provider::azure_openai, reason);
+    REQUIRE(failure);
+    CHECK(failure->kind == FailureKind::content_filter);
+    CHECK_FALSE(llmretry::finish_reason_failure(Provider::azure_openai, "stop"));
+  }
+  SECTION("Azure's x-ratelimit-*-tokens: -1 is unknown, not a number") {
+    auto unknown = LoopbackProvider::chat_completion("ok");
+    unknown.headers = {{"x-ratelimit-limit-tokens", "-1"},
+                       {"x-ratelimit-remaining-tokens", "-1"},
+                       {"x-ratelimit-remaining-requests", "-1"}};
+    server.then(unknown);
+    const auto response = Call(chat_request(server), options_for(Provider::azure_openai))();
+    const auto limits = llmretry::parse_rate_limits(response.headers, std::chrono::system_clock::now());
+    CHECK_FALSE(limits.tokens.limit);
+    CHECK_FALSE(limits.tokens.remaining);
+    CHECK(limits.requests.remaining == -1);
+  }
 }

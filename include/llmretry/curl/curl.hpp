@@ -1,8 +1,8 @@
 #ifndef LLMRETRY_CURL_CURL_HPP
 #define LLMRETRY_CURL_CURL_HPP
 
-/// The libcurl adapter: one HTTP attempt with separate connect and total timeouts, its outcome turned
-/// into the library's Failure (with whether the request can have reached the provider), one
+/// The libcurl adapter: one HTTP attempt with separate connect, idle and total timeouts and size limits,
+/// its outcome turned into the library's Failure (with whether the request can have reached the provider), one
 /// Idempotency-Key per logical call, and the streaming guard for server-sent events.
 /// Needs libcurl (target llmretry::curl). Requires exceptions.
 
@@ -15,11 +15,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "../attempt.hpp"
 #include "../detail/config.hpp"
 #include "../detail/text.hpp"
 #include "../errors.hpp"
@@ -45,7 +47,7 @@ struct Request {
 
 /// What the server answered to one attempt.
 struct Response {
-  int status = 0;
+  int status = 0;      ///< the HTTP status (libcurl's `long`, narrowed: statuses are three digits)
   HeaderList headers;  ///< those of the final response, as received
   std::string body;    ///< empty for a streamed answer, whose events went to the handler
 
@@ -62,26 +64,38 @@ struct Options {
   Provider provider = Provider::openai;               ///< whose error semantics classify a failed response
   std::chrono::milliseconds connect_timeout{10'000};  ///< the most one attempt may take to connect
   std::chrono::milliseconds timeout{600'000};         ///< the most one attempt may take in all
-  /// No attempt may run past this point (each attempt's timeout is shortened to end by then, and an
-  /// attempt that would start after it fails at once as a timeout that was not sent). Measured on
-  /// std::chrono::steady_clock. Unset: no limit beyond `timeout`.
-  std::optional<std::chrono::steady_clock::time_point> deadline;
+  /// The most one attempt may go without receiving a byte, waiting for the first one included (checked
+  /// about once a second): for a stream, the longest silence between events. Unset: no limit beyond
+  /// `timeout` (a non-streamed answer arrives only once it is whole).
+  std::optional<std::chrono::milliseconds> idle_timeout;
   /// Extracts the strings of an error body (such as llmretry::json::error_fields). Empty: only the status
-  /// and headers classify a failed response.
+  /// and headers classify a failed response, and an error sent inside a stream as a data-only event
+  /// (OpenAI's `data: {"error": ...}`) is not recognised.
   std::function<ErrorFields(std::string_view body)> read_error;
   /// The header that carries the idempotency key; empty: not sent.
   std::string idempotency_header = "Idempotency-Key";
   /// The header that carries the attempt number (1, 2, 3...); empty: not sent.
   std::string attempt_header = "X-Attempt";
+  /// Request headers whose values never appear in an exception's text, even when the server echoes them
+  /// (names case-insensitive; for "Bearer KEY" the key alone is hidden too).
+  std::vector<std::string> secret_headers = {"Authorization", "Proxy-Authorization", "api-key", "x-api-key",
+                                             "x-goog-api-key"};
+  /// Size limits, counted after decoding (gzip, deflate, br, zstd are asked for and decoded). Passing one
+  /// fails the attempt as FailureKind::too_large, never retried (the next answer would be as large),
+  /// except the error body: past its limit, the error is classified by status and headers alone.
+  std::size_t max_body = std::size_t{64} << 20;         ///< a whole (not streamed) 2xx body: 64 MiB
+  std::size_t max_error_body = std::size_t{64} << 10;   ///< an error body, kept and parsed: 64 KiB
+  std::size_t max_header_bytes = std::size_t{64} << 10;  ///< the response's header lines together: 64 KiB
+  std::size_t max_event_bytes = SseParser::default_max_event_bytes;  ///< one server-sent event: 1 MiB
 };
 
-/// The provider answered with an error status. Carries the classified failure and the whole response
-/// (status, headers, body), for instance to read its rate-limit state with parse_rate_limits.
-class HttpError : public ProviderError {
+/// What every ProviderError the adapter throws also is (except StreamInterrupted): the response of the
+/// failed attempt, as far as it arrived (status 0 when there was none). Catch the llmretry class
+/// (RateLimited, ProviderTimeout...) and read the response with response_of, or catch WithResponse.
+class WithResponse {
  public:
-  /// An error for `response`, classified as `failure`.
-  HttpError(const std::string& message, const Failure& failure, Response response)
-      : ProviderError(message, failure), response_(std::move(response)) {}
+  /// Carries `response`.
+  explicit WithResponse(Response response) : response_(std::move(response)) {}
   /// Returns the response that carried the error.
   const Response& response() const noexcept { return response_; }
 
@@ -89,11 +103,17 @@ class HttpError : public ProviderError {
   Response response_;
 };
 
+/// Returns the response an exception thrown by the adapter carries, or nullptr for any other exception.
+inline const Response* response_of(const std::exception& error) noexcept {
+  const auto* with = dynamic_cast<const WithResponse*>(&error);
+  return with != nullptr ? &with->response() : nullptr;
+}
+
 /// Returns the failure a libcurl transfer error means. `request_sent`: whether any byte of the request
 /// went out. Connect refused, unresolved host and a timeout before sending are Sent::not_sent (always safe to
 /// repeat); a timeout, reset or cut answer after sending is Sent::maybe_processed (the provider may have done the
-/// work). Errors that another attempt cannot fix (bad URL, TLS certificate...) are FailureKind::unknown,
-/// never retried.
+/// work). A header larger than libcurl accepts is FailureKind::too_large; errors that another attempt
+/// cannot fix (bad URL, TLS certificate, bad content encoding...) are FailureKind::unknown, never retried.
 constexpr Failure transport_failure(CURLcode code, bool request_sent) noexcept {
   const Sent sent = request_sent ? Sent::maybe_processed : Sent::not_sent;
   switch (code) {
@@ -108,6 +128,9 @@ constexpr Failure transport_failure(CURLcode code, bool request_sent) noexcept {
     case CURLE_PARTIAL_FILE:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM: return Failure::connection_failed(sent);
+#if LIBCURL_VERSION_NUM >= 0x080600
+    case CURLE_TOO_LARGE: return Failure::of(FailureKind::too_large, sent);
+#endif
     default: return Failure::of(FailureKind::unknown, sent);
   }
 }
@@ -128,40 +151,87 @@ struct ListDeleter {
   void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
 };
 
+/// Returns true when `event` ends a complete stream of `provider`: `data: [DONE]` (OpenAI, Azure),
+/// `event: message_stop` (Anthropic), a chunk with a `finishReason` (Gemini).
+inline bool ends_stream(Provider provider, const SseEvent& event) noexcept {
+  switch (provider) {
+    case Provider::openai:
+    case Provider::azure_openai: return event.data == "[DONE]";
+    case Provider::anthropic: return event.event == "message_stop";
+    case Provider::gemini: return event.data.find("\"finishReason\"") != std::string::npos;
+  }
+  return false;
+}
+
 /// What the callbacks of one transfer fill in.
 struct Transfer {
-  CURL* handle = nullptr;
-  const Options* options = nullptr;
+  Transfer(CURL* easy, const Options& transfer_options) : handle(easy), options(&transfer_options),
+        sse(transfer_options.max_event_bytes), last_byte(std::chrono::steady_clock::now()) {}
+
+  CURL* handle;
+  const Options* options;
   const std::function<void(const SseEvent&)>* on_event = nullptr;  ///< set for a streamed call
   StreamGuard* guard = nullptr;                                    ///< set for a streamed call
   Response response;
   SseParser sse;
-  std::optional<ErrorFields> stream_error;  ///< an SSE `error` event arrived
+  std::optional<ErrorFields> stream_error;  ///< an SSE error event arrived
   std::exception_ptr handler_error;         ///< on_event threw
   std::optional<bool> events;               ///< whether the body is an event stream, once known
+  std::size_t header_bytes = 0;             ///< header bytes received so far
+  bool headers_done = false;                ///< the final response's header block has ended
+  const char* too_large = nullptr;          ///< the Options limit the answer passed, if any
+  bool error_body_cut = false;              ///< the error body passed max_error_body: not parsed
+  bool ended = false;                       ///< the stream's end marker arrived
+  bool idle = false;                        ///< aborted: no byte for Options::idle_timeout
+  std::chrono::steady_clock::time_point last_byte;
+
+  long status() const noexcept {
+    long code = 0;
+    curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &code);
+    return code;
+  }
 
   /// Returns true when the body is to be parsed as events: a streamed call, answered with a 2xx
   /// `text/event-stream` (anything else, such as a JSON error, is kept whole in the body).
   bool is_event_stream() {
     if (!events) {
-      long status = 0;
-      curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
+      const long code = status();
       const auto type = response.header("Content-Type");
-      events = on_event != nullptr && status >= 200 && status <= 299 && type &&
+      events = on_event != nullptr && code >= 200 && code <= 299 && type &&
                llmretry::detail::iequals(type->substr(0, 17), "text/event-stream");
     }
     return *events;
+  }
+
+  /// Returns the strings of an error sent inside the stream: an `event: error`, or a data-only event whose
+  /// JSON has an `error` object (read with Options::read_error); nullopt for content.
+  std::optional<ErrorFields> error_in(const SseEvent& event) const {
+    const auto& read = options->read_error;
+    if (event.event == "error") return read ? read(event.data) : ErrorFields{};
+    if (!read || event.data.find("\"error\"") == std::string::npos) return std::nullopt;
+    ErrorFields fields = read(event.data);
+    if (fields.empty()) return std::nullopt;
+    return fields;
   }
 };
 
 inline std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
   auto& transfer = *static_cast<Transfer*>(user);
+  transfer.last_byte = std::chrono::steady_clock::now();
   std::string_view line(data, size * count);
+  transfer.header_bytes += line.size();
+  if (transfer.header_bytes > transfer.options->max_header_bytes) {
+    transfer.too_large = "Options::max_header_bytes";
+    return 0;
+  }
   while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
   try {
     if (line.substr(0, 5) == "HTTP/") {
       transfer.response.headers.clear();  // an interim (1xx) response came first
       transfer.events.reset();
+    } else if (line.empty()) {
+      const long code = transfer.status();
+      transfer.headers_done = code < 100 || code > 199;
     } else if (const auto colon = line.find(':'); colon != std::string_view::npos && colon > 0) {
       transfer.response.headers.emplace_back(std::string(llmretry::detail::trim_ows(line.substr(0, colon))),
                                              std::string(llmretry::detail::trim_ows(line.substr(colon + 1))));
@@ -175,72 +245,180 @@ inline std::size_t on_header(char* data, std::size_t size, std::size_t count, vo
 
 inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
   auto& transfer = *static_cast<Transfer*>(user);
+  transfer.last_byte = std::chrono::steady_clock::now();
   const std::string_view bytes(data, size * count);
   try {
     if (!transfer.is_event_stream()) {
+      const long code = transfer.status();
+      const bool success = code >= 200 && code <= 299;
+      const std::size_t limit = success ? transfer.options->max_body : transfer.options->max_error_body;
+      if (bytes.size() > limit - std::min(limit, transfer.response.body.size())) {
+        if (success) transfer.too_large = "Options::max_body";
+        else transfer.error_body_cut = true;
+        return 0;
+      }
       transfer.response.body.append(bytes);
       return bytes.size();
     }
     bool stop = false;
     transfer.sse.feed(bytes, [&](const SseEvent& event) {
-      if (stop) return;
-      if (event.event == "error") {
-        transfer.stream_error = transfer.options->read_error ? transfer.options->read_error(event.data) : ErrorFields{};
+      if (stop || transfer.ended) return;
+      if (auto error = transfer.error_in(event)) {
+        transfer.stream_error = std::move(error);
         stop = true;
         return;
       }
       transfer.guard->deliver(event.data.size());
       (*transfer.on_event)(event);
+      transfer.ended = ends_stream(transfer.options->provider, event);
     });
-    return stop ? 0 : bytes.size();
+    if (transfer.sse.overflowed()) transfer.too_large = "Options::max_event_bytes";
+    return stop || transfer.too_large != nullptr ? 0 : bytes.size();
   } catch (...) {
     transfer.handler_error = std::current_exception();
     return 0;
   }
 }
 
-/// Throws the failure of a transfer, as StreamInterrupted once a stream has started.
-[[noreturn]] inline void throw_failure(const Transfer& transfer, const std::string& message, const Failure& failure) {
-  if (transfer.guard != nullptr && transfer.guard->started())
-    throw StreamInterrupted(message + " (stream interrupted)", *transfer.guard, failure);
-  if (failure.status != 0) throw HttpError(message, failure, transfer.response);
-  throw_provider_error(message, failure);  // a transport failure: no status
+inline int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) noexcept {
+  auto& transfer = *static_cast<Transfer*>(user);
+  transfer.idle = std::chrono::steady_clock::now() - transfer.last_byte > *transfer.options->idle_timeout;
+  return transfer.idle ? 1 : 0;
 }
 
-/// Returns the attempt's total timeout: options.timeout, shortened to end at the deadline.
-/// Throws std::invalid_argument when a timeout is not positive (libcurl would read 0 as "no limit"),
-/// ProviderTimeout (not sent) when the deadline has passed.
-inline std::chrono::milliseconds attempt_timeout(const Options& options) {
-  using namespace std::chrono;
+/// Returns `text` with every secret replaced by "[redacted]".
+inline std::string redact(std::string text, const std::vector<std::string>& secrets) {
+  for (const auto& secret : secrets)
+    for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at))
+      text.replace(at, secret.size(), "[redacted]");
+  return text;
+}
+
+/// Returns the values of the request's secret headers (see Options::secret_headers), and for a value
+/// such as "Bearer KEY" the key alone; values shorter than 4 characters are left out.
+inline std::vector<std::string> secrets_of(const Request& request, const Options& options) {
+  std::vector<std::string> secrets;
+  for (const auto& [name, value] : request.headers) {
+    const bool secret = std::any_of(options.secret_headers.begin(), options.secret_headers.end(),
+                                    [&](const std::string& listed) { return llmretry::detail::iequals(listed, name); });
+    if (!secret) continue;
+    if (value.size() >= 4) secrets.push_back(value);
+    const auto space = value.rfind(' ');
+    if (space != std::string::npos && value.size() - space - 1 >= 4) secrets.push_back(value.substr(space + 1));
+  }
+  std::sort(secrets.begin(), secrets.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  return secrets;
+}
+
+/// Returns " (WORD)" for the first non-empty machine-readable string of `fields` (code, type, status),
+/// its secrets redacted, bytes outside printable ASCII replaced by '?', cut at 64 characters; "" when all
+/// are empty.
+inline std::string server_word(const ErrorFields& fields, const std::vector<std::string>& secrets) {
+  constexpr std::size_t max_length = 64;
+  for (const std::string* word : {&fields.code, &fields.type, &fields.status}) {
+    if (word->empty()) continue;
+    std::string text = redact(*word, secrets);
+    if (text.size() > max_length) text.replace(max_length, std::string::npos, "...");
+    for (char& c : text)
+      if (c < 0x20 || c > 0x7E) c = '?';
+    return " (" + text + ")";
+  }
+  return {};
+}
+
+/// Throws the failure of a transfer through throw_provider_error, carrying the response (WithResponse),
+/// or as StreamInterrupted once a stream has started; secrets are redacted from `message`.
+[[noreturn]] inline void throw_failure(Transfer& transfer, const std::vector<std::string>& secrets,
+                                       const std::string& message, const Failure& failure) {
+  const std::string text = redact(message, secrets);
+  if (transfer.guard != nullptr && transfer.guard->started())
+    throw StreamInterrupted(text + " (stream interrupted)", *transfer.guard, failure);
+  throw_provider_error(text, failure, WithResponse(std::move(transfer.response)));
+}
+
+/// Returns the attempt's total timeout: options.timeout, shortened to `time_left` when set.
+/// Throws std::invalid_argument when a timeout or `time_left` is not positive (libcurl would read 0 as
+/// "no limit").
+inline std::chrono::milliseconds attempt_timeout(const Options& options,
+                                                 std::optional<std::chrono::milliseconds> time_left) {
+  using std::chrono::milliseconds;
   if (options.connect_timeout <= milliseconds::zero())
     llmretry::detail::throw_invalid_argument("curl::Options::connect_timeout must be positive");
   if (options.timeout <= milliseconds::zero())
     llmretry::detail::throw_invalid_argument("curl::Options::timeout must be positive");
-  if (!options.deadline) return options.timeout;
-  const auto left = floor<milliseconds>(*options.deadline - steady_clock::now());
-  if (left <= milliseconds::zero()) throw ProviderTimeout("deadline passed before the attempt", Sent::not_sent);
-  return std::min(options.timeout, left);
+  if (options.idle_timeout && *options.idle_timeout <= milliseconds::zero())
+    llmretry::detail::throw_invalid_argument("curl::Options::idle_timeout must be positive when set");
+  if (!time_left) return options.timeout;
+  if (*time_left <= milliseconds::zero())
+    llmretry::detail::throw_invalid_argument("curl: Attempt::time_left must be positive when set");
+  return std::min(options.timeout, *time_left);
+}
+
+/// Sets the method and the body of `request` on `handle`: GET and HEAD (CURLOPT_NOBODY) without a body;
+/// POST, PUT and PATCH with it, even empty; any other method with it when it is not empty.
+/// Throws std::invalid_argument for a GET or HEAD with a body.
+inline void set_method(CURL* handle, const Request& request) {
+  const std::string& method = request.method;
+  if (method == "GET" || method == "HEAD") {
+    if (!request.body.empty()) llmretry::detail::throw_invalid_argument("curl::Request: a GET or HEAD has no body");
+    curl_easy_setopt(handle, method == "GET" ? CURLOPT_HTTPGET : CURLOPT_NOBODY, 1L);
+    return;
+  }
+  if (method == "POST" || method == "PUT" || method == "PATCH" || !request.body.empty()) {
+    curl_easy_setopt(handle, CURLOPT_POSTFIELDS, request.body.data());
+    curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  }
+  if (method != "POST") curl_easy_setopt(handle, CURLOPT_CUSTOMREQUEST, method.c_str());
+}
+
+/// Returns the failure of a transfer that ended with `code` (not CURLE_OK), and its message.
+inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer, CURLcode code, const char* error_text) {
+  long request_size = 0;
+  curl_easy_getinfo(transfer.handle, CURLINFO_REQUEST_SIZE, &request_size);
+  const bool sent = request_size > 0;
+  const std::string_view text = error_text;
+  std::string message = curl_easy_strerror(code);
+  if (!text.empty()) message.append(": ").append(text);
+  if (transfer.idle) {
+    return {Failure::timed_out(sent ? Sent::maybe_processed : Sent::not_sent),
+            "no byte for longer than Options::idle_timeout (" +
+                std::to_string(transfer.options->idle_timeout->count()) + " ms)"};
+  }
+  // libcurl reports a header line above its own limit as out of memory before 8.6, and a header block
+  // above its own limit or malformed chunks as a receive error: the next answer would be the same.
+  const bool oversized_header = (code == CURLE_OUT_OF_MEMORY && !transfer.headers_done) ||
+                                (code == CURLE_RECV_ERROR && text.find("Too large response headers") != text.npos);
+  if (oversized_header) return {Failure::of(FailureKind::too_large, Sent::maybe_processed), message};
+  if (code == CURLE_RECV_ERROR && text.find("chunked-encoding") != text.npos)
+    return {Failure::of(FailureKind::unknown, Sent::maybe_processed), message};
+  return {transport_failure(code, sent), message};
 }
 
 }  // namespace detail
 
-/// Makes one attempt of `request` with `extra_headers` added, and returns the 2xx response.
+/// Makes one attempt of `request` with `extra_headers` added, and returns the 2xx response. Asks for and
+/// decodes every content encoding libcurl supports. The attempt's total timeout is options.timeout,
+/// shortened to `time_left` when set (the time left before the caller's deadline).
 /// With `on_event` and `guard` (a streamed call), a 2xx `text/event-stream` body is parsed as server-sent
-/// events handed to `on_event` one by one, each recorded in `guard`; an SSE `error` event ends the
-/// attempt as a failure. Any other body (a server that does not stream) is returned whole in the body.
-/// Throws: std::invalid_argument when a timeout in `options` is not positive; HttpError for an error
-/// status (classified for options.provider); ProviderTimeout or ConnectionError for a transfer failure
-/// (Sent::not_sent when no byte of the request went out); StreamInterrupted for any failure after `guard` has
-/// started; ProviderError (kind unknown) for other libcurl errors; whatever `on_event` throws, unchanged.
+/// events handed to `on_event` one by one, each recorded in `guard`; an error sent inside the stream
+/// (`event: error`, or a data-only event with an `error` object) ends the attempt as a failure classified
+/// for options.provider, and so does a stream that ends without its end marker (see curl::Call) or
+/// inside an event. Any other body (a server that does not stream) is returned whole in the body.
+/// Throws: std::invalid_argument when a timeout in `options` or `time_left` is not positive, or for a GET
+/// or HEAD with a body; otherwise through throw_provider_error, the exception carrying the response
+/// (WithResponse): RateLimited, ProviderTimeout, ConnectionError or ProviderError as the failure's kind
+/// calls for (Sent::not_sent when no byte of the request went out; FailureKind::too_large past a size
+/// limit of `options`); StreamInterrupted for any failure after `guard` has started; whatever `on_event`
+/// throws, unchanged. Exception texts never contain the values of options.secret_headers.
 inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
-                        const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr) {
+                        const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr,
+                        std::optional<std::chrono::milliseconds> time_left = std::nullopt) {
+  const auto timeout = detail::attempt_timeout(options, time_left);
   detail::global_init();
   const std::unique_ptr<CURL, detail::EasyDeleter> easy(curl_easy_init());
   if (!easy) throw ProviderError("curl_easy_init failed", Failure{});
   CURL* handle = easy.get();
-  detail::Transfer transfer;
-  transfer.handle = handle;
-  transfer.options = &options;
+  detail::Transfer transfer(handle, options);
   if (on_event != nullptr && guard != nullptr) {
     transfer.on_event = on_event;
     transfer.guard = guard;
@@ -258,55 +436,56 @@ inline Response perform(const Request& request, const Options& options, const He
   add("Expect:");  // no 100-continue round trip before the body
 
   std::array<char, CURL_ERROR_SIZE> error_text{};
-  const auto timeout = detail::attempt_timeout(options);
   curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
   curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, "");
   curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list.get());
   curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text.data());
   curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &detail::on_header);
   curl_easy_setopt(handle, CURLOPT_HEADERDATA, &transfer);
   curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &detail::on_body);
   curl_easy_setopt(handle, CURLOPT_WRITEDATA, &transfer);
-  if (request.method == "GET") {
-    curl_easy_setopt(handle, CURLOPT_HTTPGET, 1L);
-  } else {
-    curl_easy_setopt(handle, CURLOPT_POSTFIELDS, request.body.data());
-    curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
-    if (request.method != "POST") curl_easy_setopt(handle, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  if (options.idle_timeout) {
+    curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &detail::on_progress);
+    curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &transfer);
   }
+  detail::set_method(handle, request);
 
   const CURLcode code = curl_easy_perform(handle);
   if (transfer.handler_error) std::rethrow_exception(transfer.handler_error);
-  long status = 0;
-  curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
+  const long status = transfer.status();
   transfer.response.status = static_cast<int>(status);
+  const auto secrets = detail::secrets_of(request, options);
 
   if (transfer.stream_error) {
     const Failure failure = classify_provider_error(options.provider, transfer.response.status, *transfer.stream_error);
-    detail::throw_failure(transfer, "SSE error event: " + describe(failure), failure);
+    detail::throw_failure(transfer, secrets,
+                          "SSE error event: " + describe(failure) + detail::server_word(*transfer.stream_error, secrets),
+                          failure);
   }
-  if (code != CURLE_OK) {
-    long request_size = 0;
-    curl_easy_getinfo(handle, CURLINFO_REQUEST_SIZE, &request_size);
-    const Failure failure = transport_failure(code, request_size > 0);
-    std::string message = curl_easy_strerror(code);
-    if (error_text[0] != '\0') message.append(": ").append(error_text.data());
-    detail::throw_failure(transfer, message, failure);
+  if (transfer.too_large != nullptr) {
+    const Failure failure{FailureKind::too_large, transfer.response.status, std::nullopt, Sent::maybe_processed,
+                          std::nullopt};
+    detail::throw_failure(transfer, secrets, describe(failure) + ": the answer passed " + transfer.too_large, failure);
+  }
+  if (code != CURLE_OK && !transfer.error_body_cut) {
+    const auto [failure, message] = detail::transfer_failure(transfer, code, error_text.data());
+    detail::throw_failure(transfer, secrets, message, failure);
   }
   if (status < 200 || status > 299) {
-    const ErrorFields fields = options.read_error ? options.read_error(transfer.response.body) : ErrorFields{};
+    const ErrorFields fields = options.read_error && !transfer.error_body_cut ? options.read_error(transfer.response.body)
+                                                                              : ErrorFields{};
     const Failure failure =
         classify_provider_response(options.provider, transfer.response.status, transfer.response.headers,
                                    std::chrono::system_clock::now(), fields);
-    std::string message = describe(failure);
-    for (const std::string* name : {&fields.code, &fields.type, &fields.status}) {
-      if (name->empty()) continue;
-      message += " (" + *name + ")";
-      break;
-    }
-    detail::throw_failure(transfer, message, failure);
+    detail::throw_failure(transfer, secrets, describe(failure) + detail::server_word(fields, secrets), failure);
+  }
+  if (transfer.is_event_stream() && (!transfer.ended || transfer.sse.partial())) {
+    detail::throw_failure(transfer, secrets, "the stream ended before its end marker",
+                          Failure::connection_failed(Sent::maybe_processed));
   }
   return std::move(transfer.response);
 }
@@ -316,6 +495,8 @@ inline Response perform(const Request& request, const Options& options, const He
 /// (`llmretry::call_with_retry(call, policy)`): each invocation is one attempt.
 /// Set `on_event` for a streamed call (`"stream": true`): a failure before any event reached the handler
 /// is retried like any other; after, it is thrown as StreamInterrupted, which is never retried.
+/// A Call is one logical call, never reused: once an attempt has returned a response or thrown
+/// StreamInterrupted, invoking it again throws std::logic_error; make a new Call (a new key) for the next one.
 class Call {
  public:
   /// A call of `request` under `options`. `idempotency_key`: your own key (such as the id of the
@@ -332,15 +513,14 @@ class Call {
     return *this;
   }
 
-  /// Makes the next attempt. Returns the 2xx response; throws as perform does.
-  Response operator()() {
-    ++attempts_;
-    HeaderList extra;
-    if (!options_.idempotency_header.empty()) extra.emplace_back(options_.idempotency_header, key_);
-    if (!options_.attempt_header.empty()) extra.emplace_back(options_.attempt_header, std::to_string(attempts_));
-    if (on_event_) return perform(request_, options_, extra, &on_event_, &guard_);
-    return perform(request_, options_, extra);
-  }
+  /// Makes the next attempt, its total timeout options.timeout. Returns the 2xx response; throws as perform
+  /// does, and std::logic_error when the logical call has already ended.
+  Response operator()() { return attempt(std::nullopt); }
+
+  /// Makes the next attempt, its total timeout the shorter of options.timeout and `attempt.time_left`
+  /// (the time left before the caller's deadline), as call_with_retry passes it. Returns and throws as
+  /// operator()() does; std::invalid_argument when time_left is set and not positive.
+  Response operator()(const Attempt& attempt) { return this->attempt(attempt.time_left); }
 
   /// Returns the idempotency key every attempt sends.
   const std::string& idempotency_key() const noexcept { return key_; }
@@ -350,12 +530,30 @@ class Call {
   const StreamGuard& stream() const noexcept { return guard_; }
 
  private:
+  Response attempt(std::optional<std::chrono::milliseconds> time_left) {
+    if (ended_) throw std::logic_error("curl::Call: this logical call has ended; make a new Call for the next one");
+    ++attempts_;
+    HeaderList extra;
+    if (!options_.idempotency_header.empty()) extra.emplace_back(options_.idempotency_header, key_);
+    if (!options_.attempt_header.empty()) extra.emplace_back(options_.attempt_header, std::to_string(attempts_));
+    try {
+      Response response = on_event_ ? perform(request_, options_, extra, &on_event_, &guard_, time_left)
+                                    : perform(request_, options_, extra, nullptr, nullptr, time_left);
+      ended_ = true;
+      return response;
+    } catch (const StreamInterrupted&) {
+      ended_ = true;
+      throw;
+    }
+  }
+
   Request request_;
   Options options_;
   std::string key_;
   std::function<void(const SseEvent&)> on_event_;
   StreamGuard guard_;
   int attempts_ = 0;
+  bool ended_ = false;
 };
 
 }  // namespace llmretry::curl

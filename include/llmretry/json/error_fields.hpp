@@ -28,7 +28,10 @@ inline void copy_string(const nlohmann::json& object, const char* key, std::stri
 /// - OpenAI / Azure: `{"error": {"code": ..., "type": ...}}`;
 /// - Anthropic: `{"type": "error", "error": {"type": "overloaded_error"}}`;
 /// - Gemini / Vertex: `{"error": {"status": "RESOURCE_EXHAUSTED", "details": [{"@type":
-///   "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}]}}`, also inside a one-element array.
+///   "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}, {"@type":
+///   "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": ..., "quotaMetric": ...}]}]}}`,
+///   also inside a one-element array.
+/// `error.message` is read too (into ErrorFields::message).
 /// Fields that are absent or not strings stay empty; never throws on the document's shape.
 /// (A template only so that a string argument picks the overload below.)
 template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::json>, int> = 0>
@@ -41,14 +44,28 @@ ErrorFields error_fields(const Json& body) {
   detail::copy_string(*error, "code", fields.code);
   detail::copy_string(*error, "type", fields.type);
   detail::copy_string(*error, "status", fields.status);
+  detail::copy_string(*error, "message", fields.message);
   const auto details = error->find("details");
   if (details == error->end() || !details->is_array()) return fields;
   for (const auto& entry : *details) {
     if (!entry.is_object()) continue;
     const auto type = entry.find("@type");
-    if (type != entry.end() && type->is_string() &&
-        type->get_ref<const std::string&>() == "type.googleapis.com/google.rpc.RetryInfo")
-      detail::copy_string(entry, "retryDelay", fields.retry_delay);
+    if (type == entry.end() || !type->is_string()) continue;
+    const auto& name = type->get_ref<const std::string&>();
+    if (name == "type.googleapis.com/google.rpc.RetryInfo") detail::copy_string(entry, "retryDelay", fields.retry_delay);
+    if (name != "type.googleapis.com/google.rpc.QuotaFailure") continue;
+    const auto violations = entry.find("violations");
+    if (violations == entry.end() || !violations->is_array()) continue;
+    for (const auto& violation : *violations) {
+      if (!violation.is_object()) continue;
+      for (const char* key : {"quotaId", "quotaMetric"}) {
+        std::string value;
+        detail::copy_string(violation, key, value);
+        if (value.empty()) continue;
+        if (!fields.quota.empty()) fields.quota += ' ';
+        fields.quota += value;
+      }
+    }
   }
   return fields;
 }

@@ -39,6 +39,7 @@ struct ScriptedResponse {
   std::size_t cut_after = 0;           ///< for Mode::cut_body
   std::vector<std::string> chunks;     ///< for Mode::stream: raw SSE text, written one after the other
   bool cut = false;                    ///< for Mode::stream: close the connection after the chunks
+  std::chrono::milliseconds chunk_interval{0};  ///< for Mode::stream: the wait before each chunk but the first
   std::chrono::milliseconds delay{0};  ///< wait before answering (cut short when the provider stops)
 };
 
@@ -195,6 +196,22 @@ class LoopbackProvider {
     r.chunks.emplace_back("data: [DONE]\n\n");
     return r;
   }
+  /// Returns an Anthropic Messages SSE stream of one content_block_delta per token, ended by
+  /// `event: message_stop`.
+  static ScriptedResponse anthropic_stream(const std::vector<std::string>& tokens) {
+    ScriptedResponse r;
+    r.mode = ScriptedResponse::Mode::stream;
+    r.content_type = "text/event-stream";
+    r.chunks.emplace_back(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_loopback\"}}\n\n");
+    for (const auto& token : tokens)
+      r.chunks.emplace_back(
+          "event: content_block_delta\ndata: "
+          R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":")" +
+          token + "\"}}\n\n");
+    r.chunks.emplace_back("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+    return r;
+  }
   /// Returns stream(tokens) without its end: the connection closes after the last token.
   static ScriptedResponse stream_cut(const std::vector<std::string>& tokens) {
     ScriptedResponse r = stream(tokens);
@@ -251,9 +268,12 @@ class LoopbackProvider {
       case ScriptedResponse::Mode::stream: {
         response.set_chunked_content_provider(
             scripted.content_type.c_str(),
-            [chunks = scripted.chunks, cut = scripted.cut](std::size_t, httplib::DataSink& sink) {
-              for (const auto& chunk : chunks)
-                if (!sink.write(chunk.data(), chunk.size())) return false;
+            [this, chunks = scripted.chunks, cut = scripted.cut, interval = scripted.chunk_interval](
+                std::size_t, httplib::DataSink& sink) {
+              for (std::size_t i = 0; i < chunks.size(); ++i) {
+                if (i > 0 && interval.count() > 0 && !pause(interval)) return false;
+                if (!sink.write(chunks[i].data(), chunks[i].size())) return false;
+              }
               if (cut) return false;  // closes the connection without the final chunk
               sink.done();
               return true;
@@ -261,6 +281,12 @@ class LoopbackProvider {
         break;
       }
     }
+  }
+
+  /// Waits `duration`, cut short when the provider stops. Returns false when it stops.
+  bool pause(std::chrono::milliseconds duration) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return !wake_.wait_for(lock, duration, [this] { return stopping_; });
   }
 
   httplib::Server server_;
