@@ -304,6 +304,26 @@ TEST_CASE("the attempt's time left bounds its total timeout") {
   CHECK(server.request_count() == 1);
 }
 
+TEST_CASE("the call's deadline alone bounds every transfer and stops the retries") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::hang(5000ms)).then(LoopbackProvider::hang(5000ms)).then(LoopbackProvider::hang(5000ms));
+  Call call(chat_request(server), options_for(Provider::openai));  // a 600 s timeout per attempt
+  llmretry::CallStats stats;
+  llmretry::CallOptions options;
+  options.deadline = std::chrono::steady_clock::now() + 700ms;  // the only deadline
+  options.stats = &stats;
+  llmretry::RetryPolicy policy;
+  policy.base = 10ms;
+  policy.cap = 10ms;
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(llmretry::call_with_retry(call, policy, options), llmretry::ProviderTimeout);
+  const auto took = std::chrono::steady_clock::now() - started;
+  CHECK(took >= 650ms);
+  CHECK(took < 1500ms);
+  CHECK(stats.stopped == StopReason::deadline);
+  CHECK(server.request_count() <= 2);
+}
+
 TEST_CASE("a connection closed mid-body may have been processed") {
   LoopbackProvider server;
   server.then(LoopbackProvider::closed_mid_body()).then(LoopbackProvider::chat_completion("whole"));
