@@ -1,4 +1,4 @@
-#include <llmretry/classify.hpp>
+#include <llmretry/http/classify.hpp>
 
 #include <map>
 #include <string>

@@ -1,6 +1,6 @@
 #include <llmretry/decision.hpp>
 
-#include <llmretry/classify.hpp>
+#include <llmretry/http/classify.hpp>
 
 #include <random>
 #include <stdexcept>
@@ -114,8 +114,8 @@ TEST_CASE("What is never retried", "[decision]") {
     CHECK(state.next(classify_status(code[0] == 'i' ? 429 : 400, code), rng).reason == StopReason::not_retryable);
   }
   RetryState state{RetryPolicy{}};
-  CHECK(state.next(Failure{FailureKind::stream_interrupted, 200, std::nullopt, Sent::refused, std::nullopt}, rng).reason ==
-        StopReason::not_retryable);
+  CHECK(state.next(Failure{FailureKind::stream_interrupted, 200, std::nullopt, Sent::refused, std::nullopt}, rng)
+            .reason == StopReason::not_retryable);
 }
 
 TEST_CASE("A broken stream is never replayed, whatever the provider says", "[decision]") {

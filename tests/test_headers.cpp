@@ -1,4 +1,4 @@
-#include <llmretry/headers.hpp>
+#include <llmretry/http/headers.hpp>
 
 #include <map>
 #include <optional>
@@ -200,8 +200,8 @@ TEST_CASE("should_retry reads x-should-retry", "[headers]") {
 }
 
 TEST_CASE("The two-digit year is resolved from any year of now, before 1970 too", "[headers][date]") {
-  const auto in_1969 = at_epoch_seconds(-1);                                                 // 1969-12-31 23:59:59
-  CHECK(epoch_of(parse_http_date("Thursday, 01-Jan-70 00:00:00 GMT", in_1969)) == 0);        // 1970
+  const auto in_1969 = at_epoch_seconds(-1);                                                   // 1969-12-31 23:59:59
+  CHECK(epoch_of(parse_http_date("Thursday, 01-Jan-70 00:00:00 GMT", in_1969)) == 0);          // 1970
   CHECK(epoch_of(parse_http_date("Tuesday, 31-Dec-19 00:00:00 GMT", in_1969)) == 1577750400);  // 2019
   CHECK(epoch_of(parse_http_date("Monday, 01-Jan-20 00:00:00 GMT", in_1969)) == -1577923200);  // 1920
 }

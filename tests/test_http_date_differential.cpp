@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include <llmretry/headers.hpp>
+#include <llmretry/http/headers.hpp>
 #include <llmretry_catch.hpp>
 
 namespace {

@@ -1,4 +1,4 @@
-#include <llmretry/idempotency.hpp>
+#include <llmretry/http/idempotency.hpp>
 
 #include <random>
 #include <set>

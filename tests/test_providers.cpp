@@ -1,4 +1,4 @@
-#include <llmretry/providers.hpp>
+#include <llmretry/http/providers.hpp>
 
 #include <chrono>
 #include <map>
@@ -137,9 +137,9 @@ TEST_CASE("to_string(Provider)") {
 
 TEST_CASE("finish_reason_failure: a filtered 2xx answer is content_filter, billed") {
   using llmretry::finish_reason_failure;
-  for (const auto& [provider, reason] : {std::pair{Provider::openai, "content_filter"},
-                                         std::pair{Provider::azure_openai, "content_filter"},
-                                         std::pair{Provider::anthropic, "refusal"}, std::pair{Provider::gemini, "SAFETY"}}) {
+  for (const auto& [provider, reason] :
+       {std::pair{Provider::openai, "content_filter"}, std::pair{Provider::azure_openai, "content_filter"},
+        std::pair{Provider::anthropic, "refusal"}, std::pair{Provider::gemini, "SAFETY"}}) {
     const auto failure = finish_reason_failure(provider, reason);
     REQUIRE(failure);
     CHECK(failure->kind == FailureKind::content_filter);

@@ -1,4 +1,4 @@
-#include <llmretry/rate_limits.hpp>
+#include <llmretry/http/rate_limits.hpp>
 
 #include <chrono>
 #include <map>

@@ -1,6 +1,6 @@
 #include <llmretry/result.hpp>
 
-#include <llmretry/classify.hpp>
+#include <llmretry/http/classify.hpp>
 
 #include <optional>
 #include <string>

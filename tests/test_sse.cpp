@@ -1,4 +1,4 @@
-#include <llmretry/sse.hpp>
+#include <llmretry/http/sse.hpp>
 
 #include <string>
 #include <vector>

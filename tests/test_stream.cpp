@@ -1,7 +1,7 @@
-#include <llmretry/stream.hpp>
+#include <llmretry/http/stream.hpp>
 
-#include <llmretry/classify.hpp>
 #include <llmretry/decision.hpp>
+#include <llmretry/http/classify.hpp>
 
 #include <random>
 

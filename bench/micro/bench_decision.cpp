@@ -6,8 +6,8 @@
 #include <random>
 #include <string_view>
 
-#include <llmretry/classify.hpp>
 #include <llmretry/decision.hpp>
+#include <llmretry/http/classify.hpp>
 
 namespace {
 

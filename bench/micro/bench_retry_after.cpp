@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include <llmretry/headers.hpp>
+#include <llmretry/http/headers.hpp>
 
 namespace {
 

@@ -12,7 +12,7 @@
 
 #include "detail/config.hpp"
 #include "failure.hpp"
-#include "status.hpp"
+#include "http/status.hpp"
 
 namespace llmretry {
 

@@ -5,9 +5,9 @@
 #include <chrono>
 #include <random>
 
-#include <llmretry/classify.hpp>
 #include <llmretry/decision.hpp>
 #include <llmretry/failure.hpp>
+#include <llmretry/http/classify.hpp>
 
 #include "fuzz_support.hpp"
 

@@ -1,7 +1,7 @@
 // A provider's JSON error body, read by llmretry::json and classified for every provider: any text, JSON or
 // not, gives error fields and a failure without crashing, leaking or throwing (std::bad_alloc aside).
+#include <llmretry/http/providers.hpp>
 #include <llmretry/json/error_fields.hpp>
-#include <llmretry/providers.hpp>
 
 #include "fuzz_support.hpp"
 

@@ -3,7 +3,7 @@
 // Nothing may crash, throw, leak or overflow, and no wait may be negative.
 #include <chrono>
 
-#include <llmretry/rate_limits.hpp>
+#include <llmretry/http/rate_limits.hpp>
 
 #include "fuzz_support.hpp"
 

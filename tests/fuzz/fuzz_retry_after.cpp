@@ -3,7 +3,7 @@
 // overflow, and the results must keep their documented bounds.
 #include <chrono>
 
-#include <llmretry/headers.hpp>
+#include <llmretry/http/headers.hpp>
 
 #include "fuzz_support.hpp"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include <llmretry/sse.hpp>
+#include <llmretry/http/sse.hpp>
 
 #include "fuzz_support.hpp"
 

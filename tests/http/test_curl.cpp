@@ -4,7 +4,7 @@
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/testing/loopback/provider.hpp>
 
-#include <llmretry/rate_limits.hpp>
+#include <llmretry/http/rate_limits.hpp>
 #include <llmretry/retry.hpp>
 #include <llmretry/testing/fake_sleep.hpp>
 
@@ -586,8 +586,7 @@ class RawServer {
       }
       ::send(client, answer_.data(), answer_.size(), MSG_NOSIGNAL);
       ::shutdown(client, SHUT_WR);
-      while (::recv(client, buffer, sizeof buffer, 0) > 0) {
-      }
+      while (::recv(client, buffer, sizeof buffer, 0) > 0) {}
       ::close(client);
     }
   }
@@ -707,8 +706,9 @@ TEST_CASE("a stream that ends cleanly without its end marker, or inside an event
   }
   SECTION("Gemini: a chunk with a finishReason ends the stream") {
     auto gemini = LoopbackProvider::stream({});
-    gemini.chunks = {"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hi\"}]}}]}\r\n\r\n",
-                     "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"!\"}]},\"finishReason\":\"STOP\"}]}\r\n\r\n"};
+    gemini.chunks = {
+        "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hi\"}]}}]}\r\n\r\n",
+        "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"!\"}]},\"finishReason\":\"STOP\"}]}\r\n\r\n"};
     auto cut = gemini;
     cut.chunks.pop_back();
     server.then(gemini).then(cut);
@@ -871,7 +871,8 @@ TEST_CASE("content encodings are asked for and decoded") {
 
 TEST_CASE("malformed chunked framing fails the same way again: not retried") {
   RawServer server(
-      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n");
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: "
+      "chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n");
   llmretry::curl::Request request;
   request.url = server.url();
   request.body = "{}";
@@ -933,9 +934,10 @@ TEST_CASE("provider answers recognised over the wire") {
   SECTION("Gemini's per-day QuotaFailure is quota_exhausted, a per-minute one is rate_limited") {
     const auto quota = [](const std::string& id) {
       auto r = LoopbackProvider::gemini_resource_exhausted("20s");
-      r.body.insert(r.body.find("{\"@type\""),
-                    R"({"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests","quotaId":")" +
-                        id + "\"}]},");
+      r.body.insert(
+          r.body.find("{\"@type\""),
+          R"({"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests","quotaId":")" +
+              id + "\"}]},");
       return r;
     };
     server.then(quota("GenerateRequestsPerDayPerProjectPerModel-FreeTier"))

@@ -26,11 +26,11 @@
 #include "../detail/text.hpp"
 #include "../errors.hpp"
 #include "../failure.hpp"
-#include "../headers.hpp"
-#include "../idempotency.hpp"
-#include "../providers.hpp"
-#include "../sse.hpp"
-#include "../stream.hpp"
+#include "../http/headers.hpp"
+#include "../http/idempotency.hpp"
+#include "../http/providers.hpp"
+#include "../http/sse.hpp"
+#include "../http/stream.hpp"
 
 namespace llmretry::curl {
 
@@ -83,9 +83,9 @@ struct Options {
   /// Size limits, counted after decoding (gzip, deflate, br, zstd are asked for and decoded). Passing one
   /// fails the attempt as FailureKind::too_large, never retried (the next answer would be as large),
   /// except the error body: past its limit, the error is classified by status and headers alone.
-  std::size_t max_body = std::size_t{64} << 20;         ///< a whole (not streamed) 2xx body: 64 MiB
-  std::size_t max_error_body = std::size_t{64} << 10;   ///< an error body, kept and parsed: 64 KiB
-  std::size_t max_header_bytes = std::size_t{64} << 10;  ///< the response's header lines together: 64 KiB
+  std::size_t max_body = std::size_t{64} << 20;                      ///< a whole (not streamed) 2xx body: 64 MiB
+  std::size_t max_error_body = std::size_t{64} << 10;                ///< an error body, kept and parsed: 64 KiB
+  std::size_t max_header_bytes = std::size_t{64} << 10;              ///< the response's header lines together: 64 KiB
   std::size_t max_event_bytes = SseParser::default_max_event_bytes;  ///< one server-sent event: 1 MiB
 };
 
@@ -165,8 +165,11 @@ inline bool ends_stream(Provider provider, const SseEvent& event) noexcept {
 
 /// What the callbacks of one transfer fill in.
 struct Transfer {
-  Transfer(CURL* easy, const Options& transfer_options) : handle(easy), options(&transfer_options),
-        sse(transfer_options.max_event_bytes), last_byte(std::chrono::steady_clock::now()) {}
+  Transfer(CURL* easy, const Options& transfer_options)
+      : handle(easy),
+        options(&transfer_options),
+        sse(transfer_options.max_event_bytes),
+        last_byte(std::chrono::steady_clock::now()) {}
 
   CURL* handle;
   const Options* options;
@@ -372,7 +375,8 @@ inline void set_method(CURL* handle, const Request& request) {
 }
 
 /// Returns the failure of a transfer that ended with `code` (not CURLE_OK), and its message.
-inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer, CURLcode code, const char* error_text) {
+inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer, CURLcode code,
+                                                        const char* error_text) {
   long request_size = 0;
   curl_easy_getinfo(transfer.handle, CURLINFO_REQUEST_SIZE, &request_size);
   const bool sent = request_size > 0;
@@ -462,9 +466,9 @@ inline Response perform(const Request& request, const Options& options, const He
 
   if (transfer.stream_error) {
     const Failure failure = classify_provider_error(options.provider, transfer.response.status, *transfer.stream_error);
-    detail::throw_failure(transfer, secrets,
-                          "SSE error event: " + describe(failure) + detail::server_word(*transfer.stream_error, secrets),
-                          failure);
+    detail::throw_failure(
+        transfer, secrets,
+        "SSE error event: " + describe(failure) + detail::server_word(*transfer.stream_error, secrets), failure);
   }
   if (transfer.too_large != nullptr) {
     const Failure failure{FailureKind::too_large, transfer.response.status, std::nullopt, Sent::maybe_processed,
@@ -476,8 +480,8 @@ inline Response perform(const Request& request, const Options& options, const He
     detail::throw_failure(transfer, secrets, message, failure);
   }
   if (status < 200 || status > 299) {
-    const ErrorFields fields = options.read_error && !transfer.error_body_cut ? options.read_error(transfer.response.body)
-                                                                              : ErrorFields{};
+    const ErrorFields fields =
+        options.read_error && !transfer.error_body_cut ? options.read_error(transfer.response.body) : ErrorFields{};
     const Failure failure =
         classify_provider_response(options.provider, transfer.response.status, transfer.response.headers,
                                    std::chrono::system_clock::now(), fields);

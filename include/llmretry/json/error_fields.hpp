@@ -10,7 +10,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "../providers.hpp"
+#include "../http/providers.hpp"
 
 namespace llmretry::json {
 
@@ -52,7 +52,8 @@ ErrorFields error_fields(const Json& body) {
     const auto type = entry.find("@type");
     if (type == entry.end() || !type->is_string()) continue;
     const auto& name = type->get_ref<const std::string&>();
-    if (name == "type.googleapis.com/google.rpc.RetryInfo") detail::copy_string(entry, "retryDelay", fields.retry_delay);
+    if (name == "type.googleapis.com/google.rpc.RetryInfo")
+      detail::copy_string(entry, "retryDelay", fields.retry_delay);
     if (name != "type.googleapis.com/google.rpc.QuotaFailure") continue;
     const auto violations = entry.find("violations");
     if (violations == entry.end() || !violations->is_array()) continue;

@@ -13,7 +13,7 @@
 #include "../detail/config.hpp"
 #include "../detail/uniform.hpp"
 #include "../failure.hpp"
-#include "../status.hpp"
+#include "../http/status.hpp"
 #include "event_queue.hpp"
 #include "random.hpp"
 

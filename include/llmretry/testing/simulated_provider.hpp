@@ -16,8 +16,8 @@
 #include "../detail/number.hpp"
 #include "../errors.hpp"
 #include "../failure.hpp"
+#include "../http/status.hpp"
 #include "../result.hpp"
-#include "../status.hpp"
 
 namespace llmretry::testing {
 
@@ -170,10 +170,10 @@ class SimulatedProvider {
     switch (failure.kind) {
       case FailureKind::timeout:
         return failure.sent == Sent::not_sent ? "Could not connect within the timeout (simulated)."
-                                        : "The provider did not answer within the timeout (simulated).";
+                                              : "The provider did not answer within the timeout (simulated).";
       case FailureKind::connection:
         return failure.sent == Sent::not_sent ? "Connection refused (simulated)."
-                                        : "Connection reset after sending (simulated).";
+                                              : "Connection reset after sending (simulated).";
       case FailureKind::rate_limited: return "HTTP 429: rate limited (simulated).";
       case FailureKind::quota_exhausted: return "HTTP 429: quota exhausted (simulated).";
       case FailureKind::server_error:

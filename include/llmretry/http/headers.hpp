@@ -5,10 +5,10 @@
 #include <optional>
 #include <string_view>
 
-#include "detail/header_lookup.hpp"
-#include "detail/http_date.hpp"
-#include "detail/number.hpp"
-#include "detail/text.hpp"
+#include "../detail/header_lookup.hpp"
+#include "../detail/http_date.hpp"
+#include "../detail/number.hpp"
+#include "../detail/text.hpp"
 
 namespace llmretry {
 

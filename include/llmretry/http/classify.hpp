@@ -4,7 +4,7 @@
 #include <chrono>
 #include <string_view>
 
-#include "failure.hpp"
+#include "../failure.hpp"
 #include "headers.hpp"
 #include "status.hpp"
 

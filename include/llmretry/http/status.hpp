@@ -3,8 +3,8 @@
 
 #include <string_view>
 
-#include "detail/text.hpp"
-#include "failure.hpp"
+#include "../detail/text.hpp"
+#include "../failure.hpp"
 
 namespace llmretry {
 

@@ -6,7 +6,7 @@
 #include <random>
 #include <string>
 
-#include "random.hpp"
+#include "../random.hpp"
 
 namespace llmretry {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
-#include "errors.hpp"
-#include "failure.hpp"
+#include "../errors.hpp"
+#include "../failure.hpp"
 
 namespace llmretry {
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <string_view>
 
+#include "../detail/duration.hpp"
+#include "../detail/text.hpp"
+#include "../failure.hpp"
 #include "classify.hpp"
-#include "detail/duration.hpp"
-#include "detail/text.hpp"
-#include "failure.hpp"
 #include "headers.hpp"
 
 namespace llmretry {
@@ -77,13 +77,12 @@ constexpr int openai_status(std::string_view code) noexcept {
     std::string_view code;
     int status;
   };
-  constexpr Entry table[] = {{"invalid_request_error", 400}, {"context_length_exceeded", 400},
-                             {"content_filter", 400},        {"invalid_api_key", 401},
-                             {"authentication_error", 401},  {"permission_error", 403},
-                             {"model_not_found", 404},       {"not_found_error", 404},
-                             {"rate_limit_exceeded", 429},   {"too_many_requests", 429},
-                             {"insufficient_quota", 429},    {"server_error", 500},
-                             {"service_unavailable", 503}};
+  constexpr Entry table[] = {
+      {"invalid_request_error", 400}, {"context_length_exceeded", 400}, {"content_filter", 400},
+      {"invalid_api_key", 401},       {"authentication_error", 401},    {"permission_error", 403},
+      {"model_not_found", 404},       {"not_found_error", 404},         {"rate_limit_exceeded", 429},
+      {"too_many_requests", 429},     {"insufficient_quota", 429},      {"server_error", 500},
+      {"service_unavailable", 503}};
   for (const auto& entry : table)
     if (code == entry.code) return entry.status;
   return 0;
@@ -125,8 +124,8 @@ inline Failure classify_provider_error(Provider provider, int status, const Erro
     case Provider::openai:
     case Provider::azure_openai: {
       if (status_says_nothing) {
-        const int mapped = detail::openai_status(body.code) != 0 ? detail::openai_status(body.code)
-                                                                 : detail::openai_status(body.type);
+        const int mapped =
+            detail::openai_status(body.code) != 0 ? detail::openai_status(body.code) : detail::openai_status(body.type);
         if (mapped != 0) status = mapped;
       }
       const Failure plain = classify_status(status);

@@ -9,10 +9,10 @@
 #include <string>
 #include <string_view>
 
-#include "detail/date.hpp"
-#include "detail/duration.hpp"
-#include "detail/header_lookup.hpp"
-#include "detail/number.hpp"
+#include "../detail/date.hpp"
+#include "../detail/duration.hpp"
+#include "../detail/header_lookup.hpp"
+#include "../detail/number.hpp"
 
 namespace llmretry {
 
