@@ -67,9 +67,7 @@ TEST_CASE("throw_provider_error throws the class the failure calls for", "[error
     CHECK(error.provider_wait() == 3s);
     CHECK(std::string(error.what()) == "message");
   }
-  CHECK_THROWS_AS(
-      std::rethrow_exception(thrown(Failure::timed_out(Sent::not_sent))),
-      ProviderTimeout);
+  CHECK_THROWS_AS(std::rethrow_exception(thrown(Failure::timed_out(Sent::not_sent))), ProviderTimeout);
   try {
     std::rethrow_exception(thrown(Failure::connection_failed(Sent::maybe_processed)));
   } catch (const ConnectionError& error) {

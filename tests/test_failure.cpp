@@ -44,10 +44,8 @@ TEST_CASE("Kind names and descriptions", "[failure]") {
   CHECK(std::string(llmretry::to_string(static_cast<FailureKind>(99))) == "unknown");
   CHECK(llmretry::describe(Failure{FailureKind::rate_limited, 429, 511ms, Sent::refused, std::nullopt}) ==
         "HTTP 429 rate_limited, retry after 511 ms");
-  CHECK(llmretry::describe(Failure::timed_out(Sent::maybe_processed)) ==
-        "timeout (may have been processed)");
-  CHECK(llmretry::describe(Failure::connection_failed(Sent::not_sent)) ==
-        "connection (not sent)");
-  CHECK(llmretry::describe(Failure{FailureKind::server_error, 503, std::nullopt, Sent::maybe_processed, std::nullopt}) ==
-        "HTTP 503 server_error");
+  CHECK(llmretry::describe(Failure::timed_out(Sent::maybe_processed)) == "timeout (may have been processed)");
+  CHECK(llmretry::describe(Failure::connection_failed(Sent::not_sent)) == "connection (not sent)");
+  CHECK(llmretry::describe(Failure{FailureKind::server_error, 503, std::nullopt, Sent::maybe_processed,
+                                   std::nullopt}) == "HTTP 503 server_error");
 }

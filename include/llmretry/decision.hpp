@@ -15,14 +15,14 @@ namespace llmretry {
 
 /// Why a call stopped retrying.
 enum class StopReason {
-  not_retryable,         ///< the failure cannot succeed on another attempt (400, 401, quota...)
-  not_safe_to_repeat,    ///< the request may have been processed and the call is not safe to repeat
-  provider_declined,     ///< the provider said `x-should-retry: false`
-  attempts_exhausted,    ///< max_attempts were made
-  wait_budget,           ///< the next wait would take the total past max_total_wait
+  not_retryable,           ///< the failure cannot succeed on another attempt (400, 401, quota...)
+  not_safe_to_repeat,      ///< the request may have been processed and the call is not safe to repeat
+  provider_declined,       ///< the provider said `x-should-retry: false`
+  attempts_exhausted,      ///< max_attempts were made
+  wait_budget,             ///< the next wait would take the total past max_total_wait
   provider_wait_too_long,  ///< the provider asked for a wait above max_provider_wait
-  deadline,              ///< the next wait would end after the call's deadline, or it has passed
-  refused,               ///< a guard refused the next attempt (see guard.hpp)
+  deadline,                ///< the next wait would end after the call's deadline, or it has passed
+  refused,                 ///< a guard refused the next attempt (see guard.hpp)
 };
 
 /// Returns the snake_case name of a stop reason, such as "attempts_exhausted".
@@ -51,7 +51,9 @@ struct Decision {
     return {true, wait, StopReason::not_retryable};
   }
   /// Returns a decision to stop for `reason`.
-  [[nodiscard]] static constexpr Decision stop(StopReason reason) noexcept { return {false, std::chrono::milliseconds{0}, reason}; }
+  [[nodiscard]] static constexpr Decision stop(StopReason reason) noexcept {
+    return {false, std::chrono::milliseconds{0}, reason};
+  }
 };
 
 /// The retry brain of one logical call: every driver (call_with_retry, the simulator, your own loop)
@@ -95,9 +97,11 @@ class RetryState {
 
     const JitterRange backoff_range = jitter_range(backoff(attempts_, policy_), previous_wait_, policy_);
     const JitterRange spread_range = provider_wait_range(failure);
-    if (const auto stop = exceeds(std::max(backoff_range.low, spread_range.low), time_left)) return Decision::stop(*stop);
+    if (const auto stop = exceeds(std::max(backoff_range.low, spread_range.low), time_left))
+      return Decision::stop(*stop);
     const auto drawn = draw(backoff_range, rng);
-    const auto wait = std::max(drawn, spread_range.low == spread_range.high ? spread_range.low : draw(spread_range, rng));
+    const auto wait =
+        std::max(drawn, spread_range.low == spread_range.high ? spread_range.low : draw(spread_range, rng));
     if (const auto stop = exceeds(wait, time_left)) return Decision::stop(*stop);
     previous_wait_ = drawn;
     waited_ = detail::saturating_add(waited_, wait);
@@ -108,7 +112,7 @@ class RetryState {
   /// Returns the reason to stop instead when the wait would take the total past max_total_wait
   /// (wait_budget) or end after the deadline (`time_left`, when the call has one: deadline).
   [[nodiscard]] std::optional<StopReason> add_guard_wait(std::chrono::milliseconds wait,
-                                                          std::optional<std::chrono::milliseconds> time_left) noexcept {
+                                                         std::optional<std::chrono::milliseconds> time_left) noexcept {
     if (const auto stop = exceeds(wait, time_left)) return stop;
     waited_ = detail::saturating_add(waited_, wait);
     return std::nullopt;

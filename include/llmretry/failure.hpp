@@ -38,7 +38,7 @@ enum class Sent {
 /// One failed attempt, classified. Cheap to copy; holds no message text.
 struct Failure {
   FailureKind kind = FailureKind::unknown;
-  int status = 0;                                        ///< HTTP status, or 0 when there was no response
+  int status = 0;                                          ///< HTTP status, or 0 when there was no response
   std::optional<std::chrono::milliseconds> provider_wait;  ///< the wait the provider asked for, if any
   Sent sent = Sent::maybe_processed;
   std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set

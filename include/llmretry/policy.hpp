@@ -51,7 +51,9 @@ struct RetryPolicy {
   }
 
   /// Returns the longest wait a provider may ask for before the call stops.
-  [[nodiscard]] std::chrono::milliseconds provider_wait_limit() const noexcept { return max_provider_wait.value_or(cap); }
+  [[nodiscard]] std::chrono::milliseconds provider_wait_limit() const noexcept {
+    return max_provider_wait.value_or(cap);
+  }
 
   /// Throws std::invalid_argument naming the field when the policy makes no sense:
   /// max_attempts < 1, a negative duration, or cap < base.

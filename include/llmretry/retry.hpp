@@ -24,16 +24,16 @@ namespace llmretry {
 /// What a call that gave up reports: why it stopped, the last failure, and what it had spent.
 struct GiveUp {
   StopReason reason;
-  Failure failure;                   ///< the last failure, or the refusal's (kind unknown for an unrecognised exception)
-  int attempts;                      ///< attempts made, the last one included
+  Failure failure;  ///< the last failure, or the refusal's (kind unknown for an unrecognised exception)
+  int attempts;     ///< attempts made, the last one included
   std::chrono::milliseconds waited;  ///< total time waited between and before attempts
 };
 
 /// What one call to call_with_retry spent, whether it succeeded or gave up.
 struct CallStats {
-  int attempts = 0;                          ///< attempts made
-  std::chrono::milliseconds waited{0};       ///< total time waited between and before attempts
-  std::optional<StopReason> stopped;         ///< why it gave up; nullopt when it succeeded
+  int attempts = 0;                     ///< attempts made
+  std::chrono::milliseconds waited{0};  ///< total time waited between and before attempts
+  std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded
 };
 
 /// Per-call settings beyond the policy. Every member is optional; the defaults cost nothing.
@@ -108,8 +108,9 @@ struct is_answer_check<AnswerCheck<Check>> : std::true_type {};
 template <class T, class = void>
 struct is_random_generator : std::false_type {};
 template <class T>
-struct is_random_generator<T, std::void_t<typename T::result_type, decltype(T::min()), decltype(T::max()),
-                                          decltype(std::declval<T&>()())>> : std::true_type {};
+struct is_random_generator<
+    T, std::void_t<typename T::result_type, decltype(T::min()), decltype(T::max()), decltype(std::declval<T&>()())>>
+    : std::true_type {};
 
 template <class T, class = void>
 struct keeps_records : std::false_type {};
@@ -151,9 +152,8 @@ template <class Call>
 constexpr bool takes_attempt_v = std::is_invocable_v<Call&, const Attempt&>;
 
 template <class Call>
-using attempt_result_t =
-    typename std::conditional_t<takes_attempt_v<Call>, std::invoke_result<Call&, const Attempt&>,
-                                std::invoke_result<Call&>>::type;
+using attempt_result_t = typename std::conditional_t<takes_attempt_v<Call>, std::invoke_result<Call&, const Attempt&>,
+                                                     std::invoke_result<Call&>>::type;
 
 /// Makes one attempt: `call(attempt)` or `call()`, as the call takes.
 template <class Call>
@@ -310,7 +310,8 @@ std::optional<Failure> rejected(const Check& check, const Answer& answer) {
 template <class R, class Loop, class Call, class Check, class Options>
 R run_throwing(Loop& loop, Call& call, const Check& check, const Options& options) {
   constexpr bool plain = std::is_same_v<Check, NoAnswerCheck> && !Loop::guarded;
-  static_assert(!std::is_void_v<R> || std::is_same_v<Check, NoAnswerCheck>, "check_answer needs a call that returns a value");
+  static_assert(!std::is_void_v<R> || std::is_same_v<Check, NoAnswerCheck>,
+                "check_answer needs a call that returns a value");
   static_assert(plain || std::is_void_v<R> || std::is_move_constructible_v<R> || std::is_reference_v<R>,
                 "with a guard or an answer check, the call's result must be movable");
   using Kept = std::conditional_t<std::is_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>, R>;
@@ -447,12 +448,11 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
                 "each argument after the policy must be a sleep, a random generator, an on_retry hook, a guard, "
                 "check_answer(...) or CallOptions");
   static_assert(detail::count_of<Part::options, Parts...>() <= 1 && detail::count_of<Part::sleep, Parts...>() <= 1 &&
-                    detail::count_of<Part::rng, Parts...>() <= 1 &&
-                    detail::count_of<Part::on_retry, Parts...>() <= 1 &&
+                    detail::count_of<Part::rng, Parts...>() <= 1 && detail::count_of<Part::on_retry, Parts...>() <= 1 &&
                     detail::count_of<Part::guard, Parts...>() <= 1 &&
                     detail::count_of<Part::answer_check, Parts...>() <= 1,
                 "each kind of argument after the policy may be given once");
-  static_assert(((!detail::keeps_records<std::decay_t<Parts>>::value || std::is_lvalue_reference_v<Parts>) && ...),
+  static_assert(((!detail::keeps_records<std::decay_t<Parts>>::value || std::is_lvalue_reference_v<Parts>)&&...),
                 "pass a recording sleep such as testing::FakeSleep as a variable: a temporary loses what it records");
   policy.validate();
   RealSleep real_sleep;

@@ -2,4 +2,6 @@
 #include <llmretry/retry.hpp>
 #include <llmretry/testing/fake_sleep.hpp>
 
-int main() { return llmretry::call_with_retry([] { return 0; }, llmretry::RetryPolicy{}, llmretry::testing::FakeSleep{}); }
+int main() {
+  return llmretry::call_with_retry([] { return 0; }, llmretry::RetryPolicy{}, llmretry::testing::FakeSleep{});
+}

@@ -133,9 +133,10 @@ std::vector<Run> scenario_runs(std::string_view name) {
     return {{n, "explorer, no jitter", scenarios::explorer(Jitter::none)},
             {n, "explorer, full jitter", scenarios::explorer(Jitter::full)}};
   if (name == "thirty")
-    return {{n, "retry-after: 30, obeyed without jitter", scenarios::everyone_waits_30s()},
-            {n, "retry-after-ms (precise) and full jitter", scenarios::precise_retry_after()},
-            {n, "retry-after-ms, full jitter, returns spread up to 1 s above it", scenarios::precise_retry_after_spread()}};
+    return {
+        {n, "retry-after: 30, obeyed without jitter", scenarios::everyone_waits_30s()},
+        {n, "retry-after-ms (precise) and full jitter", scenarios::precise_retry_after()},
+        {n, "retry-after-ms, full jitter, returns spread up to 1 s above it", scenarios::precise_retry_after_spread()}};
   if (name == "rpm") return {{n, "1,000 small calls a minute: the request limit", scenarios::many_small_calls()}};
   if (name == "tpm") return {{n, "100 large calls a minute: the token limit", scenarios::few_large_calls()}};
   if (name == "brooker")
@@ -332,17 +333,19 @@ std::string describe(const Scenario& s) {
   if (p.server_error_rate > 0) text += " 503 for " + share(p.server_error_rate) + " of requests,";
   if (p.timeout_rate > 0) text += " no answer for " + share(p.timeout_rate) + ",";
   text += p.refusal == sim::Refusal::conflict ? " conflicts answered 409" : " refusals answered 429";
-  text += p.retry_after_header == sim::RetryAfterMode::none    ? " without Retry-After"
-          : p.retry_after_header == sim::RetryAfterMode::fixed ? " with retry-after: " + sim::seconds(p.fixed_retry_after)
-                                                        : " with the precise retry-after-ms";
+  text += p.retry_after_header == sim::RetryAfterMode::none ? " without Retry-After"
+          : p.retry_after_header == sim::RetryAfterMode::fixed
+              ? " with retry-after: " + sim::seconds(p.fixed_retry_after)
+              : " with the precise retry-after-ms";
   const auto& r = s.policy;
-  text += "\npolicy: base " + sim::seconds(r.base) + " s, cap " + sim::seconds(r.cap) + " s, jitter " +
-          llmretry::to_string(r.jitter) + ", " +
-          (r.max_attempts == INT32_MAX ? std::string{"unlimited"} : std::to_string(r.max_attempts)) +
-          " attempts, at most " + sim::seconds(r.max_total_wait) + " s of waiting, Retry-After up to " +
-          sim::seconds(r.provider_wait_limit()) + " s obeyed" +
-          (r.provider_wait_jitter > 0ms ? ", spread up to " + sim::seconds(r.provider_wait_jitter) + " s above it" : "") +
-          "; seed " + std::to_string(s.seed);
+  text +=
+      "\npolicy: base " + sim::seconds(r.base) + " s, cap " + sim::seconds(r.cap) + " s, jitter " +
+      llmretry::to_string(r.jitter) + ", " +
+      (r.max_attempts == INT32_MAX ? std::string{"unlimited"} : std::to_string(r.max_attempts)) +
+      " attempts, at most " + sim::seconds(r.max_total_wait) + " s of waiting, Retry-After up to " +
+      sim::seconds(r.provider_wait_limit()) + " s obeyed" +
+      (r.provider_wait_jitter > 0ms ? ", spread up to " + sim::seconds(r.provider_wait_jitter) + " s above it" : "") +
+      "; seed " + std::to_string(s.seed);
   return text;
 }
 

@@ -36,11 +36,11 @@ struct ScriptedResponse {
   std::string body;
   std::string content_type = "application/json";
   Mode mode = Mode::whole;
-  std::size_t cut_after = 0;           ///< for Mode::cut_body
-  std::vector<std::string> chunks;     ///< for Mode::stream: raw SSE text, written one after the other
-  bool cut = false;                    ///< for Mode::stream: close the connection after the chunks
+  std::size_t cut_after = 0;                    ///< for Mode::cut_body
+  std::vector<std::string> chunks;              ///< for Mode::stream: raw SSE text, written one after the other
+  bool cut = false;                             ///< for Mode::stream: close the connection after the chunks
   std::chrono::milliseconds chunk_interval{0};  ///< for Mode::stream: the wait before each chunk but the first
-  std::chrono::milliseconds delay{0};  ///< wait before answering (cut short when the provider stops)
+  std::chrono::milliseconds delay{0};           ///< wait before answering (cut short when the provider stops)
 };
 
 /// A request the LoopbackProvider received.
@@ -267,9 +267,8 @@ class LoopbackProvider {
       }
       case ScriptedResponse::Mode::stream: {
         response.set_chunked_content_provider(
-            scripted.content_type.c_str(),
-            [this, chunks = scripted.chunks, cut = scripted.cut, interval = scripted.chunk_interval](
-                std::size_t, httplib::DataSink& sink) {
+            scripted.content_type.c_str(), [this, chunks = scripted.chunks, cut = scripted.cut,
+                                            interval = scripted.chunk_interval](std::size_t, httplib::DataSink& sink) {
               for (std::size_t i = 0; i < chunks.size(); ++i) {
                 if (i > 0 && interval.count() > 0 && !pause(interval)) return false;
                 if (!sink.write(chunks[i].data(), chunks[i].size())) return false;
