@@ -119,8 +119,7 @@ int main(int argc, char* argv[]) {
 
   std::cout << "Idempotency-Key for this call: " << call.idempotency_key() << "\n";
   try {
-    const auto response = llmretry::call_with_retry(call, llmretry::RetryPolicy::interactive(), llmretry::RealSleep{},
-                                                    llmretry::ThreadRng{}, on_retry, call_options);
+    const auto response = llmretry::call_with_retry(call, llmretry::RetryPolicy::interactive(), on_retry, call_options);
     if (stream) std::cout << "\n";
     else std::cout << content_of(response.body, "message") << "\n";
     const auto limits = llmretry::parse_rate_limits(response.headers, std::chrono::system_clock::now());
