@@ -23,6 +23,8 @@ enum class StopReason {
   provider_wait_too_long,  ///< the provider asked for a wait above max_provider_wait
   deadline,                ///< the next wait would end after the call's deadline, or it has passed
   refused,                 ///< a guard refused the next attempt (see guard.hpp)
+  no_capacity,             ///< the deployment cannot take the call: its cost exceeds a limit, or its
+                           ///< capacity comes later than the call may wait
 };
 
 /// Returns the snake_case name of a stop reason, such as "attempts_exhausted".
@@ -36,6 +38,7 @@ enum class StopReason {
     case StopReason::provider_wait_too_long: return "provider_wait_too_long";
     case StopReason::deadline: return "deadline";
     case StopReason::refused: return "refused";
+    case StopReason::no_capacity: return "no_capacity";
   }
   return "unknown";
 }

@@ -25,7 +25,13 @@
 ///
 /// and its destructor runs in every case, so that a ticket that heard neither (the call threw something
 /// that is not a provider failure, or the loop did not send the attempt after all) can give back what it
-/// held. Pass a guard to call_with_retry among its trailing arguments, by reference: it is shared.
+/// held. A ticket may also have
+///
+///   std::optional<Refusal> ticket.begin(const Attempt& attempt);
+///
+/// called after the admission's wait, just before the attempt is sent (to take a concurrency slot
+/// without holding it while waiting for rate); a refusal there ends the call as a refusal from admit.
+/// Pass a guard to call_with_retry among its trailing arguments, by reference: it is shared.
 
 namespace llmretry {
 
@@ -97,6 +103,12 @@ class AttemptRefused : public ProviderError {
 };
 
 namespace detail {
+
+template <class T, class = void>
+struct has_begin : std::false_type {};
+template <class T>
+struct has_begin<T, std::void_t<decltype(std::declval<T&>().begin(std::declval<const Attempt&>()))>> : std::true_type {
+};
 
 template <class T, class = void>
 struct is_guard : std::false_type {};

@@ -5,6 +5,7 @@
 /// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>
 /// and <llmretry/testing/loopback/provider.hpp>.
 
+#include "admission.hpp"
 #include "attempt.hpp"
 #include "backoff.hpp"
 #include "decision.hpp"

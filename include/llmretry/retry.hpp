@@ -215,6 +215,12 @@ class RetryLoop {
         sleep_(admission.wait());
         if (options_.deadline) attempt.time_left = time_left();
       }
+      if constexpr (has_begin<Ticket>::value) {
+        if (auto refusal = ticket_->begin(std::as_const(attempt))) {
+          ticket_.reset();
+          return refuse(*refusal);
+        }
+      }
     }
     ++made_;
     // What the call spent should this attempt succeed; a failure writes it again.

@@ -1,0 +1,12 @@
+#ifndef LLMRETRY_ADMISSION_HPP
+#define LLMRETRY_ADMISSION_HPP
+
+/// Pacing before each attempt, so that calls do not draw 429s in the first place: limits and costs, the
+/// rate limiter, the concurrency limit, token estimates, and the deployment that groups them.
+#include "admission/concurrency.hpp"
+#include "admission/deployment.hpp"
+#include "admission/limits.hpp"
+#include "admission/rate_limiter.hpp"
+#include "admission/tokens.hpp"
+
+#endif  // LLMRETRY_ADMISSION_HPP

@@ -1,0 +1,249 @@
+#ifndef LLMRETRY_ADMISSION_DEPLOYMENT_HPP
+#define LLMRETRY_ADMISSION_DEPLOYMENT_HPP
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "../attempt.hpp"
+#include "../decision.hpp"
+#include "../failure.hpp"
+#include "../guard.hpp"
+#include "../http/rate_limits.hpp"
+#include "concurrency.hpp"
+#include "limits.hpp"
+#include "rate_limiter.hpp"
+
+namespace llmretry {
+
+/// How a deployment learns the provider's limits besides what it was configured with.
+enum class Learning {
+  from_headers,  ///< from each answer's rate-limit headers (OpenAI, Azure, Anthropic) and each 429's wait
+  adaptive,      ///< also slows down on every 429 (x 0.7) and recovers slowly: providers that send no
+                 ///< rate-limit headers (Gemini)
+};
+
+/// How one deployment (a provider, a model and a key) is paced.
+struct DeploymentOptions {
+  std::string name;                ///< for reports and metrics, such as "openai/gpt-4o-mini"
+  Limits limits;                   ///< configured limits; unset dimensions are learned from the provider's headers
+  std::optional<int> concurrency;  ///< the most calls in flight at once; empty: no limit
+  Learning learning = Learning::from_headers;
+  /// The most a call waits for capacity (rate, then a slot) before it is refused with
+  /// StopReason::no_capacity; empty: as long as its deadline and wait budget allow.
+  std::optional<std::chrono::milliseconds> max_queue_wait;
+  /// The clock of the pacing; empty: std::chrono::steady_clock::now. A virtual-time driver passes its own.
+  std::function<std::chrono::steady_clock::time_point()> clock;
+  /// Reads the actual usage from a successful answer's body (such as llmretry::json::usage_of), so that
+  /// the reservation is settled with it; empty: the estimate stays charged.
+  std::function<std::optional<Cost>(std::string_view body)> read_usage;
+};
+
+namespace detail {
+template <class T, class = void>
+struct has_body : std::false_type {};
+template <class T>
+struct has_body<T, std::void_t<decltype(std::string_view(std::declval<const T&>().body))>> : std::true_type {};
+template <class T, class = void>
+struct has_headers : std::false_type {};
+template <class T>
+struct has_headers<T, std::void_t<decltype(parse_rate_limits(std::declval<const T&>().headers,
+                                                             std::chrono::system_clock::time_point{}))>>
+    : std::true_type {};
+}  // namespace detail
+
+/// One deployment's pacing, shared by every call to it: a RateLimiter (requests and tokens per minute,
+/// per day...), an optional ConcurrencyLimit, and what the provider taught it. Create one per (provider,
+/// model, key) and share it; `pace(estimate)` gives the guard of one call for call_with_retry.
+/// The building blocks (reserve, succeeded, failed) are public so that other drivers (a simulator in
+/// virtual time, a queue worker) pace the same way. Thread-safe.
+class Deployment {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+
+  /// Throws std::invalid_argument naming the field when a limit or the concurrency makes no sense.
+  explicit Deployment(DeploymentOptions options)
+      : options_(std::move(options)),
+        limiter_(options_.limits),
+        concurrency_(options_.concurrency ? std::make_unique<ConcurrencyLimit>(*options_.concurrency) : nullptr) {
+    if (options_.max_queue_wait && *options_.max_queue_wait < std::chrono::milliseconds::zero())
+      detail::throw_invalid_argument("DeploymentOptions::max_queue_wait must not be negative");
+  }
+
+  /// Returns the deployment's name.
+  [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
+  /// Returns the options it was made with.
+  [[nodiscard]] const DeploymentOptions& options() const noexcept { return options_; }
+  /// Returns the time on the deployment's clock.
+  [[nodiscard]] time_point now() const { return options_.clock ? options_.clock() : std::chrono::steady_clock::now(); }
+  /// Returns the rate limiter.
+  [[nodiscard]] RateLimiter& limiter() noexcept { return limiter_; }
+  [[nodiscard]] const RateLimiter& limiter() const noexcept { return limiter_; }
+  /// Returns the concurrency limit, or null when there is none.
+  [[nodiscard]] ConcurrencyLimit* concurrency() noexcept { return concurrency_.get(); }
+
+  /// Reserves `estimate` at `now`, waiting at most `max_wait` (and max_queue_wait).
+  [[nodiscard]] Reservation reserve(const Cost& estimate, time_point now,
+                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
+    if (options_.max_queue_wait)
+      max_wait = max_wait ? std::min(*max_wait, *options_.max_queue_wait) : options_.max_queue_wait;
+    return limiter_.reserve(estimate, now, max_wait);
+  }
+
+  /// Records a successful attempt at `now`: learns from `reported` (the answer's rate-limit headers),
+  /// and settles `reservation` with the `usage` the answer reported (the estimate stays charged without).
+  void succeeded(Reservation& reservation, const std::optional<Cost>& usage, const RateLimits* reported,
+                 time_point now) noexcept {
+    if (reported != nullptr) limiter_.learn(*reported, now);
+    limiter_.settle(reservation, usage.value_or(reservation.cost()));
+  }
+
+  /// Records a failed attempt at `now`. A 429 pauses every call of the deployment for the provider's
+  /// wait, slows the rate down under Learning::adaptive, and keeps only the request charged (no tokens
+  /// were used); a request never sent gives everything back; one refused without work keeps the request;
+  /// one that may have been processed keeps its estimate (it may have been billed).
+  void failed(Reservation& reservation, const Failure& failure, time_point now) noexcept {
+    if (failure.kind == FailureKind::rate_limited) {
+      if (failure.provider_wait) limiter_.pause_until(now + *failure.provider_wait);
+      if (options_.learning == Learning::adaptive) limiter_.slow_down(now);
+    }
+    if (failure.sent == Sent::not_sent) {
+      limiter_.cancel(reservation);
+    } else if (failure.sent == Sent::refused) {
+      limiter_.settle(reservation, Cost{reservation.cost().requests, 0, 0});
+    } else {
+      limiter_.settle(reservation, reservation.cost());
+    }
+  }
+
+  class Pacing;
+  /// Returns the guard that paces one call of estimated cost `estimate` (see estimate_cost) through this
+  /// deployment: pass it to call_with_retry. The deployment must outlive it.
+  [[nodiscard]] Pacing pace(const Cost& estimate) noexcept;
+
+ private:
+  DeploymentOptions options_;
+  RateLimiter limiter_;
+  std::unique_ptr<ConcurrencyLimit> concurrency_;
+};
+
+/// The guard of one call through a Deployment. Before each attempt it reserves the estimate (the wait
+/// until capacity comes is slept by call_with_retry), then takes a concurrency slot just before sending,
+/// so that waiting for rate holds no slot. After the attempt it settles: the answer's usage and
+/// rate-limit headers (read from its `body` and `headers` members, when it has them, such as
+/// curl::Response) on success; what the failure says was used otherwise. Refuses with
+/// StopReason::no_capacity a cost above a limit or a wait beyond max_queue_wait, and with
+/// StopReason::deadline a wait beyond the call's deadline.
+class Deployment::Pacing {
+ public:
+  /// What one attempt holds: its reservation and its slot, given back or settled however it ends.
+  class Ticket {
+   public:
+    Ticket(Deployment& deployment, Reservation reservation, std::optional<std::chrono::milliseconds> slot_wait)
+        : deployment_(&deployment), reservation_(std::move(reservation)), slot_wait_(slot_wait) {}
+    Ticket(Ticket&& other) noexcept
+        : deployment_(other.deployment_),
+          reservation_(std::move(other.reservation_)),
+          slot_wait_(other.slot_wait_),
+          slot_(std::exchange(other.slot_, false)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket() {
+      deployment_->limiter().cancel(reservation_);
+      release();
+    }
+
+    /// Takes a concurrency slot, waiting in line at most the call's time left and max_queue_wait.
+    /// Returns the refusal when none came in time.
+    [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
+      ConcurrencyLimit* limit = deployment_->concurrency();
+      if (limit == nullptr) return std::nullopt;
+      std::optional<std::chrono::milliseconds> wait = slot_wait_;
+      if (attempt.time_left) wait = wait ? std::min(*wait, *attempt.time_left) : attempt.time_left;
+      slot_ = wait ? limit->acquire_until(std::chrono::steady_clock::now() + *wait)
+                   : limit->acquire_until(std::chrono::steady_clock::time_point::max());
+      if (slot_) return std::nullopt;
+      const bool deadline = attempt.time_left && (!slot_wait_ || *attempt.time_left <= *slot_wait_);
+      return Refusal{deadline ? StopReason::deadline : StopReason::no_capacity,
+                     Failure::of(FailureKind::rate_limited, Sent::not_sent)};
+    }
+
+    /// Settles with the answer's usage and learns from its rate-limit headers.
+    template <class Answer>
+    void succeeded(const Answer& answer) {
+      std::optional<Cost> usage;
+      std::optional<RateLimits> reported;
+      if constexpr (detail::has_body<Answer>::value) {
+        if (deployment_->options().read_usage) usage = deployment_->options().read_usage(std::string_view(answer.body));
+      }
+      if constexpr (detail::has_headers<Answer>::value)
+        reported = parse_rate_limits(answer.headers, std::chrono::system_clock::now());
+      deployment_->succeeded(reservation_, usage, reported ? &*reported : nullptr, deployment_->now());
+      release();
+    }
+    /// Settles a call that returned nothing: the estimate stays charged.
+    void succeeded() {
+      deployment_->succeeded(reservation_, std::nullopt, nullptr, deployment_->now());
+      release();
+    }
+    /// Records the failure (see Deployment::failed).
+    void failed(const Failure& failure) {
+      deployment_->failed(reservation_, failure, deployment_->now());
+      release();
+    }
+
+   private:
+    void release() {
+      if (std::exchange(slot_, false)) deployment_->concurrency()->release();
+    }
+
+    Deployment* deployment_;
+    Reservation reservation_;
+    std::optional<std::chrono::milliseconds> slot_wait_;
+    bool slot_ = false;
+  };
+
+  Pacing(Deployment& deployment, const Cost& estimate) noexcept : deployment_(&deployment), estimate_(estimate) {}
+
+  /// Reserves the estimate for the attempt. Returns the ticket and the wait until capacity comes, or the
+  /// refusal: no_capacity for a cost above a limit or a wait beyond max_queue_wait, deadline for a wait
+  /// beyond the call's time left.
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
+    const time_point now = deployment_->now();
+    Reservation reservation = deployment_->reserve(estimate_, now, attempt.time_left);
+    switch (reservation.status()) {
+      case ReservationStatus::granted: {
+        const auto wait = reservation.wait_after(now);
+        std::optional<std::chrono::milliseconds> slot_wait = deployment_->options().max_queue_wait;
+        if (slot_wait) slot_wait = std::max(std::chrono::milliseconds::zero(), *slot_wait - wait);
+        return Admission<Ticket>::go(Ticket{*deployment_, std::move(reservation), slot_wait}, wait);
+      }
+      case ReservationStatus::too_large:
+        return Admission<Ticket>::refuse(
+            Refusal{StopReason::no_capacity, Failure::of(FailureKind::too_large, Sent::not_sent)});
+      case ReservationStatus::too_long: break;
+    }
+    Failure failure = Failure::of(FailureKind::rate_limited, Sent::not_sent);
+    failure.provider_wait = reservation.wait_after(now);
+    const auto& max_queue_wait = deployment_->options().max_queue_wait;
+    const bool deadline = attempt.time_left && (!max_queue_wait || *attempt.time_left <= *max_queue_wait);
+    return Admission<Ticket>::refuse(Refusal{deadline ? StopReason::deadline : StopReason::no_capacity, failure});
+  }
+
+ private:
+  Deployment* deployment_;
+  Cost estimate_;
+};
+
+inline Deployment::Pacing Deployment::pace(const Cost& estimate) noexcept { return Pacing{*this, estimate}; }
+
+}  // namespace llmretry
+
+#endif  // LLMRETRY_ADMISSION_DEPLOYMENT_HPP

@@ -1,0 +1,401 @@
+#ifndef LLMRETRY_ADMISSION_RATE_LIMITER_HPP
+#define LLMRETRY_ADMISSION_RATE_LIMITER_HPP
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "../http/rate_limits.hpp"
+#include "limits.hpp"
+
+namespace llmretry {
+
+/// How a reservation ended.
+enum class ReservationStatus {
+  granted,    ///< the call may start at start(); cancel or settle it later
+  too_large,  ///< the cost exceeds a limit: it can never fit (limited_by() says which)
+  too_long,   ///< it would have to wait longer than the caller allows (start() says until when)
+};
+
+/// Returns the snake_case name of a status, such as "too_large".
+[[nodiscard]] constexpr const char* to_string(ReservationStatus status) noexcept {
+  switch (status) {
+    case ReservationStatus::granted: return "granted";
+    case ReservationStatus::too_large: return "too_large";
+    case ReservationStatus::too_long: return "too_long";
+  }
+  return "unknown";
+}
+
+/// Capacity a call reserved on every limited dimension at once: when it may start, and what it holds
+/// until it is cancelled (given back) or settled (the actual usage charged instead). Movable, not copyable.
+class Reservation {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+
+  Reservation() = default;
+  Reservation(Reservation&& other) noexcept { *this = std::move(other); }
+  Reservation& operator=(Reservation&& other) noexcept {
+    status_ = other.status_;
+    start_ = other.start_;
+    cost_ = other.cost_;
+    limited_by_ = other.limited_by_;
+    charged_ = other.charged_;
+    open_ = std::exchange(other.open_, false);
+    return *this;
+  }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() = default;
+
+  /// Returns how the reservation ended.
+  [[nodiscard]] ReservationStatus status() const noexcept { return status_; }
+  /// Returns true when the capacity was granted.
+  [[nodiscard]] bool granted() const noexcept { return status_ == ReservationStatus::granted; }
+  /// Returns when the call may start (granted), or would have started (too_long).
+  [[nodiscard]] time_point start() const noexcept { return start_; }
+  /// Returns how long after `now` the call may start; zero when it may start at once.
+  [[nodiscard]] std::chrono::milliseconds wait_after(time_point now) const noexcept {
+    return start_ > now ? std::chrono::ceil<std::chrono::milliseconds>(start_ - now)
+                        : std::chrono::milliseconds::zero();
+  }
+  /// Returns the cost reserved.
+  [[nodiscard]] const Cost& cost() const noexcept { return cost_; }
+  /// Returns the dimension that decided: the one the cost exceeds (too_large), or the one that made the
+  /// call wait longest (granted, too_long); nullopt when nothing made it wait.
+  [[nodiscard]] std::optional<Dimension> limited_by() const noexcept { return limited_by_; }
+  /// Returns true while the capacity is held: granted, and neither cancelled nor settled yet.
+  [[nodiscard]] bool open() const noexcept { return open_; }
+
+ private:
+  friend class RateLimiter;
+  ReservationStatus status_ = ReservationStatus::too_large;
+  time_point start_{};
+  Cost cost_{0, 0, 0};
+  std::optional<Dimension> limited_by_;
+  std::array<std::int64_t, dimension_count> charged_{};  ///< nanoseconds of capacity held per dimension
+  bool open_ = false;
+};
+
+/// Counters of a RateLimiter since it was made, for reports and metrics.
+struct RateLimiterStats {
+  std::int64_t granted = 0;          ///< reservations granted
+  std::int64_t refused = 0;          ///< reservations refused (too large or too long)
+  std::int64_t tokens_reserved = 0;  ///< tokens reserved by granted reservations (estimates)
+  std::int64_t tokens_used = 0;      ///< tokens charged when settled (actual usage)
+  std::int64_t tokens_released = 0;  ///< tokens given back by cancelled reservations
+};
+
+/// Admits calls at the rate a provider can take, on several dimensions at once (requests and tokens per
+/// minute, input and output tokens, per day), with continuous refill and a burst per dimension. Each
+/// dimension is a generic cell rate algorithm (GCRA) over one atomic "theoretical arrival time": a
+/// reservation takes its cost from every dimension at once, lock-free, and says when the call may start.
+/// Reservations may be cancelled (the capacity comes back) or settled with the actual usage (the
+/// difference is refunded, an overrun charged). It also learns: the provider's reported limits and
+/// levels (learn), a deployment-wide pause after a 429 (pause_until), and a multiplicative slow-down
+/// for providers that report nothing (slow_down).
+/// Thread-safe; allocates nothing; reads no clock (every call takes `now`).
+class RateLimiter {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+
+  /// Slow-down factor on a 429 without rate-limit headers, in thousandths: the rate is multiplied by
+  /// 0.7 (the multiplicative decrease of CUBIC, RFC 8312, which AWS SDKs' adaptive retry mode uses).
+  static constexpr std::int64_t slow_down_per_mille = 700;
+  /// Recovery after a slow-down: 1 % of the configured limit per second, back to it in at most 100 s.
+  static constexpr std::int64_t recovery_per_mille_per_second = 10;
+  /// The least time between two slow-downs, so that a burst of 429s from one overload counts once.
+  static constexpr std::chrono::seconds slow_down_interval{1};
+
+  /// A limiter with `limits`; a dimension left unset is not paced until learn() reports a limit for it.
+  /// Throws std::invalid_argument naming the dimension and field when a limit makes no sense.
+  explicit RateLimiter(const Limits& limits = {}) {
+    limits.validate();
+    for (std::size_t i = 0; i < dimension_count; ++i)
+      if (limits.by_dimension[i]) cells_[i].configure(*limits.by_dimension[i]);
+  }
+  RateLimiter(const RateLimiter&) = delete;
+  RateLimiter& operator=(const RateLimiter&) = delete;
+
+  /// Reserves `cost` on every limited dimension at `now`. Returns a granted reservation saying when the
+  /// call may start; too_large (holding nothing) when the cost exceeds a dimension's limit; too_long
+  /// (holding nothing) when the start would be more than `max_wait` after `now`.
+  [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
+                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
+    Reservation reservation;
+    reservation.cost_ = cost;
+    const std::int64_t now_ns = ns(now);
+    for (std::size_t i = 0; i < dimension_count; ++i) {
+      if (!cells_[i].active() || charge_of(cost, static_cast<Dimension>(i)) <= cells_[i].limit()) continue;
+      reservation.limited_by_ = static_cast<Dimension>(i);
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return reservation;  // too_large
+    }
+    std::int64_t start_ns = std::max(now_ns, paused_until_.load(std::memory_order_acquire));
+    std::int64_t latest_cell = now_ns;
+    for (std::size_t i = 0; i < dimension_count; ++i) {
+      Cell& cell = cells_[i];
+      if (!cell.active()) continue;
+      cell.recover(now_ns);
+      const std::int64_t charge = charge_of(cost, static_cast<Dimension>(i));
+      if (charge == 0) continue;
+      const auto [held, starts] = cell.take(charge, now_ns);
+      reservation.charged_[i] = held;
+      if (starts > latest_cell) {
+        latest_cell = starts;
+        reservation.limited_by_ = static_cast<Dimension>(i);
+      }
+    }
+    start_ns = std::max(start_ns, latest_cell);
+    reservation.start_ = time_point{std::chrono::nanoseconds{start_ns}};
+    if (max_wait && start_ns - now_ns > std::chrono::nanoseconds{*max_wait}.count()) {
+      give_back(reservation);
+      reservation.status_ = ReservationStatus::too_long;
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return reservation;
+    }
+    reservation.status_ = ReservationStatus::granted;
+    reservation.open_ = true;
+    granted_.fetch_add(1, std::memory_order_relaxed);
+    tokens_reserved_.fetch_add(cost.tokens(), std::memory_order_relaxed);
+    return reservation;
+  }
+
+  /// Gives back what an open reservation holds (the call was not sent, or was refused without any
+  /// work). Does nothing for a reservation that is not open.
+  void cancel(Reservation& reservation) noexcept {
+    if (!reservation.open_) return;
+    give_back(reservation);
+    reservation.open_ = false;
+    tokens_released_.fetch_add(reservation.cost_.tokens(), std::memory_order_relaxed);
+  }
+
+  /// Charges `actual` (the usage the response reported) instead of the estimate an open reservation
+  /// holds: the difference is refunded, or charged when the call used more. Does nothing for a
+  /// reservation that is not open.
+  void settle(Reservation& reservation, const Cost& actual) noexcept {
+    if (!reservation.open_) return;
+    for (std::size_t i = 0; i < dimension_count; ++i) {
+      Cell& cell = cells_[i];
+      if (!cell.active() && reservation.charged_[i] == 0) continue;
+      const std::int64_t owed = cell.active() ? cell.time_of(charge_of(actual, static_cast<Dimension>(i))) : 0;
+      cell.adjust(owed - reservation.charged_[i]);
+    }
+    reservation.open_ = false;
+    tokens_used_.fetch_add(actual.tokens(), std::memory_order_relaxed);
+  }
+
+  /// Holds every reservation made from now on until `until` at least: one refusal (a 429 and its
+  /// Retry-After) slows every caller of the deployment at once. An earlier `until` than the current
+  /// pause changes nothing.
+  void pause_until(time_point until) noexcept {
+    const std::int64_t target = ns(until);
+    std::int64_t current = paused_until_.load(std::memory_order_relaxed);
+    while (current < target && !paused_until_.compare_exchange_weak(current, target, std::memory_order_release,
+                                                                    std::memory_order_relaxed)) {}
+  }
+  /// Returns when the current pause ends (in the past when there is none).
+  [[nodiscard]] time_point paused_until() const noexcept {
+    return time_point{std::chrono::nanoseconds{paused_until_.load(std::memory_order_acquire)}};
+  }
+
+  /// Follows what the provider reported on a response at `now`: a dimension with no limit yet takes the
+  /// reported one (requests and tokens per minute, input and output tokens per minute); a configured
+  /// limit above the reported one comes down to it; and a dimension's level is raised to what the provider
+  /// says is left (at most `remaining` units free now; without `remaining`, full again after
+  /// `reset_after`), so that capacity other clients of the same key used is not spent twice. Never lowers
+  /// a level.
+  void learn(const RateLimits& reported, time_point now) noexcept {
+    const std::int64_t now_ns = ns(now);
+    learn_window(reported.requests, Dimension::requests_per_minute, now_ns);
+    learn_window(reported.tokens, Dimension::tokens_per_minute, now_ns);
+    learn_window(reported.input_tokens, Dimension::input_tokens_per_minute, now_ns);
+    learn_window(reported.output_tokens, Dimension::output_tokens_per_minute, now_ns);
+  }
+
+  /// Lowers the rate of every per-minute dimension to 0.7 of what it is (at least 1 per period), at most
+  /// once per slow_down_interval: for a 429 from a provider that sends no rate-limit headers. The rate
+  /// then recovers by 1 % of its limit per second. Returns true when it slowed down.
+  bool slow_down(time_point now) noexcept {
+    const std::int64_t now_ns = ns(now);
+    std::int64_t last = last_slow_down_.load(std::memory_order_relaxed);
+    const std::int64_t interval = std::chrono::nanoseconds{slow_down_interval}.count();
+    if (last != no_time && now_ns - last < interval) return false;
+    if (!last_slow_down_.compare_exchange_strong(last, now_ns, std::memory_order_relaxed)) return false;
+    for (Cell& cell : cells_)
+      if (cell.active() && cell.per_minute()) cell.slow_down(now_ns);
+    return true;
+  }
+
+  /// Returns the limit `dimension` paces with now (after learning and slowing down), or nullopt when it
+  /// is not paced.
+  [[nodiscard]] std::optional<Limit> limit(Dimension dimension) const noexcept {
+    const Cell& cell = cells_[static_cast<std::size_t>(dimension)];
+    if (!cell.active()) return std::nullopt;
+    return Limit{cell.limit(), std::chrono::duration_cast<std::chrono::milliseconds>(cell.period()), cell.burst()};
+  }
+
+  /// Returns the share of `dimension`'s burst free at `now`, in [0, 1]; 1 when it is not paced.
+  [[nodiscard]] double headroom(Dimension dimension, time_point now) const noexcept {
+    const Cell& cell = cells_[static_cast<std::size_t>(dimension)];
+    return cell.active() ? cell.headroom(ns(now)) : 1.0;
+  }
+
+  /// Returns the counters so far.
+  [[nodiscard]] RateLimiterStats stats() const noexcept {
+    return {granted_.load(std::memory_order_relaxed), refused_.load(std::memory_order_relaxed),
+            tokens_reserved_.load(std::memory_order_relaxed), tokens_used_.load(std::memory_order_relaxed),
+            tokens_released_.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  static constexpr std::int64_t no_time = std::numeric_limits<std::int64_t>::min();
+
+  static std::int64_t ns(time_point when) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+  }
+
+  /// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max.
+  static std::int64_t mul_div_up(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
+    __extension__ using wide = unsigned __int128;
+    const auto quotient =
+        (static_cast<wide>(a) * static_cast<wide>(b) + static_cast<wide>(c) - 1) / static_cast<wide>(c);
+    constexpr auto max = static_cast<wide>(std::numeric_limits<std::int64_t>::max());
+    return static_cast<std::int64_t>(quotient > max ? max : quotient);
+  }
+
+  /// One dimension: its limit, burst and period, and its theoretical arrival time (TAT), the instant at
+  /// which everything taken so far has been refilled. Taking `n` units moves the TAT by n x period /
+  /// limit; a call may start once the TAT is at most the burst's worth of time ahead of it.
+  class Cell {
+   public:
+    void configure(const Limit& limit) noexcept {
+      configured_.store(limit.limit, std::memory_order_relaxed);
+      limit_.store(limit.limit, std::memory_order_relaxed);
+      burst_.store(limit.burst_or_limit(), std::memory_order_relaxed);
+      period_.store(std::chrono::nanoseconds{limit.period}.count(), std::memory_order_relaxed);
+      active_.store(true, std::memory_order_release);
+    }
+    [[nodiscard]] bool active() const noexcept { return active_.load(std::memory_order_acquire); }
+    [[nodiscard]] std::int64_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+    [[nodiscard]] std::int64_t burst() const noexcept {
+      return std::min(burst_.load(std::memory_order_relaxed), limit());
+    }
+    [[nodiscard]] std::chrono::nanoseconds period() const noexcept {
+      return std::chrono::nanoseconds{period_.load(std::memory_order_relaxed)};
+    }
+    [[nodiscard]] bool per_minute() const noexcept { return period() <= std::chrono::minutes{1}; }
+
+    /// Returns the time `units` take to refill.
+    [[nodiscard]] std::int64_t time_of(std::int64_t units) const noexcept {
+      return mul_div_up(units, period().count(), limit());
+    }
+
+    /// Takes `units` at `now_ns`. Returns the nanoseconds of capacity taken and when the call may start:
+    /// once the TAT is within the burst, or, for more than the burst, once the bucket is full.
+    std::pair<std::int64_t, std::int64_t> take(std::int64_t units, std::int64_t now_ns) noexcept {
+      const std::int64_t held = time_of(units);
+      const std::int64_t tolerance = time_of(burst());
+      std::int64_t tat = tat_.load(std::memory_order_relaxed);
+      std::int64_t from = 0;
+      do {
+        from = std::max(tat, now_ns);
+      } while (!tat_.compare_exchange_weak(tat, from + held, std::memory_order_acq_rel, std::memory_order_relaxed));
+      return {held, from + std::min<std::int64_t>(held - tolerance, 0)};
+    }
+
+    /// Moves the TAT by `delta` nanoseconds (negative: gives capacity back).
+    void adjust(std::int64_t delta) noexcept {
+      if (delta != 0) tat_.fetch_add(delta, std::memory_order_acq_rel);
+    }
+
+    /// Raises the TAT to `at_least` (never lowers it).
+    void raise_to(std::int64_t at_least) noexcept {
+      std::int64_t tat = tat_.load(std::memory_order_relaxed);
+      while (tat < at_least &&
+             !tat_.compare_exchange_weak(tat, at_least, std::memory_order_acq_rel, std::memory_order_relaxed)) {}
+    }
+
+    /// Sets the limit to `limit` when it is lower than the one configured (or none was).
+    void adopt(std::int64_t reported) noexcept {
+      if (!active()) {
+        configure(Limit::per_minute(reported));
+        return;
+      }
+      if (reported < configured_.load(std::memory_order_relaxed)) {
+        configured_.store(reported, std::memory_order_relaxed);
+        if (reported < limit()) limit_.store(reported, std::memory_order_relaxed);
+      }
+    }
+
+    void slow_down(std::int64_t now_ns) noexcept {
+      const std::int64_t slower = std::max<std::int64_t>(1, limit() * slow_down_per_mille / 1000);
+      limit_.store(slower, std::memory_order_relaxed);
+      changed_.store(now_ns, std::memory_order_relaxed);
+    }
+
+    /// Raises a slowed-down limit back toward the configured one, by 1 % of it per whole second since the
+    /// last change.
+    void recover(std::int64_t now_ns) noexcept {
+      const std::int64_t configured = configured_.load(std::memory_order_relaxed);
+      std::int64_t current = limit();
+      if (current >= configured) return;
+      const std::int64_t changed = changed_.load(std::memory_order_relaxed);
+      const std::int64_t seconds = (now_ns - changed) / 1'000'000'000;
+      if (seconds < 1) return;
+      const std::int64_t step = std::max<std::int64_t>(1, configured * recovery_per_mille_per_second / 1000);
+      const std::int64_t raised = std::min(configured, current + step * seconds);
+      if (limit_.compare_exchange_strong(current, raised, std::memory_order_relaxed))
+        changed_.store(changed + seconds * 1'000'000'000, std::memory_order_relaxed);
+    }
+
+    [[nodiscard]] double headroom(std::int64_t now_ns) const noexcept {
+      const std::int64_t tolerance = time_of(burst());
+      const std::int64_t debt = std::max<std::int64_t>(0, tat_.load(std::memory_order_relaxed) - now_ns);
+      return debt >= tolerance ? 0.0 : 1.0 - static_cast<double>(debt) / static_cast<double>(tolerance);
+    }
+
+   private:
+    std::atomic<std::int64_t> tat_{std::numeric_limits<std::int64_t>::min() / 2};
+    std::atomic<std::int64_t> limit_{1};
+    std::atomic<std::int64_t> configured_{1};
+    std::atomic<std::int64_t> burst_{1};
+    std::atomic<std::int64_t> period_{60'000'000'000};
+    std::atomic<std::int64_t> changed_{0};
+    std::atomic<bool> active_{false};
+  };
+
+  void give_back(const Reservation& reservation) noexcept {
+    for (std::size_t i = 0; i < dimension_count; ++i) cells_[i].adjust(-reservation.charged_[i]);
+  }
+
+  void learn_window(const RateLimitWindow& window, Dimension dimension, std::int64_t now_ns) noexcept {
+    Cell& cell = cells_[static_cast<std::size_t>(dimension)];
+    if (window.limit && *window.limit > 0) cell.adopt(*window.limit);
+    if (!cell.active()) return;
+    if (window.remaining) {
+      const std::int64_t free = std::max<std::int64_t>(0, *window.remaining);
+      if (free < cell.burst()) cell.raise_to(now_ns + cell.time_of(cell.burst() - free));
+    } else if (window.reset_after) {
+      cell.raise_to(now_ns + std::chrono::nanoseconds{*window.reset_after}.count());
+    }
+  }
+
+  std::array<Cell, dimension_count> cells_;
+  std::atomic<std::int64_t> paused_until_{no_time};
+  std::atomic<std::int64_t> last_slow_down_{no_time};
+  std::atomic<std::int64_t> granted_{0};
+  std::atomic<std::int64_t> refused_{0};
+  std::atomic<std::int64_t> tokens_reserved_{0};
+  std::atomic<std::int64_t> tokens_used_{0};
+  std::atomic<std::int64_t> tokens_released_{0};
+};
+
+}  // namespace llmretry
+
+#endif  // LLMRETRY_ADMISSION_RATE_LIMITER_HPP

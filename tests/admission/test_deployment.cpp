@@ -1,0 +1,186 @@
+#include <llmretry/admission/deployment.hpp>
+
+#include <llmretry/retry.hpp>
+#include <llmretry/testing.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmretry_catch.hpp"
+
+using namespace llmretry;
+using namespace std::chrono_literals;
+using llmretry::testing::FakeSleep;
+using llmretry::testing::ManualClock;
+using llmretry::testing::SimulatedProvider;
+using std::chrono::milliseconds;
+
+namespace {
+
+// An answer such as curl::Response: a body with the usage, and rate-limit headers.
+struct Answer {
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+std::optional<Cost> usage_in(std::string_view body) {
+  if (body.empty()) return std::nullopt;
+  return Cost{1, 0, std::stoll(std::string(body))};  // the test's answers carry their output tokens
+}
+
+RetryPolicy no_jitter() {
+  RetryPolicy policy;
+  policy.jitter = Jitter::none;
+  return policy;
+}
+
+DeploymentOptions options_with(ManualClock& clock, Limits limits) {
+  DeploymentOptions options;
+  options.name = "test/model";
+  options.limits = std::move(limits);
+  options.clock = std::ref(clock);
+  options.read_usage = usage_in;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("A paced call waits for capacity before its first attempt", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  Limits limits;
+  limits[Dimension::requests_per_minute] = Limit::per_minute(60, 1);  // one a second
+  Deployment deployment{options_with(clock, limits)};
+  for (int i = 0; i < 3; ++i) {
+    auto pacing = deployment.pace(Cost{});
+    CHECK(call_with_retry([] { return 1; }, no_jitter(), sleep, pacing) == 1);
+  }
+  CHECK(sleep.waits() == std::vector<milliseconds>{1s, 1s});
+  CHECK(deployment.limiter().stats().granted == 3);
+}
+
+TEST_CASE("The answer's usage settles the reservation, its headers teach the limits", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  Limits limits;
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 1000);  // 100 tokens a second
+  Deployment deployment{options_with(clock, limits)};
+  auto pacing = deployment.pace(Cost{1, 0, 1000});  // max_tokens 1000
+  const Answer answer = call_with_retry(
+      [] {
+        return Answer{"100", {{"x-ratelimit-limit-requests", "60"}, {"x-ratelimit-remaining-requests", "59"}}};
+      },
+      no_jitter(), sleep, pacing);
+  CHECK(answer.body == "100");
+  const auto stats = deployment.limiter().stats();
+  CHECK(stats.tokens_reserved == 1000);
+  CHECK(stats.tokens_used == 100);
+  REQUIRE(deployment.limiter().limit(Dimension::requests_per_minute));  // learned from the headers
+  CHECK(deployment.limiter().limit(Dimension::requests_per_minute)->limit == 60);
+  auto next = deployment.pace(Cost{1, 0, 900});
+  CHECK(call_with_retry([] { return Answer{}; }, no_jitter(), sleep, next).body.empty());
+  CHECK(sleep.waits().empty());  // the 900 unused tokens came back: no wait
+}
+
+TEST_CASE("A 429 pauses every call of the deployment for the provider's wait", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  Deployment deployment{options_with(clock, Limits::per_minute(600, 100'000))};
+  SimulatedProvider provider{"rate_limit_ms:700"};
+  auto pacing = deployment.pace(Cost{1, 100, 100});
+  call_with_retry([&] { provider.call(); }, no_jitter(), sleep, pacing);
+  CHECK(sleep.waits() == std::vector<milliseconds>{700ms});  // the retry's wait; the pause had ended by then
+  CHECK(deployment.limiter().paused_until() == ManualClock::time_point{} + 700ms);
+
+  // Another call at the moment of the refusal would have waited for the pause too.
+  clock.set(ManualClock::time_point{});
+  FakeSleep other{clock};
+  auto second = deployment.pace(Cost{1, 100, 100});
+  call_with_retry([] {}, no_jitter(), other, second);
+  CHECK(other.waits() == std::vector<milliseconds>{700ms});
+}
+
+TEST_CASE("Learning::adaptive slows down on a 429", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  auto options = options_with(clock, Limits::per_minute(1000, 1'000'000));
+  options.learning = Learning::adaptive;
+  Deployment deployment{options};
+  SimulatedProvider provider{"rate_limit"};
+  auto pacing = deployment.pace(Cost{});
+  call_with_retry([&] { provider.call(); }, no_jitter(), sleep, pacing);
+  CHECK(deployment.limiter().limit(Dimension::requests_per_minute)->limit == 700);
+}
+
+TEST_CASE("A call the deployment cannot take is refused without being sent", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  CallStats stats;
+  CallOptions call_options;
+  call_options.stats = &stats;
+  int calls = 0;
+  const auto call = [&] { return ++calls; };
+
+  SECTION("a cost above a limit") {
+    Deployment deployment{options_with(clock, Limits::per_minute(600, 1000))};
+    auto pacing = deployment.pace(Cost{1, 800, 800});
+    try {
+      call_with_retry(call, no_jitter(), sleep, pacing, call_options);
+      FAIL("not refused");
+    } catch (const AttemptRefused& refused) {
+      CHECK(refused.reason() == StopReason::no_capacity);
+      CHECK(refused.failure().kind == FailureKind::too_large);
+    }
+  }
+  SECTION("capacity later than max_queue_wait") {
+    Limits limits;
+    limits[Dimension::requests_per_minute] = Limit::per_minute(6, 1);  // one every 10 s
+    auto options = options_with(clock, limits);
+    options.max_queue_wait = 5s;
+    Deployment deployment{options};
+    auto first = deployment.pace(Cost{});
+    call_with_retry(call, no_jitter(), sleep, first);
+    auto second = deployment.pace(Cost{});
+    CHECK_THROWS_AS(call_with_retry(call, no_jitter(), sleep, second, call_options), AttemptRefused);
+    CHECK(stats.stopped == StopReason::no_capacity);
+  }
+  SECTION("capacity later than the deadline") {
+    Limits limits;
+    limits[Dimension::requests_per_minute] = Limit::per_minute(6, 1);
+    Deployment deployment{options_with(clock, limits)};
+    auto first = deployment.pace(Cost{});
+    call_with_retry(call, no_jitter(), sleep, first);
+    call_options.clock = std::ref(clock);
+    call_options.deadline = clock.now() + 3s;
+    auto second = deployment.pace(Cost{});
+    CHECK_THROWS_AS(call_with_retry(call, no_jitter(), sleep, second, call_options), AttemptRefused);
+    CHECK(stats.stopped == StopReason::deadline);
+  }
+  CHECK(calls <= 1);
+  CHECK(sleep.waits().empty());
+}
+
+TEST_CASE("A concurrency slot is held only while the attempt is in flight", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  auto options = options_with(clock, Limits{});
+  options.concurrency = 1;
+  options.max_queue_wait = 20ms;
+  Deployment deployment{options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  auto pacing = deployment.pace(Cost{});
+  int in_use_during = -1;
+  call_with_retry([&] { in_use_during = slots.in_use(); }, no_jitter(), sleep, pacing);
+  CHECK(in_use_during == 1);
+  CHECK(slots.in_use() == 0);
+
+  REQUIRE(slots.try_acquire());  // someone else holds the only slot
+  auto blocked = deployment.pace(Cost{});
+  CallStats stats;
+  CallOptions call_options;
+  call_options.stats = &stats;
+  CHECK_THROWS_AS(call_with_retry([] {}, no_jitter(), sleep, blocked, call_options), AttemptRefused);
+  CHECK(stats.stopped == StopReason::no_capacity);
+  slots.release();
+}

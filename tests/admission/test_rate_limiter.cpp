@@ -1,0 +1,211 @@
+#include <llmretry/admission/rate_limiter.hpp>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "llmretry_catch.hpp"
+
+using namespace llmretry;
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using time_point = RateLimiter::time_point;
+
+namespace {
+const time_point t0 = time_point{} + 1000s;
+
+Limits rpm(std::int64_t limit, std::optional<std::int64_t> burst = {}) {
+  Limits limits;
+  limits[Dimension::requests_per_minute] = Limit::per_minute(limit, burst);
+  return limits;
+}
+
+Cost tokens(std::int64_t input, std::int64_t output = 0) { return Cost{1, input, output}; }
+}  // namespace
+
+TEST_CASE("Requests start as fast as the burst allows, then evenly spaced", "[rate_limiter]") {
+  RateLimiter limiter{rpm(600, 10)};  // 600 a minute, 10 at once: one every 100 ms after the burst
+  for (int i = 0; i < 10; ++i) {
+    const auto r = limiter.reserve(Cost{}, t0);
+    REQUIRE(r.granted());
+    CHECK(r.wait_after(t0) == 0ms);
+  }
+  for (int i = 1; i <= 5; ++i) CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == milliseconds{100 * i});
+  // Half a second later, those five have started and the bucket is empty again: the next waits 100 ms.
+  CHECK(limiter.reserve(Cost{}, t0 + 500ms).wait_after(t0 + 500ms) == 100ms);
+}
+
+TEST_CASE("A reservation takes every dimension at once and waits for the slowest", "[rate_limiter]") {
+  Limits limits = Limits::per_minute(600, 6000);  // 100 tokens a second
+  RateLimiter limiter{limits};
+  const auto first = limiter.reserve(tokens(6000), t0);  // the whole token bucket
+  REQUIRE(first.granted());
+  CHECK(first.wait_after(t0) == 0ms);
+  const auto second = limiter.reserve(tokens(100), t0);
+  CHECK(second.wait_after(t0) == 1s);  // 100 tokens refill in 1 s; requests had room
+  CHECK(second.limited_by() == Dimension::tokens_per_minute);
+}
+
+TEST_CASE("A cost above a limit is refused at once and holds nothing", "[rate_limiter]") {
+  RateLimiter limiter{Limits::per_minute(600, 6000)};
+  const auto huge = limiter.reserve(tokens(5000, 2000), t0);
+  CHECK(huge.status() == ReservationStatus::too_large);
+  CHECK(huge.limited_by() == Dimension::tokens_per_minute);
+  CHECK_FALSE(huge.open());
+  CHECK(limiter.reserve(tokens(6000), t0).wait_after(t0) == 0ms);  // nothing was taken
+  CHECK(limiter.stats().refused == 1);
+}
+
+TEST_CASE("A cost above the burst but within the limit waits for a full bucket", "[rate_limiter]") {
+  Limits limits;
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 100);  // 100 tokens a second, 100 at once
+  RateLimiter limiter{limits};
+  CHECK(limiter.reserve(tokens(300), t0).wait_after(t0) == 0ms);  // full: it goes, and owes 2 s more
+  CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 3s);
+}
+
+TEST_CASE("A wait longer than allowed is refused and holds nothing", "[rate_limiter]") {
+  RateLimiter limiter{rpm(60, 1)};  // one a second
+  REQUIRE(limiter.reserve(Cost{}, t0).granted());
+  const auto late = limiter.reserve(Cost{}, t0, 500ms);
+  CHECK(late.status() == ReservationStatus::too_long);
+  CHECK(late.wait_after(t0) == 1s);
+  CHECK_FALSE(late.open());
+  CHECK(limiter.reserve(Cost{}, t0, 1s).wait_after(t0) == 1s);  // the refused one left no trace
+}
+
+TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[rate_limiter]") {
+  Limits limits;
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 1000);  // 100 tokens a second
+  RateLimiter limiter{limits};
+
+  SECTION("cancel") {
+    auto r = limiter.reserve(tokens(1000), t0);
+    limiter.cancel(r);
+    CHECK_FALSE(r.open());
+    CHECK(limiter.reserve(tokens(1000), t0).wait_after(t0) == 0ms);
+    CHECK(limiter.stats().tokens_released == 1000);
+  }
+  SECTION("settle refunds what was not used") {
+    auto r = limiter.reserve(tokens(200, 800), t0);  // prompt + max_tokens
+    limiter.settle(r, tokens(200, 100));             // the answer used 100 of its 800
+    CHECK(limiter.reserve(tokens(700), t0).wait_after(t0) == 0ms);
+    CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 1s);
+    const auto stats = limiter.stats();
+    CHECK(stats.tokens_reserved == 1800);
+    CHECK(stats.tokens_used == 300);
+  }
+  SECTION("settle charges an overrun") {
+    auto r = limiter.reserve(tokens(500), t0);
+    limiter.settle(r, tokens(1500));
+    CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 6s);  // 500 tokens of debt beyond the burst, then 100
+  }
+  SECTION("a reservation is settled or cancelled once") {
+    auto r = limiter.reserve(tokens(1000), t0);
+    limiter.settle(r, tokens(1000));
+    limiter.cancel(r);
+    limiter.settle(r, tokens(0));
+    CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 1s);
+  }
+}
+
+TEST_CASE("A pause holds every reservation until it ends", "[rate_limiter]") {
+  RateLimiter limiter{rpm(600)};
+  limiter.pause_until(t0 + 2s);
+  limiter.pause_until(t0 + 1s);  // an earlier end changes nothing
+  CHECK(limiter.paused_until() == t0 + 2s);
+  CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 2s);
+  CHECK(limiter.reserve(Cost{}, t0 + 3s).wait_after(t0 + 3s) == 0ms);
+}
+
+TEST_CASE("The provider's headers teach limits and levels", "[rate_limiter]") {
+  SECTION("a dimension without a limit takes the reported one") {
+    RateLimiter limiter;
+    CHECK_FALSE(limiter.limit(Dimension::requests_per_minute));
+    RateLimits reported;
+    reported.requests = RateLimitWindow{60, 60, std::nullopt};
+    limiter.learn(reported, t0);
+    REQUIRE(limiter.limit(Dimension::requests_per_minute));
+    CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 60);
+  }
+  SECTION("a configured limit above the reported one comes down") {
+    RateLimiter limiter{rpm(600)};
+    RateLimits reported;
+    reported.requests.limit = 300;
+    limiter.learn(reported, t0);
+    CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 300);
+    reported.requests.limit = 900;  // never raised above what was configured
+    limiter.learn(reported, t0);
+    CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 300);
+  }
+  SECTION("the level follows what others used: no more free than remaining") {
+    RateLimiter limiter{rpm(60, 60)};
+    RateLimits reported;
+    reported.requests = RateLimitWindow{60, 2, 30s};
+    limiter.learn(reported, t0);
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 0ms);
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 0ms);
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 1s);  // the third waits for one to come back
+  }
+  SECTION("without remaining: full again after the reset") {
+    RateLimiter limiter{rpm(60, 60)};
+    RateLimits reported;
+    reported.requests.reset_after = 30s;
+    limiter.learn(reported, t0);
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 0ms);  // 30 of 60 are free
+  }
+  SECTION("a level is never lowered by a report") {
+    RateLimiter limiter{rpm(60, 1)};
+    REQUIRE(limiter.reserve(Cost{}, t0).granted());
+    RateLimits reported;
+    reported.requests = RateLimitWindow{60, 60, std::nullopt};
+    limiter.learn(reported, t0);
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 1s);
+  }
+}
+
+TEST_CASE("slow_down: x 0.7 at most once a second, then 1 % of the limit back per second", "[rate_limiter]") {
+  RateLimiter limiter{rpm(1000)};
+  CHECK(limiter.slow_down(t0));
+  CHECK_FALSE(limiter.slow_down(t0 + 500ms));
+  CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 700);
+  CHECK(limiter.slow_down(t0 + 1s));
+  CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 490);
+  (void)limiter.reserve(Cost{}, t0 + 11s);  // 10 s later: +10 x 10
+  CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 590);
+  (void)limiter.reserve(Cost{}, t0 + 200s);
+  CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 1000);  // never above the configured limit
+}
+
+TEST_CASE("Limits that make no sense are refused, naming the dimension", "[rate_limiter]") {
+  Limits limits;
+  limits[Dimension::tokens_per_day] = Limit{0, std::chrono::hours{24}, std::nullopt};
+  try {
+    RateLimiter limiter{limits};
+    FAIL("accepted");
+  } catch (const std::invalid_argument& error) {
+    CHECK(std::string(error.what()) == "Limits: tokens_per_day.limit must be in [1, 10^12]");
+  }
+  limits[Dimension::tokens_per_day] = Limit{10, std::chrono::hours{24}, 11};
+  CHECK_THROWS_WITH(RateLimiter{limits}, "Limits: tokens_per_day.burst must be in [1, limit]");
+}
+
+TEST_CASE("Reservations from many threads are neither lost nor doubled", "[rate_limiter][threads]") {
+  RateLimiter limiter{rpm(6000, 1)};  // one every 10 ms
+  constexpr int threads = 4, each = 2000;
+  std::vector<std::thread> pool;
+  std::vector<std::vector<milliseconds>> waits(threads);
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) {
+        auto r = limiter.reserve(Cost{}, t0);
+        waits[static_cast<std::size_t>(t)].push_back(r.wait_after(t0));
+      }
+    });
+  for (auto& thread : pool) thread.join();
+  std::vector<milliseconds> all;
+  for (const auto& some : waits) all.insert(all.end(), some.begin(), some.end());
+  std::sort(all.begin(), all.end());
+  for (std::size_t i = 0; i < all.size(); ++i) REQUIRE(all[i] == milliseconds{10 * static_cast<long long>(i)});
+  CHECK(limiter.stats().granted == threads * each);
+}
