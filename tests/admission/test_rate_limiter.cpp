@@ -88,7 +88,7 @@ TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[r
   }
   SECTION("settle refunds what was not used") {
     auto r = limiter.reserve(tokens(200, 800), t0);  // prompt + max_tokens
-    limiter.settle(r, tokens(200, 100));             // the answer used 100 of its 800
+    limiter.settle(r, tokens(200, 100), t0);         // the answer used 100 of its 800
     CHECK(limiter.reserve(tokens(700), t0).wait_after(t0) == 0ms);
     CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 1s);
     const auto stats = limiter.stats();
@@ -97,14 +97,21 @@ TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[r
   }
   SECTION("settle charges an overrun") {
     auto r = limiter.reserve(tokens(500), t0);
-    limiter.settle(r, tokens(1500));
+    limiter.settle(r, tokens(1500), t0);
     CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 6s);  // 500 tokens of debt beyond the burst, then 100
+  }
+  SECTION("no refund while a reservation waits to start: that capacity is promised") {
+    auto first = limiter.reserve(tokens(1000), t0);
+    const auto second = limiter.reserve(tokens(500), t0);
+    REQUIRE(second.wait_after(t0) == 5s);
+    limiter.settle(first, tokens(100), t0 + 1s);  // the second has not started: the 900 stay charged
+    CHECK(limiter.reserve(tokens(100), t0 + 1s).wait_after(t0 + 1s) == 5s);
   }
   SECTION("a reservation is settled or cancelled once") {
     auto r = limiter.reserve(tokens(1000), t0);
-    limiter.settle(r, tokens(1000));
+    limiter.settle(r, tokens(1000), t0);
     limiter.cancel(r);
-    limiter.settle(r, tokens(0));
+    limiter.settle(r, tokens(0), t0);
     CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 1s);
   }
 }

@@ -44,6 +44,11 @@ Scenario
                          tpm: 100 calls of 5,000 tokens in a minute (same limits)
                          brooker: 100 writers on one optimistic-concurrency row, base 5 ms, cap 2 s,
                            no jitter, compared with full jitter
+                         pacing: four workloads (1,000 small calls, 100 large ones, a backlog of 38,000
+                           tickets on 96 workers, a provider enforcing per second), each admitted by
+                           none (retries only), spacing (one start every 60/RPM s), buckets (request and
+                           token buckets, no refunds, 15 s pause after a 429), deployment (llmretry's
+                           pacing) and learned (llmretry's pacing told no limits); other options are ignored
                          explorer and brooker compare jitter, thirty compares Retry-After: the comparison
                          is skipped when --jitter or --retry-after is given
   --clients N            number of clients
@@ -142,12 +147,13 @@ std::vector<Run> scenario_runs(std::string_view name) {
   if (name == "brooker")
     return {{n, "one optimistic-concurrency row, no jitter", scenarios::brooker_occ(100, Jitter::none)},
             {n, "one optimistic-concurrency row, full jitter", scenarios::brooker_occ(100, Jitter::full)}};
-  throw UsageError("--scenario: '" + n + "' is not explorer, thirty, rpm, tpm or brooker");
+  throw UsageError("--scenario: '" + n + "' is not explorer, thirty, rpm, tpm, brooker or pacing");
 }
 
 /// What the command line asked for.
 struct Options {
   std::vector<Run> runs = scenario_runs("explorer");
+  bool pacing = false;  ///< --scenario pacing: the admission comparison instead of runs
   std::int64_t seeds = 50;
   bool table = false;
   std::string svg, csv;
@@ -251,7 +257,8 @@ Options parse(int argc, char** argv) {
     if (const auto field = fields.find(flag); field != fields.end()) {
       edits.push_back(field->second(flag, value));
     } else if (flag == "--scenario") {
-      options.runs = scenario_runs(value);
+      options.pacing = value == "pacing";
+      if (!options.pacing) options.runs = scenario_runs(value);
     } else if (flag == "--seeds") {
       options.seeds = parse_integer(flag, value, 1, 1'000'000);
     } else if (flag == "--jitter") {
@@ -396,6 +403,23 @@ void show(const Run& run, const sim::RunResult& result, std::size_t index, const
   std::cout << '\n';
 }
 
+/// Prints the admission comparison: every paced workload under every admission mode.
+void show_pacing() {
+  for (const auto& workload : scenarios::paced_workloads()) {
+    std::vector<std::pair<std::string, sim::PacedTotals>> rows;
+    for (const auto mode : {sim::AdmissionMode::none, sim::AdmissionMode::spacing, sim::AdmissionMode::buckets,
+                            sim::AdmissionMode::deployment, sim::AdmissionMode::learned}) {
+      sim::PacedScenario scenario = workload.scenario;
+      scenario.admission = mode;
+      rows.emplace_back(sim::to_string(mode), sim::simulate_paced(scenario));
+    }
+    std::cout << "== " << workload.title << " ==\ncapacity bound " << sim::seconds(rows.front().second.bound)
+              << " s; every call under RetryPolicy::batch()\n";
+    sim::write_paced_table(std::cout, rows);
+    std::cout << '\n';
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -411,6 +435,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (options.pacing) {
+      show_pacing();
+      return 0;
+    }
     std::vector<sim::RunResult> results;
     sim::Time axis_end{0};  // compared runs are drawn on one time scale
     for (const Run& run : options.runs) {

@@ -101,7 +101,7 @@ class Deployment {
   void succeeded(Reservation& reservation, const std::optional<Cost>& usage, const RateLimits* reported,
                  time_point now) noexcept {
     if (reported != nullptr) limiter_.learn(*reported, now);
-    limiter_.settle(reservation, usage.value_or(reservation.cost()));
+    limiter_.settle(reservation, usage.value_or(reservation.cost()), now);
   }
 
   /// Records a failed attempt at `now`. A 429 pauses every call of the deployment for the provider's
@@ -116,9 +116,9 @@ class Deployment {
     if (failure.sent == Sent::not_sent) {
       limiter_.cancel(reservation);
     } else if (failure.sent == Sent::refused) {
-      limiter_.settle(reservation, Cost{reservation.cost().requests, 0, 0});
+      limiter_.settle(reservation, Cost{reservation.cost().requests, 0, 0}, now);
     } else {
-      limiter_.settle(reservation, reservation.cost());
+      limiter_.settle(reservation, reservation.cost(), now);
     }
   }
 

@@ -145,6 +145,7 @@ class RateLimiter {
       const std::int64_t charge = charge_of(cost, static_cast<Dimension>(i));
       if (charge == 0) continue;
       const auto [held, starts] = cell.take(charge, now_ns);
+      cell.note_start(std::max(starts, now_ns));
       reservation.charged_[i] = held;
       if (starts > latest_cell) {
         latest_cell = starts;
@@ -175,16 +176,20 @@ class RateLimiter {
     tokens_released_.fetch_add(reservation.cost_.tokens(), std::memory_order_relaxed);
   }
 
-  /// Charges `actual` (the usage the response reported) instead of the estimate an open reservation
-  /// holds: the difference is refunded, or charged when the call used more. Does nothing for a
-  /// reservation that is not open.
-  void settle(Reservation& reservation, const Cost& actual) noexcept {
+  /// Charges `actual` (the usage the response reported at `now`) instead of the estimate an open
+  /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where
+  /// no reservation starts after `now` (capacity promised to calls that have not started is already
+  /// spoken for, and a provider whose window is full loses a refund, so crediting it then could overbook:
+  /// it stays charged). Does nothing for a reservation that is not open.
+  void settle(Reservation& reservation, const Cost& actual, time_point now) noexcept {
     if (!reservation.open_) return;
+    const std::int64_t now_ns = ns(now);
     for (std::size_t i = 0; i < dimension_count; ++i) {
       Cell& cell = cells_[i];
       if (!cell.active() && reservation.charged_[i] == 0) continue;
       const std::int64_t owed = cell.active() ? cell.time_of(charge_of(actual, static_cast<Dimension>(i))) : 0;
-      cell.adjust(owed - reservation.charged_[i]);
+      const std::int64_t delta = owed - reservation.charged_[i];
+      if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }
     reservation.open_ = false;
     tokens_used_.fetch_add(actual.tokens(), std::memory_order_relaxed);
@@ -205,7 +210,8 @@ class RateLimiter {
   }
 
   /// Follows what the provider reported on a response at `now`: a dimension with no limit yet takes the
-  /// reported one (requests and tokens per minute, input and output tokens per minute); a configured
+  /// reported one (requests and tokens per minute, input and output tokens per minute), with a burst of
+  /// one second's worth (limit / 60), since providers enforce per-minute limits over shorter slices; a configured
   /// limit above the reported one comes down to it; and a dimension's level is raised to what the provider
   /// says is left (at most `remaining` units free now; without `remaining`, full again after
   /// `reset_after`), so that capacity other clients of the same key used is not spent twice. Never lowers
@@ -309,6 +315,14 @@ class RateLimiter {
       return {held, from + std::min<std::int64_t>(held - tolerance, 0)};
     }
 
+    /// Records that a reservation starts at `start_ns`.
+    void note_start(std::int64_t start_ns) noexcept {
+      std::int64_t latest = latest_start_.load(std::memory_order_relaxed);
+      while (latest < start_ns && !latest_start_.compare_exchange_weak(latest, start_ns, std::memory_order_relaxed)) {}
+    }
+    /// Returns the latest start of any reservation so far.
+    [[nodiscard]] std::int64_t latest_start() const noexcept { return latest_start_.load(std::memory_order_relaxed); }
+
     /// Moves the TAT by `delta` nanoseconds (negative: gives capacity back).
     void adjust(std::int64_t delta) noexcept {
       if (delta != 0) tat_.fetch_add(delta, std::memory_order_acq_rel);
@@ -321,10 +335,12 @@ class RateLimiter {
              !tat_.compare_exchange_weak(tat, at_least, std::memory_order_acq_rel, std::memory_order_relaxed)) {}
     }
 
-    /// Sets the limit to `limit` when it is lower than the one configured (or none was).
+    /// Takes a reported per-minute limit: as the dimension's limit when it had none, paced as enforced
+    /// over one-second slices (a burst of limit / 60), as providers enforce per-minute limits; otherwise
+    /// only when it is lower than the one configured.
     void adopt(std::int64_t reported) noexcept {
       if (!active()) {
-        configure(Limit::per_minute(reported));
+        configure(Limit::per_minute(reported, std::max<std::int64_t>(1, reported / 60)));
         return;
       }
       if (reported < configured_.load(std::memory_order_relaxed)) {
@@ -367,6 +383,7 @@ class RateLimiter {
     std::atomic<std::int64_t> burst_{1};
     std::atomic<std::int64_t> period_{60'000'000'000};
     std::atomic<std::int64_t> changed_{0};
+    std::atomic<std::int64_t> latest_start_{std::numeric_limits<std::int64_t>::min()};
     std::atomic<bool> active_{false};
   };
 

@@ -13,6 +13,7 @@
 #include "../detail/config.hpp"
 #include "../detail/uniform.hpp"
 #include "../failure.hpp"
+#include "../http/rate_limits.hpp"
 #include "../http/status.hpp"
 #include "event_queue.hpp"
 #include "random.hpp"
@@ -137,6 +138,7 @@ struct Reply {
   Outcome outcome = Outcome::served;
   std::chrono::milliseconds latency{0};  ///< from sending to the client holding the answer
   std::optional<Failure> failure;        ///< what the client sees when not served
+  RateLimits reported;                   ///< the rate-limit headers of the answer: its limits per minute, what is left
 };
 
 }  // namespace llmretry::sim
@@ -149,6 +151,25 @@ class BucketState {
  public:
   explicit BucketState(const sim::Bucket& bucket) noexcept
       : capacity_(bucket.capacity), period_ms_(bucket.period.count()), level_(capacity_ * period_ms_) {}
+
+  /// Returns the units available at `now`.
+  [[nodiscard]] std::int64_t available(sim::Time now) {
+    refill(now);
+    return level_ / period_ms_;
+  }
+  /// Returns how long after `now` the bucket is full again.
+  [[nodiscard]] std::chrono::milliseconds until_full(sim::Time now) {
+    refill(now);
+    return std::chrono::milliseconds{(capacity_ * period_ms_ - level_ + capacity_ - 1) / capacity_};
+  }
+  /// Returns the units held when full.
+  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  /// Returns the capacity scaled to one minute.
+  [[nodiscard]] std::int64_t per_minute() const noexcept { return capacity_ * 60'000 / period_ms_; }
+  /// Puts `units` back, up to full.
+  void give_back(std::int64_t units) noexcept {
+    level_ = std::min(capacity_ * period_ms_, level_ + units * period_ms_);
+  }
 
   /// Returns 0 when `cost` units are available at `now`, else how long until they are.
   [[nodiscard]] std::chrono::milliseconds shortfall(sim::Time now, std::int64_t cost) {
@@ -200,9 +221,14 @@ class ProviderModel {
     if (spec_.tokens) tokens_.emplace(*spec_.tokens);
   }
 
-  /// Answers a request sent at `now`, updating the provider's state.
-  /// Throws std::invalid_argument when `now` is before an earlier request.
-  [[nodiscard]] Reply request(Time now) {
+  /// Answers a request sent at `now` that costs ProviderSpec::tokens_per_request, updating the
+  /// provider's state. Throws std::invalid_argument when `now` is before an earlier request.
+  [[nodiscard]] Reply request(Time now) { return request(now, spec_.tokens_per_request); }
+
+  /// Answers a request sent at `now` that costs `tokens` against the tokens limit (the prompt and the
+  /// most it may produce, as providers count at admission). Throws std::invalid_argument when `now` is
+  /// before an earlier request.
+  [[nodiscard]] Reply request(Time now, std::int64_t tokens) {
     if (now < last_request_) detail::throw_invalid_argument("ProviderModel::request: time went back");
     last_request_ = now;
     while (!in_flight_.empty() && in_flight_.top() <= now) in_flight_.pop();
@@ -217,15 +243,16 @@ class ProviderModel {
     };
     if (spec_.start_interval && last_start_) need(*last_start_ + *spec_.start_interval - now);
     if (requests_) need(requests_->shortfall(now, 1));
-    if (tokens_) need(tokens_->shortfall(now, spec_.tokens_per_request));
+    if (tokens_) need(tokens_->shortfall(now, std::min(tokens, tokens_->per_minute())));
     if (spec_.concurrency && in_flight_.size() >= static_cast<std::size_t>(*spec_.concurrency))
       need(in_flight_.top() - now);
-    if (!room) return refuse(until);
+    if (!room) return refuse(until, now);
 
     last_start_ = now;
     if (requests_) requests_->take(1);
-    if (tokens_) tokens_->take(spec_.tokens_per_request);
+    if (tokens_) tokens_->take(tokens);
     Reply reply;
+    report(reply, now);
     reply.latency = spec_.latency;
     if (error_ppm_ + timeout_ppm_ > 0) {
       const auto draw = detail::uniform_between(rng_, 0, 999'999);
@@ -242,9 +269,32 @@ class ProviderModel {
     return reply;
   }
 
+  /// Gives back `tokens` charged at admission that the answer did not use, at `now` (a provider that
+  /// counts actual usage). Throws std::invalid_argument when `now` is before an earlier request.
+  void refund(Time now, std::int64_t tokens) {
+    if (now < last_request_) detail::throw_invalid_argument("ProviderModel::refund: time went back");
+    if (tokens_ && tokens > 0) {
+      (void)tokens_->available(now);
+      tokens_->give_back(tokens);
+    }
+  }
+
  private:
-  [[nodiscard]] Reply refuse(std::chrono::milliseconds until) const {
+  /// Fills the reply's rate-limit headers as providers send them, per minute: each bucket's limit, what is
+  /// left now (the bucket's level scaled to the minute) and when it is full again.
+  void report(Reply& reply, Time now) {
+    const auto window = [&](detail::BucketState& bucket, RateLimitWindow& into) {
+      into.limit = bucket.per_minute();
+      into.remaining = bucket.available(now) * bucket.per_minute() / bucket.capacity();
+      into.reset_after = bucket.until_full(now);
+    };
+    if (requests_) window(*requests_, reply.reported.requests);
+    if (tokens_) window(*tokens_, reply.reported.tokens);
+  }
+
+  [[nodiscard]] Reply refuse(std::chrono::milliseconds until, Time now) {
     Reply reply;
+    report(reply, now);
     reply.outcome = Outcome::refused;
     reply.latency = spec_.refusal_latency;
     Failure failure = classify_status(spec_.refusal == Refusal::conflict ? 409 : 429);

@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cstdint>
 #include <ostream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../decision.hpp"
+#include "pacing.hpp"
 #include "simulation.hpp"
 
 /// Ways to show a simulation's RunResult: a table for people, CSV for tools, an SVG timeline for browsers.
@@ -25,6 +28,20 @@ namespace llmretry::detail {
 [[nodiscard]] inline std::string pad(const std::string& text, std::size_t width) {
   const std::size_t used = display_width(text);
   return used >= width ? text : text + std::string(width - used, ' ');
+}
+
+/// Writes `rows` as columns aligned on their widest cell, two spaces apart.
+inline void write_columns(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], display_width(row[c]));
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) line += c + 1 < row.size() ? pad(row[c], widths[c] + 2) : row[c];
+    out << line << '\n';
+  }
 }
 
 /// Returns the mark of an attempt in the table: ✓ served, ✗ 429, ✗409, ✗503, ⌛ timeout.
@@ -101,15 +118,30 @@ inline void write_table(std::ostream& out, const RunResult& result) {
                       : "gave up at " + seconds(client.finished) + " s (" + to_string(*client.gave_up) + ")";
     rows.push_back({std::to_string(i + 1), attempts, waits, outcome});
   }
-  std::vector<std::size_t> widths(4, 0);
-  for (const auto& row : rows)
-    for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], detail::display_width(row[c]));
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t c = 0; c < row.size(); ++c)
-      line += c + 1 < row.size() ? detail::pad(row[c], widths[c] + 2) : row[c];
-    out << line << '\n';
+  detail::write_columns(out, rows);
+}
+
+/// Writes one row per admission mode of a paced workload: requests, 429s (and their share), give-ups,
+/// makespan and its ratio to the capacity bound, tokens reserved and used, and the p95 wait before a
+/// call's first attempt.
+inline void write_paced_table(std::ostream& out, const std::vector<std::pair<std::string, PacedTotals>>& runs) {
+  std::vector<std::vector<std::string>> rows{{"admission", "requests", "429s", "gave up", "makespan (s)", "/ bound",
+                                              "tokens reserved", "tokens used", "p95 queue wait (s)"}};
+  for (const auto& [name, t] : runs) {
+    const auto ratio = [](std::int64_t part, std::int64_t whole, int decimals) {
+      std::ostringstream text;
+      text.setf(std::ios::fixed);
+      text.precision(decimals);
+      text << (whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole));
+      return text.str();
+    };
+    rows.push_back({name, std::to_string(t.requests),
+                    std::to_string(t.refused) + " (" + ratio(t.refused * 100, t.requests, 1) + " %)",
+                    std::to_string(t.gave_up), seconds(t.makespan), ratio(t.makespan.count(), t.bound.count(), 2),
+                    t.tokens_reserved == 0 ? "-" : std::to_string(t.tokens_reserved), std::to_string(t.tokens_used),
+                    seconds(t.p95_queue_wait)});
   }
+  detail::write_columns(out, rows);
 }
 
 /// Writes the totals in two lines: requests and their outcomes, then times.

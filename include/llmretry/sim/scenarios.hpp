@@ -3,8 +3,11 @@
 
 #include <chrono>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "../policy.hpp"
+#include "pacing.hpp"
 #include "provider.hpp"
 #include "simulation.hpp"
 
@@ -119,6 +122,61 @@ inline Scenario precise_retry_after_spread() {
   s.policy.max_total_wait = 24h;
   s.policy.jitter = jitter;
   return s;
+}
+
+/// One workload of the pacing comparison: its title (the limits stated) and the scenario, whose admission
+/// mode the caller sets.
+struct PacedWorkload {
+  std::string title;
+  PacedScenario scenario;
+};
+
+/// Returns the workloads of the pacing comparison, every call under RetryPolicy::batch(), each provider
+/// answering 429 with the precise `retry-after-ms`, the pacers told the provider's limits:
+/// - A: 1,000 calls of 200 tokens (prompt 120, max_tokens 80, 50 used) ready evenly over one minute,
+///   against 600 requests and 300,000 tokens per minute enforced per second (10 requests and 5,000
+///   tokens a second), 2 s per answer;
+/// - B: 100 calls of 5,000 tokens (prompt 3,000, max_tokens 2,000, 1,200 used) over one minute, same provider;
+/// - a backlog of 38,000 tickets (prompt 500, max_tokens 300, 150 used) taken by 96 workers, 2.8 s per
+///   answer, against 1,800 requests and 900,000 tokens per minute, enforced over the minute;
+/// - the same backlog against the same limits enforced per second (30 requests, 15,000 tokens a second).
+[[nodiscard]] inline std::vector<PacedWorkload> paced_workloads() {
+  const auto provider = [](Bucket requests, Bucket tokens, std::chrono::milliseconds latency) {
+    ProviderSpec p;
+    p.requests = requests;
+    p.tokens = tokens;
+    p.tokens_per_request = 1;
+    p.latency = latency;
+    p.retry_after_header = RetryAfterMode::precise;
+    return p;
+  };
+  const auto limits = [](Bucket requests, Bucket tokens) {
+    const auto per_minute = [](Bucket b) { return b.capacity * 60'000 / b.period.count(); };
+    Limits l;
+    l[Dimension::requests_per_minute] = Limit::per_minute(per_minute(requests), requests.capacity);
+    l[Dimension::tokens_per_minute] = Limit::per_minute(per_minute(tokens), tokens.capacity);
+    return l;
+  };
+  const auto paced = [&](Workload workload, Bucket requests, Bucket tokens, std::chrono::milliseconds latency) {
+    PacedScenario s;
+    s.workload = workload;
+    s.provider = provider(requests, tokens, latency);
+    s.limits = limits(requests, tokens);
+    return s;
+  };
+  const Workload a{1000, 60ms, 0, 120, 80, 50};
+  const Workload b{100, 600ms, 0, 3000, 2000, 1200};
+  const Workload backlog{38'000, 0ms, 96, 500, 300, 150};
+  return {
+      {"A: 1,000 calls x 200 tokens in a minute; 600 RPM / 300,000 TPM enforced per second",
+       paced(a, Bucket{10, 1s}, Bucket{5000, 1s}, 2s)},
+      {"B: 100 calls x 5,000 tokens in a minute; 600 RPM / 300,000 TPM enforced per second",
+       paced(b, Bucket{10, 1s}, Bucket{5000, 1s}, 2s)},
+      {"backlog: 38,000 tickets, 96 workers, 2.8 s per answer; 1,800 RPM / 900,000 TPM enforced per minute",
+       paced(backlog, Bucket{1800, 1min}, Bucket{900'000, 1min}, 2800ms)},
+      {"backlog: the same, the limits enforced per second (30 requests, 15,000 tokens a second)",
+       paced(backlog, Bucket{30, 1s}, Bucket{15'000, 1s}, 2800ms)},
+  };
 }
 
 }  // namespace llmretry::sim::scenarios

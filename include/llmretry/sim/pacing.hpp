@@ -1,0 +1,305 @@
+#ifndef LLMRETRY_SIM_PACING_HPP
+#define LLMRETRY_SIM_PACING_HPP
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "../admission/deployment.hpp"
+#include "../admission/limits.hpp"
+#include "../admission/rate_limiter.hpp"
+#include "../decision.hpp"
+#include "../detail/config.hpp"
+#include "../policy.hpp"
+#include "event_queue.hpp"
+#include "provider.hpp"
+#include "random.hpp"
+#include "simulation.hpp"
+
+namespace llmretry::sim {
+
+/// How calls are held back before each attempt.
+enum class AdmissionMode {
+  none,        ///< retries only: every attempt goes at once
+  spacing,     ///< one start every 60 / RPM seconds, tokens ignored
+  buckets,     ///< request and token buckets of a minute each, charged the estimate and never refunded;
+               ///< after any 429, no start for 15 s
+  deployment,  ///< llmretry::Deployment with the configured limits (settled with the actual usage when
+               ///< the provider counts it)
+  learned,     ///< llmretry::Deployment told nothing: it learns the limits from the answers' headers
+};
+
+/// Returns the name of a mode ("none", "spacing", "buckets", "deployment", "learned").
+[[nodiscard]] constexpr const char* to_string(AdmissionMode mode) noexcept {
+  switch (mode) {
+    case AdmissionMode::none: return "none";
+    case AdmissionMode::spacing: return "spacing";
+    case AdmissionMode::buckets: return "buckets";
+    case AdmissionMode::deployment: return "deployment";
+    case AdmissionMode::learned: return "learned";
+  }
+  return "unknown";
+}
+
+/// The calls to make: how many, when each is ready, how many may be in progress, and their tokens.
+struct Workload {
+  std::int64_t calls = 1000;              ///< how many calls
+  std::chrono::milliseconds spacing{60};  ///< call i is ready at i x spacing (0: all at once)
+  int workers = 0;                        ///< at most this many calls in progress at once; 0: no limit
+  std::int64_t prompt_tokens = 100;       ///< each call's prompt
+  std::int64_t max_tokens = 100;          ///< each call's max_tokens: the estimate is prompt + max_tokens
+  std::int64_t output_tokens = 100;       ///< what each answer produces, at most max_tokens
+};
+
+/// One paced run: a workload against a provider, under one admission mode.
+struct PacedScenario {
+  Workload workload;
+  ProviderSpec provider;  ///< its requests and tokens buckets, latency (tokens_per_request is not used)
+  /// Whether the provider gives back the output tokens an answer did not use (it counts actual usage, and
+  /// the deployment settles with it); otherwise the estimate charged at admission stays charged, as
+  /// OpenAI counts max_tokens.
+  bool provider_counts_usage = false;
+  Limits limits;                              ///< what the pacers are told (not used by none and learned)
+  RetryPolicy policy = RetryPolicy::batch();  ///< every call's retries; waits for admission count in it
+  AdmissionMode admission = AdmissionMode::deployment;
+  std::uint64_t seed = 1;  ///< the one seed of every random draw
+
+  /// Throws std::invalid_argument naming the field when the scenario makes no sense.
+  void validate() const {
+    const Workload& w = workload;
+    if (w.calls < 1 || w.calls > 10'000'000) detail::throw_invalid_argument("Workload::calls must be in [1, 10000000]");
+    if (w.spacing < std::chrono::milliseconds::zero())
+      detail::throw_invalid_argument("Workload::spacing must not be negative");
+    if (w.workers < 0) detail::throw_invalid_argument("Workload::workers must not be negative");
+    if (w.prompt_tokens < 0 || w.max_tokens < 0)
+      detail::throw_invalid_argument("Workload::prompt_tokens and max_tokens must not be negative");
+    if (w.output_tokens < 0 || w.output_tokens > w.max_tokens)
+      detail::throw_invalid_argument("Workload::output_tokens must be in [0, max_tokens]");
+    if (provider.tokens && w.prompt_tokens + w.max_tokens > provider.tokens->capacity)
+      detail::throw_invalid_argument("Workload: a call's tokens exceed the provider's token bucket");
+    if ((admission == AdmissionMode::spacing || admission == AdmissionMode::buckets) &&
+        !limits[Dimension::requests_per_minute])
+      detail::throw_invalid_argument("PacedScenario::limits needs requests_per_minute for spacing and buckets");
+    provider.validate();
+    limits.validate();
+    policy.validate();
+  }
+};
+
+/// What a paced run did, over all calls.
+struct PacedTotals {
+  std::int64_t served = 0;           ///< calls answered
+  std::int64_t gave_up = 0;          ///< calls that stopped unanswered
+  std::int64_t requests = 0;         ///< attempts sent
+  std::int64_t refused = 0;          ///< attempts answered 429
+  std::int64_t tokens_reserved = 0;  ///< tokens the pacer reserved (estimates; 0 for pacers that do not count them)
+  std::int64_t tokens_used = 0;      ///< tokens the served calls used (prompt and actual output)
+  Time makespan{0};                  ///< when the last call was answered or gave up
+  Time bound{0};                     ///< the shortest makespan the provider's limits allow (capacity_bound)
+  std::chrono::milliseconds p95_queue_wait{0};  ///< 95th percentile of the wait before a call's first attempt
+};
+
+/// Returns a lower bound of the makespan: the last call's readiness, the time the provider's buckets need
+/// to admit every call's net tokens and requests beyond what they hold at the start, and what the workers
+/// can do one call at a time; plus one latency.
+[[nodiscard]] inline Time capacity_bound(const PacedScenario& s) {
+  using std::chrono::milliseconds;
+  const Workload& w = s.workload;
+  Time bound = w.spacing * (w.calls - 1);
+  const auto drain = [&](const std::optional<Bucket>& bucket, std::int64_t per_call) {
+    if (!bucket || per_call == 0) return;
+    const std::int64_t beyond = w.calls * per_call - bucket->capacity;
+    if (beyond > 0) bound = std::max(bound, milliseconds{beyond * bucket->period.count() / bucket->capacity});
+  };
+  drain(s.provider.requests, 1);
+  const std::int64_t net = s.provider_counts_usage ? w.prompt_tokens + w.output_tokens : w.prompt_tokens + w.max_tokens;
+  drain(s.provider.tokens, net);
+  if (w.workers > 0) bound = std::max(bound, s.provider.latency * ((w.calls + w.workers - 1) / w.workers - 1));
+  return bound + s.provider.latency;
+}
+
+/// Runs `scenario` in virtual time: each call is ready at its time (or when a worker is free), is held
+/// back before each attempt as the admission mode says (the wait counts toward its policy's wait budget),
+/// then retried by its own RetryState; llmretry's modes drive a real llmretry::Deployment on the virtual
+/// clock. The same scenario gives the same totals on every run.
+/// Throws std::invalid_argument naming the field when the scenario makes no sense.
+[[nodiscard]] inline PacedTotals simulate_paced(const PacedScenario& scenario) {
+  using std::chrono::milliseconds;
+  scenario.validate();
+  const Workload& w = scenario.workload;
+  const Cost estimate{1, w.prompt_tokens, w.max_tokens};
+  const Cost usage{1, w.prompt_tokens, w.output_tokens};
+  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
+
+  Time now{0};
+  const auto clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
+  std::optional<Deployment> deployment;
+  if (scenario.admission == AdmissionMode::deployment || scenario.admission == AdmissionMode::learned) {
+    DeploymentOptions options;
+    options.name = "simulated";
+    if (scenario.admission == AdmissionMode::deployment) options.limits = scenario.limits;
+    options.clock = clock;
+    deployment.emplace(options);
+  }
+  std::optional<RateLimiter> buckets;  // AdmissionMode::buckets: a minute's capacity, never refunded
+  if (scenario.admission == AdmissionMode::buckets) {
+    Limits minute;
+    for (const Dimension d : {Dimension::requests_per_minute, Dimension::tokens_per_minute})
+      if (scenario.limits[d]) minute[d] = Limit::per_minute(scenario.limits[d]->limit);
+    buckets.emplace(minute);
+  }
+  const milliseconds spacing_interval =
+      scenario.limits[Dimension::requests_per_minute]
+          ? milliseconds{60'000 / std::max<std::int64_t>(1, scenario.limits[Dimension::requests_per_minute]->limit)}
+          : milliseconds{0};
+  Time next_spaced_start{0};
+
+  struct Call {
+    RetryState state;
+    SplitMix64 rng;
+    Time taken{0};  // when a worker took it, or it became ready
+    std::optional<Time> first_start;
+    Reservation reservation;
+  };
+  std::vector<Call> calls;
+  calls.reserve(static_cast<std::size_t>(w.calls));
+  for (std::int64_t i = 0; i < w.calls; ++i)
+    calls.push_back(Call{RetryState{detail::prevalidated, scenario.policy},
+                         stream(scenario.seed, static_cast<std::uint64_t>(i) + 1), Time{0}, std::nullopt,
+                         Reservation{}});
+
+  enum class Kind : std::uint8_t { ready, admit, send, answered };
+  struct Step {
+    Kind kind;
+    std::size_t call;
+    Reply reply;
+  };
+  EventQueue<Step> queue;
+  std::deque<std::size_t> backlog;  // ready calls waiting for a worker
+  int busy_workers = 0;
+  PacedTotals totals;
+  std::vector<milliseconds> queue_waits;
+  queue_waits.reserve(calls.size());
+
+  const auto rank = [](std::size_t i) { return static_cast<std::uint64_t>(i); };
+  const auto take_up = [&](std::size_t i) {
+    calls[i].taken = now;
+    queue.push(now, rank(i), Step{Kind::admit, i, {}});
+  };
+  const auto finish = [&] {
+    totals.makespan = std::max(totals.makespan, now);
+    if (w.workers == 0) return;
+    --busy_workers;
+    if (backlog.empty()) return;
+    const std::size_t next = backlog.front();
+    backlog.pop_front();
+    ++busy_workers;
+    take_up(next);
+  };
+  // Returns when the attempt of call i may start, or nullopt when its policy's wait budget stops it.
+  const auto admit = [&](std::size_t i) -> std::optional<Time> {
+    Time start = now;
+    switch (scenario.admission) {
+      case AdmissionMode::none: break;
+      case AdmissionMode::spacing:
+        start = std::max(now, next_spaced_start);
+        next_spaced_start = start + spacing_interval;
+        break;
+      case AdmissionMode::buckets: {
+        Reservation held = buckets->reserve(estimate, clock());
+        start = now + held.wait_after(clock());
+        totals.tokens_reserved += estimate.tokens();
+        break;
+      }
+      case AdmissionMode::deployment:
+      case AdmissionMode::learned: {
+        calls[i].reservation = deployment->reserve(estimate, clock());
+        start = now + calls[i].reservation.wait_after(clock());
+        break;
+      }
+    }
+    if (start > now && calls[i].state.add_guard_wait(start - now, std::nullopt)) {
+      if (deployment) deployment->limiter().cancel(calls[i].reservation);
+      return std::nullopt;
+    }
+    return start;
+  };
+
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    queue.push(w.spacing * static_cast<std::int64_t>(i), rank(i), Step{Kind::ready, i, {}});
+  while (!queue.empty()) {
+    Event<Step> event = queue.pop();
+    now = event.at;
+    const std::size_t i = event.payload.call;
+    Call& call = calls[i];
+    switch (event.payload.kind) {
+      case Kind::ready:
+        if (w.workers == 0 || busy_workers < w.workers) {
+          if (w.workers > 0) ++busy_workers;
+          take_up(i);
+        } else {
+          backlog.push_back(i);
+        }
+        break;
+      case Kind::admit: {
+        const auto start = admit(i);
+        if (!start) {
+          ++totals.gave_up;
+          finish();
+          break;
+        }
+        if (!call.first_start) {
+          call.first_start = *start;
+          queue_waits.push_back(*start - call.taken);
+        }
+        queue.push(*start, rank(i), Step{Kind::send, i, {}});
+        break;
+      }
+      case Kind::send: {
+        ++totals.requests;
+        Reply reply = provider.request(now, estimate.tokens());
+        queue.push(now + reply.latency, rank(i), Step{Kind::answered, i, std::move(reply)});
+        break;
+      }
+      case Kind::answered: {
+        const Reply& reply = event.payload.reply;
+        if (!reply.failure) {
+          if (scenario.provider_counts_usage) provider.refund(now, w.max_tokens - w.output_tokens);
+          if (deployment)
+            deployment->succeeded(call.reservation,
+                                  scenario.provider_counts_usage ? std::optional<Cost>(usage) : std::nullopt,
+                                  &reply.reported, clock());
+          ++totals.served;
+          totals.tokens_used += usage.tokens();
+          finish();
+          break;
+        }
+        if (reply.outcome == Outcome::refused) {
+          ++totals.refused;
+          if (buckets) buckets->pause_until(clock() + std::chrono::seconds{15});
+        }
+        if (deployment) deployment->failed(call.reservation, *reply.failure, clock());
+        const Decision decision = call.state.next(*reply.failure, call.rng);
+        if (!decision.retry) {
+          ++totals.gave_up;
+          finish();
+          break;
+        }
+        queue.push(now + decision.wait, rank(i), Step{Kind::admit, i, {}});
+        break;
+      }
+    }
+  }
+  if (deployment) totals.tokens_reserved = deployment->limiter().stats().tokens_reserved;
+  totals.bound = capacity_bound(scenario);
+  std::sort(queue_waits.begin(), queue_waits.end());
+  totals.p95_queue_wait = percentile(queue_waits, 95);
+  return totals;
+}
+
+}  // namespace llmretry::sim
+
+#endif  // LLMRETRY_SIM_PACING_HPP
