@@ -62,3 +62,26 @@ struct Provider {
 #include "readme/testing_your_code.inc"
 
 }  // namespace testing_your_code
+
+namespace pacing {
+
+// Stand-in for the application's client: returns the answer to `prompt`.
+int completions = 0;
+std::string complete(const std::string& prompt, int /*max_tokens*/) {
+  ++completions;
+  return "summary of " + prompt;
+}
+
+#include "readme/pacing.inc"
+
+}  // namespace pacing
+
+TEST_CASE("README: pacing", "[readme]") {
+  CHECK(pacing::summarise("ticket 1") == "summary of ticket 1");
+  CHECK(pacing::summarise("ticket 2") == "summary of ticket 2");
+  CHECK(pacing::completions == 2);
+  const auto stats = pacing::gpt4o_mini().limiter().stats();
+  CHECK(stats.granted == 2);
+  CHECK(stats.tokens_reserved == 2 * (2 + 300));
+  CHECK(pacing::gpt4o_mini().limiter().limit(llmretry::Dimension::requests_per_minute)->burst == 10);
+}
