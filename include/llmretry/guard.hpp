@@ -50,7 +50,7 @@ class Admission {
     return Admission(std::move(ticket), wait);
   }
   /// Refuses the attempt.
-  static Admission refuse(Refusal refusal) { return Admission(std::move(refusal)); }
+  static Admission refuse(const Refusal& refusal) { return Admission(refusal); }
 
   /// Returns true when the attempt may go.
   [[nodiscard]] bool admitted() const noexcept { return ticket_.has_value(); }
@@ -63,7 +63,7 @@ class Admission {
 
  private:
   Admission(Ticket ticket, std::chrono::milliseconds wait) : ticket_(std::move(ticket)), wait_(wait) {}
-  explicit Admission(Refusal refusal) : refusal_(std::move(refusal)) {}
+  explicit Admission(const Refusal& refusal) : refusal_(refusal) {}
 
   std::optional<Ticket> ticket_;
   std::chrono::milliseconds wait_{0};

@@ -94,11 +94,26 @@ struct NoAnswerCheck {};
 struct NoCallOptions {
   static constexpr bool safe_to_repeat = true;
   static constexpr std::optional<std::chrono::steady_clock::time_point> deadline{};
-  static constexpr std::chrono::steady_clock::time_point (*clock)() = nullptr;
-  static constexpr std::optional<Failure> (*classify)(const std::exception&) = nullptr;
-  static constexpr void (*on_give_up)(const GiveUp&) = nullptr;
-  static constexpr CallStats* stats = nullptr;
 };
+
+/// Returns the time on `options`' clock (steady_clock without one).
+template <class Options>
+std::chrono::steady_clock::time_point now_on(const Options& options) {
+  if constexpr (!std::is_same_v<Options, NoCallOptions>) {
+    if (options.clock) return options.clock();
+  }
+  return std::chrono::steady_clock::now();
+}
+
+/// Returns the failure `error` means: `options.classify`'s answer, else failure_of; unknown when neither
+/// recognises it.
+template <class Options>
+Failure classify_exception(const Options& options, const std::exception& error) {
+  if constexpr (!std::is_same_v<Options, NoCallOptions>) {
+    if (options.classify) return options.classify(error).value_or(Failure{});
+  }
+  return failure_of(error).value_or(Failure{});
+}
 
 template <class T>
 struct is_answer_check : std::false_type {};
@@ -273,7 +288,7 @@ class RetryLoop {
 
   std::optional<std::chrono::milliseconds> time_left() const {
     using namespace std::chrono;
-    const auto now = options_.clock ? options_.clock() : steady_clock::now();
+    const auto now = now_on(options_);
     return *options_.deadline > now ? floor<milliseconds>(*options_.deadline - now) : milliseconds::zero();
   }
 
@@ -290,7 +305,9 @@ class RetryLoop {
 
   void give_up(StopReason reason, const Failure& failure) {
     report(CallStats{made_, waited(), reason});
-    if (options_.on_give_up) options_.on_give_up(GiveUp{reason, failure, made_, waited()});
+    if constexpr (!std::is_same_v<Options, NoCallOptions>) {
+      if (options_.on_give_up) options_.on_give_up(GiveUp{reason, failure, made_, waited()});
+    }
   }
 
   const RetryPolicy& policy_;
@@ -348,7 +365,7 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
       }
     } catch (const std::exception& exception) {
       // An exception nobody recognises is an unknown failure, which is never retried.
-      failure = (options.classify ? options.classify(exception) : failure_of(exception)).value_or(Failure{});
+      failure = classify_exception(options, exception);
       error = std::current_exception();
     } catch (...) {
       loop.abandoned();

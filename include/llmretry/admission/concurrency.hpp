@@ -23,13 +23,13 @@ class ConcurrencyLimit {
     Waiter() = default;
     Waiter(const Waiter&) = delete;
     Waiter& operator=(const Waiter&) = delete;
+    Waiter(Waiter&&) = delete;
+    Waiter& operator=(Waiter&&) = delete;
+    virtual ~Waiter() = default;
 
     /// Called, with the limit's lock held, when this waiter has been given a slot: do not call back into
     /// the limit from it.
     virtual void granted() = 0;
-
-   protected:
-    ~Waiter() = default;
 
    private:
     friend class ConcurrencyLimit;
@@ -43,6 +43,9 @@ class ConcurrencyLimit {
   }
   ConcurrencyLimit(const ConcurrencyLimit&) = delete;
   ConcurrencyLimit& operator=(const ConcurrencyLimit&) = delete;
+  ConcurrencyLimit(ConcurrencyLimit&&) = delete;
+  ConcurrencyLimit& operator=(ConcurrencyLimit&&) = delete;
+  ~ConcurrencyLimit() = default;
 
   /// Takes a slot when one is free and nobody waits for it. Returns true when it took one.
   [[nodiscard]] bool try_acquire() {

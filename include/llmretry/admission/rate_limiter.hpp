@@ -121,6 +121,9 @@ class RateLimiter {
   }
   RateLimiter(const RateLimiter&) = delete;
   RateLimiter& operator=(const RateLimiter&) = delete;
+  RateLimiter(RateLimiter&&) = delete;
+  RateLimiter& operator=(RateLimiter&&) = delete;
+  ~RateLimiter() = default;
 
   /// Reserves `cost` on every limited dimension at `now`. Returns a granted reservation saying when the
   /// call may start; too_large (holding nothing) when the cost exceeds a dimension's limit; too_long

@@ -301,7 +301,9 @@ inline std::string redact(std::string text, const std::vector<std::string>& secr
 /// such as "Bearer KEY" the key alone; values shorter than 4 characters are left out.
 inline std::vector<std::string> secrets_of(const Request& request, const Options& options) {
   std::vector<std::string> secrets;
-  for (const auto& [name, value] : request.headers) {
+  for (const auto& header : request.headers) {
+    const std::string& name = header.first;
+    const std::string& value = header.second;
     const bool secret = std::any_of(options.secret_headers.begin(), options.secret_headers.end(),
                                     [&](const std::string& listed) { return llmretry::detail::iequals(listed, name); });
     if (!secret) continue;

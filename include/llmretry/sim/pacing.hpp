@@ -260,8 +260,8 @@ struct PacedTotals {
       }
       case Kind::send: {
         ++totals.requests;
-        Reply reply = provider.request(now, estimate.tokens());
-        queue.push(now + reply.latency, rank(i), Step{Kind::answered, i, std::move(reply)});
+        const Reply reply = provider.request(now, estimate.tokens());
+        queue.push(now + reply.latency, rank(i), Step{Kind::answered, i, reply});
         break;
       }
       case Kind::answered: {
