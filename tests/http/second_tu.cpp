@@ -2,6 +2,7 @@
 // header without `inline` is then defined twice and the link fails.
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
+#include <llmretry/json/usage.hpp>
 #include <llmretry/testing/loopback/provider.hpp>
 
 namespace llmretry_http_second_tu {
