@@ -4,6 +4,7 @@
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/json/usage.hpp>
 #include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/testing/loopback/rate_limit.hpp>
 
 namespace llmretry_http_second_tu {
 int touch() { return llmretry::json::error_fields("{}").empty() ? 1 : 0; }
