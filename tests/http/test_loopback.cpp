@@ -1,10 +1,14 @@
 // The loopback provider on its own, seen by a plain HTTP client (cpp-httplib's): its address, the script
-// served in order, what it records, each ready-made response as it goes on the wire, delays and hangs.
+// served in order, what it records, each ready-made response as it goes on the wire, delays and hangs, and
+// the rate-limited mode (its buckets first on their own, in given time).
 #include <llmretry/testing/loopback/provider.hpp>
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,7 +16,9 @@
 #include <llmretry_catch.hpp>
 
 using namespace std::chrono_literals;
+using llmretry::testing::LoopbackLimits;
 using llmretry::testing::LoopbackProvider;
+using llmretry::testing::LoopbackRateLimit;
 using llmretry::testing::ScriptedResponse;
 
 namespace {
@@ -31,6 +37,13 @@ httplib::Result post(httplib::Client& client) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+/// Returns the value of header `name` in `headers`, or "" when absent.
+std::string value_of(const LoopbackRateLimit::Headers& headers, const std::string& name) {
+  for (const auto& [key, value] : headers)
+    if (key == name) return value;
+  return {};
+}
 
 }  // namespace
 
@@ -233,4 +246,187 @@ TEST_CASE("delays: an answer comes after its delay; a hang outlasts the client, 
     }  // the destructor wakes the handler that still waits
     CHECK(std::chrono::steady_clock::now() - start < 10s);
   }
+}
+
+TEST_CASE("the rate-limited mode's buckets: refilled continuously, enforced per second") {
+  using time_point = LoopbackRateLimit::time_point;
+  const time_point t0{std::chrono::hours{1}};
+  LoopbackLimits limits;
+  limits.requests_per_minute = 600;  // 10 at once, one more every 100 ms
+  limits.tokens_per_minute = 6000;   // 100 at once, one more every 10 ms
+  LoopbackRateLimit rate(limits, t0);
+
+  SECTION("requests: 10 at once, then one every 100 ms; the refusal charges nothing") {
+    for (int i = 0; i < 10; ++i) {
+      const auto verdict = rate.admit(1, t0);
+      REQUIRE(verdict.admitted);
+      CHECK(value_of(verdict.headers, "x-ratelimit-remaining-requests") == std::to_string(9 - i));
+    }
+    const auto refused = rate.admit(1, t0 + 40ms);
+    CHECK_FALSE(refused.admitted);
+    CHECK(refused.limited_by == "requests");
+    CHECK(refused.wait == 60ms);
+    CHECK(value_of(refused.headers, "x-ratelimit-limit-requests") == "600");
+    CHECK(value_of(refused.headers, "x-ratelimit-remaining-requests") == "0");
+    CHECK(value_of(refused.headers, "x-ratelimit-reset-requests") == "960ms");  // 9.6 requests to refill
+    CHECK(value_of(refused.headers, "x-ratelimit-remaining-tokens") == "94");   // 10 taken, 4 back
+    CHECK(rate.admit(1, t0 + 100ms).admitted);
+    CHECK_FALSE(rate.admit(1, t0 + 150ms).admitted);
+  }
+  SECTION("tokens: the charge at admission decides, and the wait is the exact time until it fits") {
+    REQUIRE(rate.admit(60, t0).admitted);
+    const auto refused = rate.admit(50, t0);
+    CHECK_FALSE(refused.admitted);
+    CHECK(refused.limited_by == "tokens");
+    CHECK(refused.wait == 100ms);  // 10 tokens missing at 100 per second
+    CHECK(value_of(refused.headers, "x-ratelimit-limit-tokens") == "6000");
+    CHECK(value_of(refused.headers, "x-ratelimit-remaining-tokens") == "40");
+    CHECK(value_of(refused.headers, "x-ratelimit-reset-tokens") == "600ms");
+    CHECK(value_of(refused.headers, "x-ratelimit-remaining-requests") == "9");
+    CHECK(rate.admit(50, t0 + 100ms).admitted);
+  }
+  SECTION("a cost above the burst waits for a full bucket, then leaves it in debt") {
+    REQUIRE(rate.admit(30, t0).admitted);
+    const auto refused = rate.admit(150, t0);
+    CHECK_FALSE(refused.admitted);
+    CHECK(refused.wait == 300ms);
+    const auto admitted = rate.admit(150, t0 + 300ms);
+    REQUIRE(admitted.admitted);
+    CHECK(value_of(admitted.headers, "x-ratelimit-remaining-tokens") == "-50");
+    CHECK(value_of(admitted.headers, "x-ratelimit-reset-tokens") == "1500ms");
+  }
+  SECTION("bursts set by hand") {
+    limits.requests_burst = 600;
+    limits.tokens_burst = 1;
+    LoopbackRateLimit whole(limits, t0);
+    for (int i = 0; i < 600; ++i) REQUIRE(whole.admit(0, t0).admitted);
+    CHECK_FALSE(whole.admit(0, t0).admitted);
+    CHECK(whole.admit(1, t0).wait == 100ms);  // 600 requests to refill take a minute; one, 100 ms
+  }
+}
+
+TEST_CASE("the rate-limited mode refuses limits that make no sense, naming the field") {
+  const auto refused = [](void (*change)(LoopbackLimits&), const std::string& field) {
+    LoopbackLimits limits;
+    limits.requests_per_minute = 60;
+    limits.tokens_per_minute = 6000;
+    change(limits);
+    try {
+      LoopbackRateLimit rate(limits, {});
+      return false;
+    } catch (const std::invalid_argument& error) {
+      return contains(error.what(), field);
+    }
+  };
+  CHECK(refused([](LoopbackLimits& l) { l.requests_per_minute = 0; }, "requests_per_minute"));
+  CHECK(refused([](LoopbackLimits& l) { l.tokens_per_minute = -1; }, "tokens_per_minute"));
+  CHECK(refused([](LoopbackLimits& l) { l.requests_burst = 61; }, "requests_burst"));
+  CHECK(refused([](LoopbackLimits& l) { l.tokens_burst = 0; }, "tokens_burst"));
+  CHECK(refused([](LoopbackLimits& l) { l.default_max_tokens = -1; }, "default_max_tokens"));
+  CHECK(refused([](LoopbackLimits& l) { l.latency = -1ms; }, "latency"));
+  LoopbackProvider server;
+  CHECK_THROWS_AS(server.enforce(LoopbackLimits{}), std::invalid_argument);
+}
+
+TEST_CASE("what a request costs: its body's tokens, and max_tokens or the default") {
+  LoopbackLimits limits;
+  limits.default_max_tokens = 7;
+  const std::string with = R"({"model":"m","max_tokens" : 250,"messages":[]})";
+  CHECK(llmretry::testing::loopback_usage(with, limits).prompt_tokens == llmretry::estimate_tokens(with));
+  CHECK(llmretry::testing::loopback_usage(with, limits).completion_tokens == 250);
+  CHECK(llmretry::testing::loopback_usage(R"({"max_completion_tokens":40})", limits).completion_tokens == 40);
+  for (const char* body : {"{}", R"({"max_tokens":"12"})", R"({"max_tokens":-3})", R"({"max_tokens")", ""}) {
+    INFO(body);
+    CHECK(llmretry::testing::loopback_usage(body, limits).completion_tokens == 7);
+  }
+}
+
+TEST_CASE("the rate-limited loopback provider answers by itself, with OpenAI's headers and 429s") {
+  LoopbackProvider server;
+  LoopbackLimits limits;
+  limits.requests_per_minute = 60;  // one a second
+  limits.requests_burst = 2;
+  limits.tokens_per_minute = 600'000;
+  server.enforce(limits);
+  auto client = client_of(server);
+  const std::string body = R"({"model":"chat-small","max_tokens":20})";
+
+  auto first = client.Post("/v1/chat/completions", body, "application/json");
+  REQUIRE(first);
+  CHECK(first->status == 200);
+  const std::string usage =
+      R"("usage":{"prompt_tokens":)" + std::to_string(llmretry::estimate_tokens(body)) + R"(,"completion_tokens":20,)";
+  CHECK(contains(first->body, usage));
+  CHECK(first->get_header_value("x-ratelimit-limit-requests") == "60");
+  CHECK(first->get_header_value("x-ratelimit-remaining-requests") == "1");
+  CHECK(first->get_header_value("x-ratelimit-limit-tokens") == "600000");
+  CHECK(first->get_header_value("x-ratelimit-remaining-tokens") ==
+        std::to_string(10'000 - llmretry::estimate_tokens(body) - 20));
+  CHECK(first->has_header("x-ratelimit-reset-requests"));
+  CHECK(first->has_header("x-ratelimit-reset-tokens"));
+
+  server.then(LoopbackProvider::service_unavailable());  // an admitted request still gets the script first
+  auto second = client.Post("/v1/chat/completions", body, "application/json");
+  REQUIRE(second);
+  CHECK(second->status == 503);
+  CHECK(second->get_header_value("x-ratelimit-remaining-requests") == "0");
+
+  auto third = client.Post("/v1/chat/completions", body, "application/json");
+  REQUIRE(third);
+  CHECK(third->status == 429);
+  CHECK(contains(third->body, R"("code":"rate_limit_exceeded")"));
+  CHECK(contains(third->body, R"("type":"requests")"));
+  const auto wait = std::stoi(third->get_header_value("retry-after-ms"));
+  CHECK(wait > 0);
+  CHECK(wait <= 1000);
+  CHECK(third->get_header_value("x-ratelimit-remaining-requests") == "0");
+
+  CHECK(server.served() == 2);
+  CHECK(server.refused() == 1);
+  CHECK(server.request_count() == 3);
+}
+
+TEST_CASE("the rate-limited mode's latency: each admitted answer takes that long") {
+  LoopbackProvider server;
+  LoopbackLimits limits;
+  limits.requests_per_minute = 6000;
+  limits.tokens_per_minute = 600'000;
+  limits.latency = 150ms;
+  server.enforce(limits);
+  auto client = client_of(server);
+  const auto start = std::chrono::steady_clock::now();
+  auto response = post(client);
+  REQUIRE(response);
+  CHECK(response->status == 200);
+  CHECK(std::chrono::steady_clock::now() - start >= 150ms);
+}
+
+TEST_CASE("the rate-limited mode holds under concurrent clients") {
+  LoopbackProvider server;
+  LoopbackLimits limits;
+  limits.requests_per_minute = 60;  // one a second after the first five
+  limits.requests_burst = 5;
+  limits.tokens_per_minute = 600'000;
+  server.enforce(limits);
+  std::atomic<int> ok{0};
+  std::atomic<int> too_many{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&] {
+      auto client = client_of(server);
+      for (int i = 0; i < 5; ++i) {
+        auto response = post(client);
+        if (response && response->status == 200) ++ok;
+        if (response && response->status == 429) ++too_many;
+      }
+    });
+  }
+  for (auto& client : clients) client.join();
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(ok + too_many == 40);
+  CHECK(server.served() == ok);
+  CHECK(server.refused() == too_many);
+  CHECK(ok >= 5);
+  CHECK(ok <= 5 + static_cast<int>(seconds) + 1);
 }

@@ -2,13 +2,15 @@
 #define LLMRETRY_TESTING_LOOPBACK_PROVIDER_HPP
 
 /// A scriptable HTTP provider on 127.0.0.1 and an ephemeral port, for end-to-end tests and examples of
-/// code that calls an LLM API over real sockets. Needs cpp-httplib (target llmretry::loopback).
+/// code that calls an LLM API over real sockets, scripted or rate-limited like OpenAI. Needs cpp-httplib
+/// (target llmretry::loopback).
 
 #include <httplib.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "../../detail/text.hpp"
+#include "rate_limit.hpp"
 
 namespace llmretry::testing {
 
@@ -60,10 +63,15 @@ struct ReceivedRequest {
 
 /// An HTTP server on 127.0.0.1 and an ephemeral port, started by the constructor and stopped by the
 /// destructor: each request gets the next scripted response (a 500 saying so once the script is empty),
-/// and every request is recorded, headers included, so that a test can prove what was sent.
+/// and every request is recorded, headers included, so that a test can prove what was sent. In the
+/// rate-limited mode (enforce) it admits or refuses each request like a provider with per-minute limits,
+/// and answers the admitted ones itself once the script is empty.
 /// Thread-safe.
 class LoopbackProvider {
  public:
+  /// The limits of the rate-limited mode.
+  using Limits = LoopbackLimits;
+
   /// Binds 127.0.0.1 on a port the system chooses and starts serving.
   /// Throws std::runtime_error when it cannot bind.
   LoopbackProvider() {
@@ -106,6 +114,31 @@ class LoopbackProvider {
     std::lock_guard<std::mutex> lock(mutex_);
     script_.push_back(std::move(response));
     return *this;
+  }
+
+  /// Switches to the rate-limited mode, its buckets full now: each request is first admitted or refused
+  /// by `limits` (see LoopbackRateLimit; its tokens are loopback_usage's), a refusal being OpenAI's 429
+  /// `rate_limit_exceeded` with `retry-after-ms`, the exact wait until it would be admitted. Every answer
+  /// carries the `x-ratelimit-*` headers. An admitted request gets the next scripted response, or once
+  /// the script is empty a chat completion whose `usage` is what it was charged, each after
+  /// limits.latency (and its own delay). Returns *this.
+  /// Throws std::invalid_argument naming the field when a limit makes no sense.
+  LoopbackProvider& enforce(const Limits& limits) {
+    LoopbackRateLimit rate(limits, std::chrono::steady_clock::now());
+    std::lock_guard<std::mutex> lock(mutex_);
+    rate_.emplace(std::move(rate));
+    return *this;
+  }
+
+  /// Returns how many requests were admitted: all of them but those refused().
+  std::int64_t served() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return served_;
+  }
+  /// Returns how many requests the rate-limited mode refused with a 429.
+  std::int64_t refused() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return refused_;
   }
 
   /// Returns a copy of every request received so far, in order of arrival.
@@ -185,6 +218,24 @@ class LoopbackProvider {
         content + R"("},"finish_reason":"stop"}]})";
     return r;
   }
+  /// Returns an OpenAI chat completion whose answer is `content` and whose `usage` is `usage`.
+  static ScriptedResponse chat_completion(const std::string& content, const LoopbackUsage& usage) {
+    ScriptedResponse r = chat_completion(content);
+    r.body.pop_back();  // the closing brace
+    r.body += R"(,"usage":{"prompt_tokens":)" + std::to_string(usage.prompt_tokens) + R"(,"completion_tokens":)" +
+              std::to_string(usage.completion_tokens) + R"(,"total_tokens":)" + std::to_string(usage.tokens()) + "}}";
+    return r;
+  }
+  /// Returns OpenAI's 429 for a request over the `window` limit ("requests" or "tokens"), to be tried
+  /// again after `wait` (sent as `retry-after-ms`).
+  static ScriptedResponse rate_limit_exceeded(const std::string& window, std::chrono::milliseconds wait) {
+    ScriptedResponse r =
+        error(429, R"({"error":{"message":"Rate limit reached for )" + window + " per min. Please try again in " +
+                       std::to_string(wait.count()) + R"(ms.","type":")" + window +
+                       R"(","param":null,"code":"rate_limit_exceeded"}})");
+    r.headers = {{"retry-after-ms", std::to_string(wait.count())}};
+    return r;
+  }
   /// Returns an OpenAI SSE stream of one chunk per token, ended by `data: [DONE]`.
   static ScriptedResponse stream(const std::vector<std::string>& tokens) {
     ScriptedResponse r;
@@ -240,20 +291,40 @@ class LoopbackProvider {
     ReceivedRequest received{request.method, request.path, {}, request.body};
     for (const auto& [name, value] : request.headers) received.headers.emplace_back(name, value);
     ScriptedResponse scripted;
+    LoopbackRateLimit::Headers rate_headers;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       received_.push_back(std::move(received));
-      if (script_.empty()) {
-        scripted.status = 500;
-        scripted.body = R"({"error":{"message":"loopback provider: the script is empty","type":"server_error"}})";
+      std::optional<LoopbackUsage> usage;
+      bool admitted = true;
+      if (rate_) {
+        usage = loopback_usage(request.body, rate_->limits());
+        LoopbackRateLimit::Verdict verdict = rate_->admit(usage->tokens(), std::chrono::steady_clock::now());
+        admitted = verdict.admitted;
+        if (!admitted) scripted = rate_limit_exceeded(verdict.limited_by, verdict.wait);
+        rate_headers = std::move(verdict.headers);
+      }
+      if (!admitted) {
+        ++refused_;
       } else {
-        scripted = std::move(script_.front());
-        script_.pop_front();
+        ++served_;
+        if (!script_.empty()) {
+          scripted = std::move(script_.front());
+          script_.pop_front();
+        } else if (usage) {
+          scripted = chat_completion("loopback", *usage);
+        } else {
+          scripted.status = 500;
+          scripted.body = R"({"error":{"message":"loopback provider: the script is empty","type":"server_error"}})";
+        }
+        if (rate_) scripted.delay += rate_->limits().latency;
       }
       if (scripted.delay.count() > 0) wake_.wait_for(lock, scripted.delay, [this] { return stopping_; });
     }
     response.status = scripted.status;
     for (const auto& [name, value] : scripted.headers) response.set_header(name, value);
+    for (const auto& [name, value] : rate_headers)
+      if (!response.has_header(name.c_str())) response.set_header(name, value);
     switch (scripted.mode) {
       case ScriptedResponse::Mode::whole: response.set_content(scripted.body, scripted.content_type.c_str()); break;
       case ScriptedResponse::Mode::cut_body: {
@@ -296,6 +367,9 @@ class LoopbackProvider {
   bool stopping_ = false;
   std::deque<ScriptedResponse> script_;
   std::vector<ReceivedRequest> received_;
+  std::optional<LoopbackRateLimit> rate_;
+  std::int64_t served_ = 0;
+  std::int64_t refused_ = 0;
 };
 
 }  // namespace llmretry::testing

@@ -1,0 +1,140 @@
+// The pacing's cost per call: RateLimiter::reserve + settle, alone and with two threads on one limiter,
+// beside the simple design (a token bucket behind one mutex, refilled on each acquire); and the success
+// path of call_with_retry with a Deployment::pace guard, beside the bare call. Counts allocations too.
+#include <benchmark/benchmark.h>
+
+#include <llmretry/admission/deployment.hpp>
+#include <llmretry/retry.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include "allocations.hpp"
+
+namespace {
+
+using time_point = std::chrono::steady_clock::time_point;
+
+// Runs `body` in the benchmark loop and reports the allocations per iteration.
+template <class Body>
+void measure(benchmark::State& state, Body body) {
+  const auto before = llmretry_bench::allocations();
+  for (auto _ : state) body();
+  state.counters["allocs/call"] = benchmark::Counter(static_cast<double>(llmretry_bench::allocations() - before),
+                                                     benchmark::Counter::kAvgIterations);
+}
+
+// The simple design: capacity, refill rate, tokens and the time of the last refill, behind one mutex.
+class MutexBucket {
+ public:
+  MutexBucket(double capacity, double per_second) : capacity_(capacity), per_second_(per_second), tokens_(capacity) {}
+
+  bool try_acquire(double amount, time_point now) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const double elapsed = std::chrono::duration<double>(now - updated_at_).count();
+    tokens_ = std::min(capacity_, tokens_ + std::max(0.0, elapsed) * per_second_);
+    updated_at_ = now;
+    if (tokens_ < amount) return false;
+    tokens_ -= amount;
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  double capacity_;
+  double per_second_;
+  double tokens_;
+  time_point updated_at_{};
+};
+
+// Requests per minute only, as the bucket: 10^9 a minute, so that capacity never runs out.
+llmretry::Limits requests_only() {
+  llmretry::Limits limits;
+  limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute(1'000'000'000);
+  return limits;
+}
+
+// Each thread's own time, 1 µs further at each call (no clock read in the loop).
+struct Ticks {
+  time_point now{std::chrono::hours{1}};
+  time_point next() { return now += std::chrono::microseconds{1}; }
+};
+
+// One limiter shared by every thread of a benchmark, as the deployment's is.
+llmretry::RateLimiter shared_limiter{requests_only()};
+MutexBucket shared_bucket{1e9 / 60, 1e9 / 60};
+
+void limiter_reserve_settle(benchmark::State& state, llmretry::RateLimiter& limiter, const llmretry::Cost& cost) {
+  Ticks ticks;
+  measure(state, [&] {
+    llmretry::Reservation reservation = limiter.reserve(cost, ticks.next());
+    benchmark::DoNotOptimize(reservation.start());
+    limiter.settle(reservation, cost);
+  });
+}
+
+void rate_limiter(benchmark::State& state) {
+  static llmretry::RateLimiter limiter{requests_only()};
+  limiter_reserve_settle(state, limiter, llmretry::Cost{});
+}
+
+void rate_limiter_rpm_tpm(benchmark::State& state) {
+  static llmretry::RateLimiter limiter{llmretry::Limits::per_minute(1'000'000'000, 1'000'000'000'000)};
+  limiter_reserve_settle(state, limiter, llmretry::Cost{1, 300, 200});
+}
+
+void rate_limiter_shared(benchmark::State& state) { limiter_reserve_settle(state, shared_limiter, llmretry::Cost{}); }
+
+void mutex_bucket(benchmark::State& state, MutexBucket& bucket) {
+  Ticks ticks;
+  measure(state, [&] { benchmark::DoNotOptimize(bucket.try_acquire(1, ticks.next())); });
+}
+
+void mutex_bucket_alone(benchmark::State& state) {
+  static MutexBucket bucket{1e9 / 60, 1e9 / 60};
+  mutex_bucket(state, bucket);
+}
+
+void mutex_bucket_shared(benchmark::State& state) { mutex_bucket(state, shared_bucket); }
+
+// The call being retried: not inlined, as a call into an HTTP client is not.
+[[gnu::noinline]] int provider_call(int& counter) {
+  benchmark::ClobberMemory();
+  return ++counter;
+}
+
+// A policy the compiler cannot see through, as when it comes from configuration.
+llmretry::RetryPolicy opaque_policy() {
+  llmretry::RetryPolicy policy;
+  benchmark::DoNotOptimize(policy);
+  return policy;
+}
+
+void paced_call(benchmark::State& state) {
+  llmretry::DeploymentOptions options;
+  options.name = "bench/model";
+  options.limits = llmretry::Limits::per_minute(1'000'000'000'000, 1'000'000'000'000);
+  llmretry::Deployment deployment(options);
+  const auto policy = opaque_policy();
+  int counter = 0;
+  measure(state, [&] {
+    auto pacing = deployment.pace(llmretry::Cost{1, 10, 10});
+    benchmark::DoNotOptimize(llmretry::call_with_retry([&] { return provider_call(counter); }, policy, pacing));
+  });
+}
+
+// What the paced call reads twice (before the attempt, and when it settles): the steady clock.
+void clock_read(benchmark::State& state) {
+  measure(state, [] { benchmark::DoNotOptimize(std::chrono::steady_clock::now()); });
+}
+
+}  // namespace
+
+BENCHMARK(clock_read)->Name("steady_clock/now");
+BENCHMARK(rate_limiter)->Name("rate_limiter/reserve_settle");
+BENCHMARK(rate_limiter_rpm_tpm)->Name("rate_limiter/reserve_settle_rpm_tpm");
+BENCHMARK(mutex_bucket_alone)->Name("mutex_bucket/acquire");
+BENCHMARK(rate_limiter_shared)->Name("rate_limiter/reserve_settle/contended")->Threads(2);
+BENCHMARK(mutex_bucket_shared)->Name("mutex_bucket/acquire/contended")->Threads(2);
+BENCHMARK(paced_call)->Name("call_with_retry/deployment_pace");
