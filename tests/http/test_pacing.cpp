@@ -137,14 +137,10 @@ TEST_CASE("16 threads through one Deployment keep the provider's 429s rare") {
   provider.enforce(provider_limits());
   DeploymentOptions options;
   options.name = "loopback/chat-small";
-  options.read_usage = llmretry::json::usage_of;
 
   SECTION("the limits configured") {
-    // The provider's limits, with bursts 5 % smaller: a request reserved at t reaches the provider a few
-    // milliseconds later, and while the provider's bucket is full the refill of that interval is lost to
-    // it, not to the limiter. Configured at exactly the provider's bursts, about 3 % of requests are 429s.
-    options.limits[Dimension::requests_per_minute] = Limit::per_minute(6000, 95);
-    options.limits[Dimension::tokens_per_minute] = Limit::per_minute(240'000, 3800);
+    options.limits[Dimension::requests_per_minute] = Limit::per_minute(6000, 100);
+    options.limits[Dimension::tokens_per_minute] = Limit::per_minute(240'000, 4000);
     Deployment deployment(options);
     const Run run = call_all(provider, deployment);
     check("configured", provider, run, 0.01);

@@ -105,12 +105,16 @@ class Deployment {
   }
 
   /// Records a failed attempt at `now`. A 429 pauses every call of the deployment for the provider's
-  /// wait, slows the rate down under Learning::adaptive, and keeps only the request charged (no tokens
+  /// wait and sets every limit's level back by it (RateLimiter::set_back), slows the rate down under
+  /// Learning::adaptive, and keeps only the request charged (no tokens
   /// were used); a request never sent gives everything back; one refused without work keeps the request;
   /// one that may have been processed keeps its estimate (it may have been billed).
   void failed(Reservation& reservation, const Failure& failure, time_point now) noexcept {
     if (failure.kind == FailureKind::rate_limited) {
-      if (failure.provider_wait) limiter_.pause_until(now + *failure.provider_wait);
+      if (failure.provider_wait) {
+        limiter_.pause_until(now + *failure.provider_wait);
+        limiter_.set_back(*failure.provider_wait);
+      }
       if (options_.learning == Learning::adaptive) limiter_.slow_down(now);
     }
     if (failure.sent == Sent::not_sent) {

@@ -207,6 +207,16 @@ class RateLimiter {
     while (current < target && !paused_until_.compare_exchange_weak(current, target, std::memory_order_release,
                                                                     std::memory_order_relaxed)) {}
   }
+  /// Moves every dimension's level back by `wait`: the provider refused a call that the limiter thought it
+  /// had room for, and asked for `wait` more (a request reaches the provider a little after it is
+  /// reserved, and what the provider refills while full in between is lost to it, not to the limiter).
+  /// Each such refusal corrects the drift by what the provider said was missing.
+  void set_back(std::chrono::milliseconds wait) noexcept {
+    const std::int64_t delta = std::chrono::nanoseconds{wait}.count();
+    for (Cell& cell : cells_)
+      if (cell.active()) cell.adjust(delta);
+  }
+
   /// Returns when the current pause ends (in the past when there is none).
   [[nodiscard]] time_point paused_until() const noexcept {
     return time_point{std::chrono::nanoseconds{paused_until_.load(std::memory_order_acquire)}};
