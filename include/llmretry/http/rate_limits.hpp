@@ -44,7 +44,7 @@ namespace detail {
 
 /// Stores the integer value of header `name` in `field` when present (empty when malformed).
 template <class Headers>
-void read_count(const Headers& headers, const std::string& name, std::optional<std::int64_t>& field) {
+void read_count(const Headers& headers, std::string_view name, std::optional<std::int64_t>& field) {
   with_header(headers, name, [&](std::string_view value) { field = parse_integer(value); });
 }
 
@@ -56,32 +56,39 @@ void read_count(const Headers& headers, const std::string& name, std::optional<s
 /// - Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`,
 ///   the reset as an RFC 3339 time, turned into a wait from `now` (0 when past).
 /// `headers`: any container of name/value pairs or look-up callable, as for requested_wait. A malformed
-/// value leaves its field empty; never throws on the values (allocation only for the header names).
+/// value leaves its field empty; never throws on one. Allocates nothing itself.
 template <class Headers>
 [[nodiscard]] RateLimits parse_rate_limits(const Headers& headers, std::chrono::system_clock::time_point now) {
   RateLimits limits;
-  const auto read_openai = [&](const char* window, RateLimitWindow& into) {
-    detail::read_count(headers, std::string("x-ratelimit-limit-") + window, into.limit);
-    detail::read_count(headers, std::string("x-ratelimit-remaining-") + window, into.remaining);
-    detail::with_header(headers, std::string("x-ratelimit-reset-") + window,
-                        [&](std::string_view value) { into.reset_after = detail::parse_duration_ms(value); });
+  // The names of one window's headers: its limit, what remains, and when it resets.
+  struct Names {
+    std::string_view limit, remaining, reset;
   };
-  const auto read_anthropic = [&](const char* window, RateLimitWindow& into) {
-    const std::string prefix = std::string("anthropic-ratelimit-") + window;
-    if (!into.limit) detail::read_count(headers, prefix + "-limit", into.limit);
-    if (!into.remaining) detail::read_count(headers, prefix + "-remaining", into.remaining);
+  const auto read = [&](const Names& names, RateLimitWindow& into, auto parse_reset) {
+    if (!into.limit) detail::read_count(headers, names.limit, into.limit);
+    if (!into.remaining) detail::read_count(headers, names.remaining, into.remaining);
     if (!into.reset_after)
-      detail::with_header(headers, prefix + "-reset",
-                          [&](std::string_view value) { into.reset_after = detail::until_rfc3339(value, now); });
+      detail::with_header(headers, names.reset, [&](std::string_view value) { into.reset_after = parse_reset(value); });
   };
-  read_openai("requests", limits.requests);
-  read_openai("tokens", limits.tokens);
+  const auto duration = [](std::string_view value) { return detail::parse_duration_ms(value); };
+  const auto rfc3339 = [&](std::string_view value) { return detail::until_rfc3339(value, now); };
+  read({"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"}, limits.requests,
+       duration);
+  read({"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"}, limits.tokens,
+       duration);
   for (auto* count : {&limits.tokens.limit, &limits.tokens.remaining})
     if (*count == -1) count->reset();
-  read_anthropic("requests", limits.requests);
-  read_anthropic("tokens", limits.tokens);
-  read_anthropic("input-tokens", limits.input_tokens);
-  read_anthropic("output-tokens", limits.output_tokens);
+  read({"anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset"},
+       limits.requests, rfc3339);
+  read({"anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset"},
+       limits.tokens, rfc3339);
+  read({"anthropic-ratelimit-input-tokens-limit", "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-reset"},
+       limits.input_tokens, rfc3339);
+  read({"anthropic-ratelimit-output-tokens-limit", "anthropic-ratelimit-output-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-reset"},
+       limits.output_tokens, rfc3339);
   return limits;
 }
 
