@@ -70,7 +70,7 @@ void limiter_reserve_settle(benchmark::State& state, llmretry::RateLimiter& limi
   measure(state, [&] {
     llmretry::Reservation reservation = limiter.reserve(cost, ticks.next());
     benchmark::DoNotOptimize(reservation.start());
-    limiter.settle(reservation, cost);
+    limiter.settle(reservation, cost, ticks.now);
   });
 }
 
