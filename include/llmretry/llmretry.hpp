@@ -2,8 +2,8 @@
 #define LLMRETRY_LLMRETRY_HPP
 
 /// Everything llmretry offers, in one include. The testing helpers are separate: <llmretry/testing.hpp>;
-/// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>
-/// and <llmretry/testing/loopback/provider.hpp>.
+/// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>,
+/// <llmretry/json/canonical.hpp>, <llmretry/redis/...> and <llmretry/testing/loopback/provider.hpp>.
 
 #include "attempt.hpp"
 #include "backoff.hpp"
@@ -21,6 +21,10 @@
 #include "result.hpp"
 #include "retry.hpp"
 #include "sse.hpp"
+#include "store/fingerprint.hpp"
+#include "store/idempotency_store.hpp"
+#include "store/job_queue.hpp"
+#include "store/operations.hpp"
 #include "stream.hpp"
 #include "version.hpp"
 
