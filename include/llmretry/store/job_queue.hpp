@@ -86,7 +86,8 @@ class JobQueue {
   /// taken jobs whose visibility timeout passed; a job that used up max_attempts goes to the dead letter
   /// instead. Returns nullopt when no job is ready.
   [[nodiscard]] virtual std::optional<Job> take() = 0;
-  /// Removes a job that is done. Returns false when `token` no longer holds it (the timeout passed).
+  /// Removes a job that is done. Returns false when `token` no longer holds it: its visibility timeout
+  /// passed and a later take() put it back.
   [[nodiscard]] virtual bool ack(std::string_view id, std::string_view token) = 0;
   /// Puts a job whose attempt failed back, delayed by `wait` (the retry decision's wait), not ready.
   /// Returns false when `token` no longer holds it.
