@@ -2,6 +2,7 @@
 #define LLMRETRY_LLMRETRY_HPP
 
 /// Everything llmretry offers, in one include. The testing helpers are separate: <llmretry/testing.hpp>;
+/// so are the stores shared by processes, which throw: <llmretry/store/...>;
 /// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>,
 /// <llmretry/json/canonical.hpp>, <llmretry/redis/...> and <llmretry/testing/loopback/provider.hpp>.
 
@@ -21,10 +22,6 @@
 #include "result.hpp"
 #include "retry.hpp"
 #include "sse.hpp"
-#include "store/fingerprint.hpp"
-#include "store/idempotency_store.hpp"
-#include "store/job_queue.hpp"
-#include "store/operations.hpp"
 #include "stream.hpp"
 #include "version.hpp"
 

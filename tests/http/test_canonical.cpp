@@ -19,7 +19,8 @@ TEST_CASE("canonical sorts keys at every depth and drops insignificant white spa
 TEST_CASE("canonical: the same request, whatever its layout, has one fingerprint", "[json][canonical]") {
   using llmretry::store::fingerprint;
   const auto one = fingerprint(canonical(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})"));
-  CHECK(one == fingerprint(canonical("{\n  \"messages\": [ {\"content\": \"hi\", \"role\": \"user\"} ],\n  \"model\": \"m\"\n}")));
+  CHECK(one == fingerprint(canonical(
+                   "{\n  \"messages\": [ {\"content\": \"hi\", \"role\": \"user\"} ],\n  \"model\": \"m\"\n}")));
   CHECK(one != fingerprint(canonical(R"({"model":"m","messages":[{"role":"user","content":"hi!"}]})")));
 }
 

@@ -43,8 +43,8 @@ inline store::IdempotencyOptions short_idempotency() {
 
 }  // namespace conformance
 
-TEMPLATE_TEST_CASE("idempotency: the first claim runs, the others are told in flight or mismatch", "[store][idempotency]",
-                   LLMRETRY_STORE_FIXTURES) {
+TEMPLATE_TEST_CASE("idempotency: the first claim runs, the others are told in flight or mismatch",
+                   "[store][idempotency]", LLMRETRY_STORE_FIXTURES) {
   using namespace conformance;
   TestType fixture;
   auto keys = fixture.idempotency({});

@@ -54,8 +54,8 @@ TEST_CASE("redis: a server killed, hung, then back", "[redis][errors]") {
 
   SECTION("killed: the operation fails with a connection error, and works again after a restart") {
     server.kill();
-    const std::string message = error_of([&] { (void)keys.claim("k", "fp", "t"); }, ErrorKind::connection,
-                                         "idempotency claim");
+    const std::string message =
+        error_of([&] { (void)keys.claim("k", "fp", "t"); }, ErrorKind::connection, "idempotency claim");
     CHECK(message.find("redis idempotency claim on 127.0.0.1:") == 0);
     error_of([&] { (void)keys.release("k", "t"); }, ErrorKind::connection, "idempotency release");
     server.restart();  // not append-only: the claim is gone, and the scripts too

@@ -6,6 +6,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <sys/time.h>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -14,7 +15,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <sys/time.h>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -121,7 +121,8 @@ class Reply {
       : reply_(std::move(reply)), context_(std::move(context)) {}
 
   void expect(int type, const char* expected) const {
-    if (reply_->type != type) fail(std::string("expected ") + expected + ", got reply type " + std::to_string(reply_->type));
+    if (reply_->type != type)
+      fail(std::string("expected ") + expected + ", got reply type " + std::to_string(reply_->type));
   }
   [[noreturn]] void fail(const std::string& detail) const {
     throw Error(ErrorKind::reply, context_->operation, context_->server, detail);
@@ -168,7 +169,8 @@ class Connection {
       std::string error;
       Reply reply = run(operation, argv, &error);
       if (error.empty()) return reply;
-      if (load > 0 || error.rfind("NOSCRIPT", 0) != 0) throw Error(ErrorKind::reply, std::string(operation), server(), error);
+      if (load > 0 || error.rfind("NOSCRIPT", 0) != 0)
+        throw Error(ErrorKind::reply, std::string(operation), server(), error);
       shas_.erase(script.source.data());  // the server restarted or flushed its scripts: load it again, once
     }
   }
@@ -195,8 +197,8 @@ class Connection {
 #ifdef REDIS_ERR_TIMEOUT
     if (err == REDIS_ERR_TIMEOUT) kind = ErrorKind::timeout;
 #endif
-    if (err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
-                                saved_errno == EINPROGRESS))
+    if (err == REDIS_ERR_IO &&
+        (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS))
       kind = ErrorKind::timeout;
     if (err == REDIS_ERR_EOF) detail = "the server closed the connection";
     if (err == REDIS_ERR_PROTOCOL) kind = ErrorKind::reply;

@@ -68,13 +68,14 @@ class IdempotencyStore final : public store::IdempotencyStore {
                                          std::string_view token) override {
     store::check_idempotency_key(key, token);
     const std::string lease = std::to_string(options_.lease.count());
-    const Reply reply = connection_.eval("idempotency claim", {detail::claim_script}, {redis_key(key)},
-                                         {fingerprint, token, lease});
+    const Reply reply =
+        connection_.eval("idempotency claim", {detail::claim_script}, {redis_key(key)}, {fingerprint, token, lease});
     const std::string status = reply[0].text();
     if (status == "claimed") return {};
     if (status == "mismatch") return {store::ClaimStatus::mismatch, std::nullopt, {}};
     if (status == "completed")
-      return {store::ClaimStatus::completed, store::StoredResponse{static_cast<int>(reply[1].integer()), reply[2].text()},
+      return {store::ClaimStatus::completed,
+              store::StoredResponse{static_cast<int>(reply[1].integer()), reply[2].text()},
               {}};
     return {store::ClaimStatus::in_flight, std::nullopt, std::chrono::milliseconds(reply[1].integer())};
   }

@@ -183,7 +183,10 @@ class JobQueue final : public store::JobQueue {
 
   /// The job of a reply {id, payload, priority, attempts}.
   static store::Job read(const Reply& reply) {
-    return {reply[0].text(), reply[1].text(), static_cast<int>(reply[2].integer()), static_cast<int>(reply[3].integer()),
+    return {reply[0].text(),
+            reply[1].text(),
+            static_cast<int>(reply[2].integer()),
+            static_cast<int>(reply[3].integer()),
             {}};
   }
 

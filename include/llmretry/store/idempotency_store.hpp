@@ -57,7 +57,7 @@ enum class ClaimStatus {
 /// The answer to a claim.
 struct ClaimResult {
   ClaimStatus status = ClaimStatus::claimed;
-  std::optional<StoredResponse> response;  ///< set when completed
+  std::optional<StoredResponse> response;   ///< set when completed
   std::chrono::milliseconds lease_left{0};  ///< in_flight: time until the holder's lease ends unless renewed
 };
 
@@ -100,8 +100,7 @@ class IdempotencyStore {
                                           std::string_view token) = 0;
   /// Stores `response` under `key`, kept for the retention time. Returns true when `token` held the key
   /// (or had already completed it); false when the lease was lost, and nothing is stored.
-  [[nodiscard]] virtual bool complete(std::string_view key, std::string_view token,
-                                      const StoredResponse& response) = 0;
+  [[nodiscard]] virtual bool complete(std::string_view key, std::string_view token, const StoredResponse& response) = 0;
   /// Frees `key` after a failed operation (a cut stream too), so that a retry runs it again. Returns true
   /// when `token` held it, false when the lease was already lost.
   [[nodiscard]] virtual bool release(std::string_view key, std::string_view token) = 0;
@@ -117,16 +116,15 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   explicit MemoryIdempotencyStore(IdempotencyOptions options = {}, StoreClock clock = {})
       : options_(options), clock_(std::move(clock)) {}
 
-  [[nodiscard]] ClaimResult claim(std::string_view key, std::string_view fingerprint,
-                                  std::string_view token) override {
+  [[nodiscard]] ClaimResult claim(std::string_view key, std::string_view fingerprint, std::string_view token) override {
     check_idempotency_key(key, token);
     const auto now = detail::now(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     sweep(now);
     auto found = live(key, now);
     if (found == records_.end()) {
-      records_.insert_or_assign(std::string(key), Record{std::string(fingerprint), std::string(token), std::nullopt,
-                                                         now + options_.lease});
+      records_.insert_or_assign(
+          std::string(key), Record{std::string(fingerprint), std::string(token), std::nullopt, now + options_.lease});
       return {};
     }
     const Record& record = found->second;

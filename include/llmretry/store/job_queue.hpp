@@ -25,9 +25,9 @@ namespace llmretry::store {
 
 /// A job to enqueue.
 struct NewJob {
-  std::string id;       ///< unique in the queue (dead letter included), 1 to 255 bytes
-  std::string payload;  ///< anything: the queue never reads it
-  int priority = 0;     ///< higher first; first in, first out within a priority
+  std::string id;                      ///< unique in the queue (dead letter included), 1 to 255 bytes
+  std::string payload;                 ///< anything: the queue never reads it
+  int priority = 0;                    ///< higher first; first in, first out within a priority
   std::chrono::milliseconds delay{0};  ///< ready after this wait (delayed until then)
 };
 
@@ -196,7 +196,8 @@ class MemoryJobQueue final : public JobQueue {
   [[nodiscard]] std::vector<Job> dead_letters(std::size_t limit) override {
     const std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Job> jobs;
-    for (auto it = dead_.begin(); it != dead_.end() && jobs.size() < limit; ++it) jobs.push_back(jobs_.at(it->second).job);
+    for (auto it = dead_.begin(); it != dead_.end() && jobs.size() < limit; ++it)
+      jobs.push_back(jobs_.at(it->second).job);
     return jobs;
   }
 

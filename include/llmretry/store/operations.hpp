@@ -48,7 +48,7 @@ struct Usage {
 struct Operation {
   std::string id;
   OperationStatus status = OperationStatus::in_flight;
-  std::string provider;             ///< where it was (last) sent
+  std::string provider;  ///< where it was (last) sent
   std::string model;
   std::string provider_request_id;  ///< the provider's id of the request that completed it
   Usage usage;

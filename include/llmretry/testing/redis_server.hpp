@@ -77,8 +77,7 @@ class RedisServer {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
     int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
     pid_ = -1;
   }
   /// Starts the server again on the same port and directory (its append-only file, if any, is read back).
@@ -93,7 +92,8 @@ class RedisServer {
   static std::filesystem::path make_directory() {
     std::string path = (std::filesystem::temp_directory_path() / "llmretry-redis-XXXXXX").string();
     if (::mkdtemp(path.data()) == nullptr)
-      throw std::runtime_error("RedisServer: cannot create a temporary directory: " + std::string(std::strerror(errno)));
+      throw std::runtime_error("RedisServer: cannot create a temporary directory: " +
+                               std::string(std::strerror(errno)));
     return path;
   }
 
@@ -125,16 +125,31 @@ class RedisServer {
     const std::string port = std::to_string(port_);
     const std::string dir = directory_.string();
     const std::string log = (directory_ / "redis.log").string();
-    std::vector<std::string> args = {options_.executable, "--port", port, "--bind", "127.0.0.1", "--dir", dir,
-                                     "--logfile", log, "--save", "", "--daemonize", "no",
-                                     "--appendonly", options_.append_only ? "yes" : "no", "--appendfsync", "always"};
+    std::vector<std::string> args = {options_.executable,
+                                     "--port",
+                                     port,
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--dir",
+                                     dir,
+                                     "--logfile",
+                                     log,
+                                     "--save",
+                                     "",
+                                     "--daemonize",
+                                     "no",
+                                     "--appendonly",
+                                     options_.append_only ? "yes" : "no",
+                                     "--appendfsync",
+                                     "always"};
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
     // Its standard streams go to /dev/null (it logs to its file): it never holds the caller's pipes open.
     posix_spawn_file_actions_t streams;
     ::posix_spawn_file_actions_init(&streams);
-    for (const int fd : {0, 1, 2}) ::posix_spawn_file_actions_addopen(&streams, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
+    for (const int fd : {0, 1, 2})
+      ::posix_spawn_file_actions_addopen(&streams, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
     const int spawned = ::posix_spawnp(&pid_, argv[0], &streams, nullptr, argv.data(), environ);
     ::posix_spawn_file_actions_destroy(&streams);
     if (spawned != 0) {
