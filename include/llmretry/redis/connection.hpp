@@ -98,7 +98,7 @@ class Reply {
   /// Returns the text of a string or status reply.
   [[nodiscard]] std::string text() const {
     if (reply_->type != REDIS_REPLY_STATUS) expect(REDIS_REPLY_STRING, "a string");
-    return std::string(reply_->str, reply_->len);
+    return {reply_->str, reply_->len};
   }
   /// Returns the number of elements of an array reply.
   [[nodiscard]] std::size_t size() const {
@@ -108,7 +108,9 @@ class Reply {
   /// Returns element `i` of an array reply (a view: it lives as long as this reply).
   [[nodiscard]] Reply operator[](std::size_t i) const {
     if (i >= size()) fail("no element " + std::to_string(i) + " in an array of " + std::to_string(size()));
-    return Reply(std::shared_ptr<redisReply>(reply_, reply_->element[i]), context_);
+    const std::shared_ptr<redisReply> element(reply_,
+                                              reply_->element[i]);  // NOLINT(*-pointer-arithmetic): hiredis' array
+    return {element, context_};
   }
 
  private:
@@ -192,7 +194,7 @@ class Connection {
   /// Throws the error of the failed context call, kind read from hiredis' error and `saved_errno`.
   [[noreturn]] void throw_context_error(std::string_view operation, int saved_errno) {
     const int err = context_->err;
-    std::string detail = context_->errstr;
+    std::string detail = static_cast<const char*>(context_->errstr);
     ErrorKind kind = ErrorKind::connection;
 #ifdef REDIS_ERR_TIMEOUT
     if (err == REDIS_ERR_TIMEOUT) kind = ErrorKind::timeout;

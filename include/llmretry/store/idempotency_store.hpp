@@ -90,6 +90,11 @@ inline void check_idempotency_key(std::string_view key, std::string_view token) 
 class IdempotencyStore {
  public:
   virtual ~IdempotencyStore() = default;
+  IdempotencyStore() = default;
+  IdempotencyStore(const IdempotencyStore&) = delete;
+  IdempotencyStore& operator=(const IdempotencyStore&) = delete;
+  IdempotencyStore(IdempotencyStore&&) = delete;
+  IdempotencyStore& operator=(IdempotencyStore&&) = delete;
 
   /// Claims `key` for a request whose fingerprint is `fingerprint` (store::fingerprint of its canonical
   /// form). Returns mismatch when the key is held or completed with another fingerprint; else completed

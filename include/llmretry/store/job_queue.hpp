@@ -77,6 +77,11 @@ inline void check_job_queue_options(const JobQueueOptions& options) {
 class JobQueue {
  public:
   virtual ~JobQueue() = default;
+  JobQueue() = default;
+  JobQueue(const JobQueue&) = delete;
+  JobQueue& operator=(const JobQueue&) = delete;
+  JobQueue(JobQueue&&) = delete;
+  JobQueue& operator=(JobQueue&&) = delete;
 
   /// Adds `job`: ready, or delayed by job.delay. Returns false when a job with that id is in the queue
   /// (dead letter included), and nothing changes. Throws std::invalid_argument for a bad id, and the

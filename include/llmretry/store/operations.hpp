@@ -72,6 +72,11 @@ struct OperationsOptions {
 class OperationsTable {
  public:
   virtual ~OperationsTable() = default;
+  OperationsTable() = default;
+  OperationsTable(const OperationsTable&) = delete;
+  OperationsTable& operator=(const OperationsTable&) = delete;
+  OperationsTable(OperationsTable&&) = delete;
+  OperationsTable& operator=(OperationsTable&&) = delete;
 
   /// Records, before sending, that operation `id` goes to `provider` / `model`. Returns started with the
   /// new in_flight record when there was none or it had failed; else not started, with the existing record

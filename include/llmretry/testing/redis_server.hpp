@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -14,6 +13,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -27,7 +27,7 @@
 
 #include "../redis/connection.hpp"
 
-extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it for posix_spawn
+extern char** environ;  // NOLINT(readability-redundant-declaration,*-avoid-non-const-global-variables): POSIX
 
 namespace llmretry::testing {
 
@@ -45,10 +45,15 @@ struct RedisServerOptions {
 class RedisServer {
  public:
   /// Starts the server. Throws std::runtime_error (with the end of its log) when it does not start.
-  explicit RedisServer(RedisServerOptions options = {}) : options_(std::move(options)) {
-    directory_ = make_directory();
-    port_ = free_port();
-    start();
+  explicit RedisServer(RedisServerOptions options = {})
+      : options_(std::move(options)), directory_(make_directory()), port_(free_port()) {
+    try {
+      start();
+    } catch (...) {
+      std::error_code ignored;
+      std::filesystem::remove_all(directory_, ignored);
+      throw;
+    }
   }
   ~RedisServer() {
     kill();
@@ -57,6 +62,8 @@ class RedisServer {
   }
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
+  RedisServer(RedisServer&&) = delete;
+  RedisServer& operator=(RedisServer&&) = delete;
 
   /// Returns the port it listens on (on 127.0.0.1).
   [[nodiscard]] int port() const noexcept { return port_; }
@@ -105,8 +112,8 @@ class RedisServer {
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t length = sizeof address;
-    const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                       ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+    auto* generic = reinterpret_cast<sockaddr*>(&address);  // NOLINT(*-reinterpret-cast): the sockets API
+    const bool bound = ::bind(fd, generic, sizeof address) == 0 && ::getsockname(fd, generic, &length) == 0;
     ::close(fd);
     if (!bound) throw std::runtime_error("RedisServer: no free port: " + std::string(std::strerror(errno)));
     return ntohs(address.sin_port);
@@ -143,6 +150,7 @@ class RedisServer {
                                      "--appendfsync",
                                      "always"};
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
     // Its standard streams go to /dev/null (it logs to its file): it never holds the caller's pipes open.
