@@ -2,8 +2,9 @@
 #define LLMRETRY_LLMRETRY_HPP
 
 /// Everything llmretry offers, in one include. The testing helpers are separate: <llmretry/testing.hpp>;
-/// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>
-/// and <llmretry/testing/loopback/provider.hpp>.
+/// so are the stores shared by processes, which throw: <llmretry/store/...>;
+/// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>,
+/// <llmretry/json/canonical.hpp>, <llmretry/redis/...> and <llmretry/testing/loopback/provider.hpp>.
 
 #include "admission.hpp"
 #include "attempt.hpp"

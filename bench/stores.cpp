@@ -1,0 +1,67 @@
+// Operations per second of the stores, in memory and in Redis over loopback (a redis-server started on a free
+// port, one connection, one thread): claim + complete of an idempotency key, enqueue + take + ack of a job.
+// Prints the median of 5 runs and the spread (lowest, highest).
+#include <llmretry/redis/idempotency_store.hpp>
+#include <llmretry/redis/job_queue.hpp>
+#include <llmretry/store/idempotency_store.hpp>
+#include <llmretry/store/job_queue.hpp>
+#include <llmretry/testing/redis_server.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace store = llmretry::store;
+
+/// Runs `operation(i)` for i in [0, count) `runs` times; prints the median, lowest and highest rate.
+void measure(const char* name, int count, const std::function<void(int run, int i)>& operation) {
+  constexpr int runs = 5;
+  std::vector<double> rates;
+  for (int run = 0; run < runs; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < count; ++i) operation(run, i);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    rates.push_back(count / took.count());
+  }
+  std::sort(rates.begin(), rates.end());
+  std::printf("%-40s %10.0f /s  (lowest %.0f, highest %.0f; %d runs of %d)\n", name, rates[runs / 2], rates.front(),
+              rates.back(), runs, count);
+}
+
+void claim_complete(store::IdempotencyStore& keys, int run, int i) {
+  const std::string key = "bench-" + std::to_string(run) + "-" + std::to_string(i);
+  if (keys.claim(key, "sha256:fp", "token").status != store::ClaimStatus::claimed ||
+      !keys.complete(key, "token", store::StoredResponse{200, "{\"text\":\"hello\"}"}))
+    throw std::runtime_error("claim/complete failed");
+}
+
+void enqueue_take_ack(store::JobQueue& queue, int run, int i) {
+  const std::string id = "job-" + std::to_string(run) + "-" + std::to_string(i);
+  if (!queue.enqueue({id, "{\"prompt\":\"hi\"}", 0, std::chrono::milliseconds(0)})) throw std::runtime_error("enqueue");
+  const auto job = queue.take();
+  if (!job || !queue.ack(job->id, job->token)) throw std::runtime_error("take/ack failed");
+}
+
+}  // namespace
+
+int main() {
+  store::MemoryIdempotencyStore memory_keys;
+  store::MemoryJobQueue memory_queue;
+  measure("memory: claim + complete", 200000, [&](int run, int i) { claim_complete(memory_keys, run, i); });
+  measure("memory: enqueue + take + ack", 200000, [&](int run, int i) { enqueue_take_ack(memory_queue, run, i); });
+
+  llmretry::testing::RedisServer server;
+  llmretry::redis::Connection connection(server.connection_options());
+  llmretry::redis::IdempotencyStore redis_keys(connection);
+  llmretry::redis::JobQueue redis_queue(connection, "bench");
+  measure("redis (loopback): claim + complete", 20000, [&](int run, int i) { claim_complete(redis_keys, run, i); });
+  measure("redis (loopback): enqueue + take + ack", 20000,
+          [&](int run, int i) { enqueue_take_ack(redis_queue, run, i); });
+  return 0;
+}

@@ -1,0 +1,18 @@
+# Finds hiredis for the Redis stores and defines the imported target llmretry_deps::hiredis: from hiredis'
+# own CMake package (hiredis 1.x), else pkg-config (Debian's libhiredis-dev ships hiredis.pc).
+if(NOT TARGET llmretry_deps::hiredis)
+  find_package(hiredis CONFIG QUIET)
+  if(TARGET hiredis::hiredis)
+    add_library(llmretry_deps::hiredis INTERFACE IMPORTED)
+    target_link_libraries(llmretry_deps::hiredis INTERFACE hiredis::hiredis)
+  else()
+    find_package(PkgConfig QUIET)
+    if(PKG_CONFIG_FOUND)
+      pkg_check_modules(LLMRETRY_HIREDIS QUIET IMPORTED_TARGET hiredis)
+    endif()
+    if(TARGET PkgConfig::LLMRETRY_HIREDIS)
+      add_library(llmretry_deps::hiredis INTERFACE IMPORTED)
+      target_link_libraries(llmretry_deps::hiredis INTERFACE PkgConfig::LLMRETRY_HIREDIS)
+    endif()
+  endif()
+endif()

@@ -1,0 +1,201 @@
+#ifndef LLMRETRY_REDIS_JOB_QUEUE_HPP
+#define LLMRETRY_REDIS_JOB_QUEUE_HPP
+
+/// The Redis JobQueue: sorted sets for ready (by priority, then order), delayed (by not_before), taken (by
+/// visibility deadline) and dead jobs, a hash per job, and every operation one call of one Lua script, timed
+/// by the server's clock.
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../http/idempotency.hpp"
+#include "../store/job_queue.hpp"
+#include "connection.hpp"
+
+namespace llmretry::redis {
+
+namespace detail {
+
+// KEYS: ready, delayed, taken, dead, sequence. ARGV: operation, job key prefix, then the operation's own.
+inline constexpr std::string_view queue_script = R"lua(
+local ready_key, delayed_key, taken_key, dead_key, sequence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local operation, prefix = ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+
+local function make_ready(id)
+  local member = string.format('%016d', redis.call('INCR', sequence_key)) .. id
+  redis.call('ZADD', ready_key, -tonumber(redis.call('HGET', prefix .. id, 'priority')), member)
+  redis.call('HSET', prefix .. id, 'state', 'ready', 'token', '')
+end
+local function bury(id)
+  redis.call('ZADD', dead_key, now, id)
+  redis.call('HSET', prefix .. id, 'state', 'dead', 'token', '')
+end
+local function held(id, token)
+  local r = redis.call('HMGET', prefix .. id, 'state', 'token')
+  return r[1] == 'taken' and r[2] == token
+end
+local function promote(from)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', from, '-inf', now, 'LIMIT', 0, 1000)) do
+    redis.call('ZREM', from, id)
+    make_ready(id)
+  end
+end
+
+if operation == 'enqueue' then
+  local id, delay = ARGV[3], tonumber(ARGV[6])
+  if redis.call('EXISTS', prefix .. id) == 1 then return 0 end
+  redis.call('HSET', prefix .. id, 'payload', ARGV[4], 'priority', ARGV[5], 'attempts', 0)
+  if delay > 0 then
+    redis.call('ZADD', delayed_key, now + delay, id)
+    redis.call('HSET', prefix .. id, 'state', 'delayed')
+  else
+    make_ready(id)
+  end
+  return 1
+elseif operation == 'take' then
+  local token, visibility, max_attempts = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+  promote(delayed_key)
+  promote(taken_key)
+  while true do
+    local popped = redis.call('ZPOPMIN', ready_key)
+    if #popped == 0 then return false end
+    local id = string.sub(popped[1], 17)
+    local attempts = tonumber(redis.call('HGET', prefix .. id, 'attempts'))
+    if attempts >= max_attempts then
+      bury(id)
+    else
+      redis.call('HSET', prefix .. id, 'attempts', attempts + 1, 'state', 'taken', 'token', token)
+      redis.call('ZADD', taken_key, now + visibility, id)
+      local job = redis.call('HMGET', prefix .. id, 'payload', 'priority')
+      return {id, job[1], tonumber(job[2]), attempts + 1}
+    end
+  end
+elseif operation == 'counts' then
+  return {redis.call('ZCARD', ready_key), redis.call('ZCARD', delayed_key), redis.call('ZCARD', taken_key),
+          redis.call('ZCARD', dead_key)}
+elseif operation == 'dead' then
+  local jobs = {}
+  for _, id in ipairs(redis.call('ZRANGE', dead_key, 0, tonumber(ARGV[3]) - 1)) do
+    local job = redis.call('HMGET', prefix .. id, 'payload', 'priority', 'attempts')
+    table.insert(jobs, {id, job[1], tonumber(job[2]), tonumber(job[3])})
+  end
+  return jobs
+end
+
+local id, token = ARGV[3], ARGV[4]
+if not held(id, token) then return 0 end
+if operation == 'extend' then
+  redis.call('ZADD', taken_key, now + tonumber(ARGV[5]), id)
+  return 1
+end
+redis.call('ZREM', taken_key, id)
+if operation == 'ack' then
+  redis.call('DEL', prefix .. id)
+elseif operation == 'retry_later' then
+  redis.call('ZADD', delayed_key, now + tonumber(ARGV[5]), id)
+  redis.call('HSET', prefix .. id, 'state', 'delayed', 'token', '')
+elseif operation == 'bury' then
+  bury(id)
+else
+  return redis.error_reply('unknown queue operation ' .. operation)
+end
+return 1
+)lua";
+
+}  // namespace detail
+
+/// A job queue in Redis named `name`, under `<prefix>queue:{<name>}:...`. Every process that opens the
+/// same name on the same server shares it. Throws redis::Error from every operation when the server cannot
+/// be reached or answers with an error.
+class JobQueue final : public store::JobQueue {
+ public:
+  /// The queue `name` on `connection` (which must outlive it) with `options` (checked by
+  /// store::check_job_queue_options, which throws).
+  JobQueue(Connection& connection, std::string_view name, store::JobQueueOptions options = {})
+      : connection_(connection), options_(options) {
+    store::check_job_queue_options(options_);
+    const std::string base = connection.options().prefix + "queue:{" + std::string(name) + "}:";
+    keys_ = {base + "ready", base + "delayed", base + "taken", base + "dead", base + "sequence"};
+    job_prefix_ = base + "job:";
+  }
+
+  [[nodiscard]] bool enqueue(const store::NewJob& job) override {
+    store::check_job_id(job.id);
+    const std::string priority = std::to_string(job.priority);
+    const std::string delay = std::to_string(job.delay.count());
+    return run("queue enqueue", {"enqueue", job_prefix_, job.id, job.payload, priority, delay}).integer() == 1;
+  }
+
+  [[nodiscard]] std::optional<store::Job> take() override {
+    const std::string token = new_idempotency_key();
+    const std::string visibility = std::to_string(options_.visibility_timeout.count());
+    const std::string max_attempts = std::to_string(options_.max_attempts);
+    const Reply reply = run("queue take", {"take", job_prefix_, token, visibility, max_attempts});
+    if (reply.is_nil()) return std::nullopt;
+    store::Job job = read(reply);
+    job.token = token;
+    return job;
+  }
+
+  [[nodiscard]] bool ack(std::string_view id, std::string_view token) override {
+    return run("queue ack", {"ack", job_prefix_, id, token}).integer() == 1;
+  }
+
+  [[nodiscard]] bool retry_later(std::string_view id, std::string_view token, std::chrono::milliseconds wait) override {
+    const std::string milliseconds = std::to_string(wait.count());
+    return run("queue retry_later", {"retry_later", job_prefix_, id, token, milliseconds}).integer() == 1;
+  }
+
+  [[nodiscard]] bool bury(std::string_view id, std::string_view token) override {
+    return run("queue bury", {"bury", job_prefix_, id, token}).integer() == 1;
+  }
+
+  [[nodiscard]] bool extend(std::string_view id, std::string_view token) override {
+    const std::string visibility = std::to_string(options_.visibility_timeout.count());
+    return run("queue extend", {"extend", job_prefix_, id, token, visibility}).integer() == 1;
+  }
+
+  [[nodiscard]] store::QueueCounts counts() override {
+    const Reply reply = run("queue counts", {"counts", job_prefix_});
+    const auto count = [&](std::size_t i) { return static_cast<std::size_t>(reply[i].integer()); };
+    return {count(0), count(1), count(2), count(3)};
+  }
+
+  [[nodiscard]] std::vector<store::Job> dead_letters(std::size_t limit) override {
+    std::vector<store::Job> jobs;
+    if (limit == 0) return jobs;
+    const std::string count = std::to_string(limit);
+    const Reply reply = run("queue dead_letters", {"dead", job_prefix_, count});
+    for (std::size_t i = 0; i < reply.size(); ++i) jobs.push_back(read(reply[i]));
+    return jobs;
+  }
+
+ private:
+  Reply run(const char* operation, const std::vector<std::string_view>& args) {
+    return connection_.eval(operation, {detail::queue_script}, {keys_.begin(), keys_.end()}, args);
+  }
+
+  /// The job of a reply {id, payload, priority, attempts}.
+  static store::Job read(const Reply& reply) {
+    return {reply[0].text(),
+            reply[1].text(),
+            static_cast<int>(reply[2].integer()),
+            static_cast<int>(reply[3].integer()),
+            {}};
+  }
+
+  Connection& connection_;
+  store::JobQueueOptions options_;
+  std::vector<std::string> keys_;
+  std::string job_prefix_;
+};
+
+}  // namespace llmretry::redis
+
+#endif  // LLMRETRY_REDIS_JOB_QUEUE_HPP

@@ -1,0 +1,103 @@
+// Every Redis failure is a redis::Error naming the operation and the server: not running, killed, hung,
+// wrong type, script error. The connection comes back by itself once the server does.
+#include <llmretry/redis/idempotency_store.hpp>
+#include <llmretry/redis/job_queue.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "llmretry_catch.hpp"
+#include "redis_fixture.hpp"
+
+using namespace std::chrono_literals;
+using llmretry::redis::Error;
+using llmretry::redis::ErrorKind;
+
+namespace {
+
+/// Runs `call`, which must throw a redis::Error of `kind` for `operation`; returns its message.
+template <class Call>
+std::string error_of(Call call, ErrorKind kind, const std::string& operation) {
+  try {
+    call();
+  } catch (const Error& error) {
+    CHECK(error.kind() == kind);
+    CHECK(error.operation() == operation);
+    return error.what();
+  }
+  FAIL("no redis::Error");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("redis: a server that is not running is a connection error naming the server", "[redis][errors]") {
+  int port = 0;
+  {
+    llmretry::testing::RedisServer server;
+    port = server.port();
+  }  // stopped: nothing listens there now
+  llmretry::redis::Options options;
+  options.port = port;
+  const std::string message =
+      error_of([&] { llmretry::redis::Connection connection(options); }, ErrorKind::connection, "connect");
+  CHECK(message.find("redis connect on 127.0.0.1:" + std::to_string(port) + ": connection: ") == 0);
+}
+
+TEST_CASE("redis: a server killed, hung, then back", "[redis][errors]") {
+  llmretry::testing::RedisServer server;
+  auto options = server.connection_options();
+  options.command_timeout = 200ms;
+  llmretry::redis::Connection connection(options);
+  llmretry::redis::IdempotencyStore keys(connection);
+  REQUIRE(keys.claim("k", "fp", "t").status == llmretry::store::ClaimStatus::claimed);
+
+  SECTION("killed: the operation fails with a connection error, and works again after a restart") {
+    server.kill();
+    const std::string message =
+        error_of([&] { (void)keys.claim("k", "fp", "t"); }, ErrorKind::connection, "idempotency claim");
+    CHECK(message.find("redis idempotency claim on 127.0.0.1:") == 0);
+    error_of([&] { (void)keys.release("k", "t"); }, ErrorKind::connection, "idempotency release");
+    server.restart();  // not append-only: the claim is gone, and the scripts too
+    CHECK(keys.claim("k", "fp", "t2").status == llmretry::store::ClaimStatus::claimed);
+  }
+  SECTION("hung: a timeout, within the command timeout") {
+    server.pause();
+    const auto start = std::chrono::steady_clock::now();
+    error_of([&] { (void)keys.claim("k", "fp", "t"); }, ErrorKind::timeout, "idempotency claim");
+    CHECK(std::chrono::steady_clock::now() - start < 2s);
+    server.resume();
+    CHECK(keys.claim("k", "fp", "t").status == llmretry::store::ClaimStatus::claimed);
+  }
+}
+
+TEST_CASE("redis: wrong types and script errors are reply errors naming the operation", "[redis][errors]") {
+  auto options = redis_fixture::unique_options();
+  llmretry::redis::Connection connection(options);
+
+  SECTION("a key of another type") {
+    (void)connection.command("set up", {"SET", options.prefix + "idem:k", "a string"});
+    llmretry::redis::IdempotencyStore keys(connection);
+    const std::string message =
+        error_of([&] { (void)keys.claim("k", "fp", "t"); }, ErrorKind::reply, "idempotency claim");
+    CHECK(message.find("WRONGTYPE") != std::string::npos);
+  }
+  SECTION("a script that fails on the data it finds") {
+    llmretry::redis::JobQueue queue(connection, "broken");
+    REQUIRE(queue.enqueue({"job", "p", 0, 0ms}));
+    (void)connection.command("set up", {"HSET", options.prefix + "queue:{broken}:job:job", "attempts", "many"});
+    const std::string message = error_of([&] { (void)queue.take(); }, ErrorKind::reply, "queue take");
+    CHECK(message.find("script") != std::string::npos);
+  }
+  SECTION("an unexpected reply type") {
+    const auto reply = connection.command("ping", {"PING"});
+    error_of([&] { (void)reply.integer(); }, ErrorKind::reply, "ping");
+    error_of([&] { (void)reply[0]; }, ErrorKind::reply, "ping");
+  }
+  SECTION("scripts flushed by the server are loaded again") {
+    llmretry::redis::IdempotencyStore keys(connection);
+    REQUIRE(keys.claim("k", "fp", "t").status == llmretry::store::ClaimStatus::claimed);
+    (void)connection.command("flush scripts", {"SCRIPT", "FLUSH"});
+    CHECK(keys.claim("k", "fp", "t2").status == llmretry::store::ClaimStatus::in_flight);
+  }
+}
