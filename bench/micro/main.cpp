@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   reporter.compare("call_with_retry/throwing_call", "direct_call/throwing_call");
   reporter.compare("call_with_retry/result_call", "direct_call/result_call");
   reporter.compare("call_with_retry/default_policy", "direct_call/throwing_call");
+  reporter.compare("call_with_retry/budget_breaker_pacing", "direct_call/throwing_call");
   reporter.compare("strptime_timegm/imf_fixdate", "parse_retry_after/imf_fixdate");
   reporter.compare("strptime_timegm/rfc850", "parse_retry_after/rfc850");
   reporter.compare("strptime_timegm/asctime", "parse_retry_after/asctime");
