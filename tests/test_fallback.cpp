@@ -3,9 +3,9 @@
 #include <llmretry/testing.hpp>
 
 #include <map>
+#include <string>
 #include <tuple>
 #include <utility>
-#include <string>
 #include <vector>
 
 #include "llmretry_catch.hpp"
@@ -262,7 +262,8 @@ TEST_CASE("fallback_reason reads the stop and the last failure", "[fallback]") {
   CHECK(fallback_reason(StopReason::circuit_open, classify_status(503)) == FallbackReason::primary_unavailable);
   CHECK(fallback_reason(StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent)) ==
         FallbackReason::primary_unavailable);
-  CHECK(fallback_reason(StopReason::retry_budget, classify_status(429)) == FallbackReason::rate_limit_after_retry_budget);
+  CHECK(fallback_reason(StopReason::retry_budget, classify_status(429)) ==
+        FallbackReason::rate_limit_after_retry_budget);
   CHECK(fallback_reason(StopReason::attempts_exhausted, classify_status(502)) == FallbackReason::provider_5xx);
   CHECK(fallback_reason(StopReason::not_retryable, Failure::of(FailureKind::context_length, Sent::refused)) ==
         FallbackReason::context_length_needed);

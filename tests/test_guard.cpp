@@ -252,7 +252,8 @@ struct SlotGuard {
       if (held) guard->log.push_back("released");
     }
     std::optional<Refusal> begin(const Attempt& /*attempt*/) {
-      if (guard->slots == 0) return Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent)};
+      if (guard->slots == 0)
+        return Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent)};
       held = true;
       guard->log.push_back("began");
       return std::nullopt;

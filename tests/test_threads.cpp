@@ -87,10 +87,14 @@ TEST_CASE("Many threads share a retry budget, circuit breakers, pacing and a fal
   llmretry::Deployment deployment{deployment_options};
   const llmretry::FallbackChain chain{
       {llmretry::Route{"primary", "a", "m", {}, &deployment, &primary_breaker, &budget},
-       llmretry::Route{"fallback", "b", "m", {llmretry::FallbackReason::provider_5xx,
-                                             llmretry::FallbackReason::primary_unavailable,
-                                             llmretry::FallbackReason::rate_limit_after_retry_budget},
-                       nullptr, &fallback_breaker, &budget}}};
+       llmretry::Route{"fallback",
+                       "b",
+                       "m",
+                       {llmretry::FallbackReason::provider_5xx, llmretry::FallbackReason::primary_unavailable,
+                        llmretry::FallbackReason::rate_limit_after_retry_budget},
+                       nullptr,
+                       &fallback_breaker,
+                       &budget}}};
   llmretry::testing::SimulatedProvider primary{"server_error*300", "rate_limit_ms:1*100", "timeout*50"};
   llmretry::testing::SimulatedProvider fallback{"ok"};
   llmretry::RetryPolicy policy;

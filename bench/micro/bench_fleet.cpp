@@ -26,9 +26,9 @@ void guarded(benchmark::State& state) {
   int counter = 0;
   const auto before = llmretry_bench::allocations();
   for (auto _ : state) {
-    benchmark::DoNotOptimize(
-        llmretry::call_with_retry([&] { return fleet_provider_call(counter); }, policy,
-                                  llmretry::guards(breaker.guard(), budget.guard(), deployment.pace(llmretry::Cost{}))));
+    benchmark::DoNotOptimize(llmretry::call_with_retry(
+        [&] { return fleet_provider_call(counter); }, policy,
+        llmretry::guards(breaker.guard(), budget.guard(), deployment.pace(llmretry::Cost{}))));
   }
   state.counters["allocs/call"] = benchmark::Counter(static_cast<double>(llmretry_bench::allocations() - before),
                                                      benchmark::Counter::kAvgIterations);

@@ -55,7 +55,8 @@ enum class FallbackReason {
 /// Returns why a call that stopped for `stop` after `failure` (the last attempt's, or the refusal's when
 /// no attempt was sent) may move to another deployment, or nullopt when no other deployment can do
 /// better (a bad request, a refused key, the deadline passed...).
-[[nodiscard]] constexpr std::optional<FallbackReason> fallback_reason(StopReason stop, const Failure& failure) noexcept {
+[[nodiscard]] constexpr std::optional<FallbackReason> fallback_reason(StopReason stop,
+                                                                      const Failure& failure) noexcept {
   if (stop == StopReason::deadline) return std::nullopt;
   if (stop == StopReason::circuit_open || stop == StopReason::no_capacity) return FallbackReason::primary_unavailable;
   switch (failure.kind) {
@@ -76,7 +77,7 @@ struct Route {
   std::string model;     ///< such as "gpt-5.5"
   /// The reasons that allow moving to it from an earlier route; empty for the first (the primary).
   std::vector<FallbackReason> when;
-  Deployment* deployment = nullptr;  ///< its pacing; null: none
+  Deployment* deployment = nullptr;   ///< its pacing; null: none
   CircuitBreaker* breaker = nullptr;  ///< its circuit breaker; null: none
   RetryBudget* budget = nullptr;      ///< the retry budget its calls share (may be shared by routes); null: none
 };
@@ -277,9 +278,9 @@ template <class Call>
 constexpr bool route_call_takes_attempt_v = std::is_invocable_v<Call&, const Route&, const Attempt&>;
 
 template <class Call>
-using route_result_t =
-    typename std::conditional_t<route_call_takes_attempt_v<Call>, std::invoke_result<Call&, const Route&, const Attempt&>,
-                                std::invoke_result<Call&, const Route&>>::type;
+using route_result_t = typename std::conditional_t<route_call_takes_attempt_v<Call>,
+                                                   std::invoke_result<Call&, const Route&, const Attempt&>,
+                                                   std::invoke_result<Call&, const Route&>>::type;
 
 }  // namespace detail
 
@@ -298,8 +299,8 @@ using route_result_t =
 /// Throws std::invalid_argument naming the field, before the first call, when the policy makes no sense.
 template <class Call, class... Parts>
 Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& chain, Call&& call,
-                                                         const RetryPolicy& policy, const FallbackOptions& options,
-                                                         Parts&&... parts) {
+                                                        const RetryPolicy& policy, const FallbackOptions& options,
+                                                        Parts&&... parts) {
   using R = detail::route_result_t<Call>;
   using detail::Part;
   static_assert(!std::is_void_v<R>, "call_with_fallback needs a call that returns its answer");
@@ -317,10 +318,12 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
       if (options.call.on_give_up) options.call.on_give_up(report);
     };
     detail::LastSentFailure last;
-    auto guard = guards(last, detail::optional_guard<CircuitBreaker::Guard>(route.breaker != nullptr, [&] { return route.breaker->guard(); }),
-                        detail::optional_guard<RetryBudget::Guard>(route.budget != nullptr, [&] { return route.budget->guard(); }),
-                        detail::optional_guard<Deployment::Pacing>(route.deployment != nullptr,
-                                                                   [&] { return route.deployment->pace(options.estimate); }));
+    auto guard = guards(
+        last,
+        detail::optional_guard<CircuitBreaker::Guard>(route.breaker != nullptr, [&] { return route.breaker->guard(); }),
+        detail::optional_guard<RetryBudget::Guard>(route.budget != nullptr, [&] { return route.budget->guard(); }),
+        detail::optional_guard<Deployment::Pacing>(route.deployment != nullptr,
+                                                   [&] { return route.deployment->pace(options.estimate); }));
     const auto attempt_route = [&](const Attempt& attempt) -> R {
       if constexpr (detail::route_call_takes_attempt_v<Call>) return std::invoke(call, route, attempt);
       else return std::invoke(call, route);

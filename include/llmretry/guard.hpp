@@ -139,11 +139,7 @@ class GuardSet {
     /// began give back when this ticket is destroyed), or nullopt.
     [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
       std::optional<Refusal> refusal;
-      std::apply(
-          [&](auto&... ticket) {
-            (void)((begin_one(ticket, attempt, refusal), !refusal) && ...);
-          },
-          tickets_);
+      std::apply([&](auto&... ticket) { (void)((begin_one(ticket, attempt, refusal), !refusal) && ...); }, tickets_);
       return refusal;
     }
     /// Tells every ticket the attempt succeeded with `answer`.

@@ -156,9 +156,9 @@ TEST_CASE("The breaker's guard: calls fail fast while open, without calling", "[
   GiveUpRecorder recorder;
   SimulatedProvider down{"server_error*4"};
   RetryPolicy policy = no_jitter();
-  CHECK_THROWS_AS(call_with_retry([&] { return down.call([] { return 1; }); }, policy, sleep, f.breaker.guard(),
-                                  recorder.options),
-                  ProviderError);
+  CHECK_THROWS_AS(
+      call_with_retry([&] { return down.call([] { return 1; }); }, policy, sleep, f.breaker.guard(), recorder.options),
+      ProviderError);
   CHECK(down.calls() == 4);  // the 4th failure opened it; the policy had no attempt left
   CHECK(f.state() == CircuitState::open);
 

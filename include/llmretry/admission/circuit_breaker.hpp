@@ -68,12 +68,14 @@ struct CircuitBreakerOptions {
     using std::chrono::milliseconds;
     if (!(failure_ratio > 0.0 && failure_ratio <= 1.0))
       detail::throw_invalid_argument("CircuitBreakerOptions::failure_ratio must be in (0, 1]");
-    if (minimum_throughput < 1) detail::throw_invalid_argument("CircuitBreakerOptions::minimum_throughput must be at least 1");
+    if (minimum_throughput < 1)
+      detail::throw_invalid_argument("CircuitBreakerOptions::minimum_throughput must be at least 1");
     if (window < milliseconds{10} || window > std::chrono::hours{1})
       detail::throw_invalid_argument("CircuitBreakerOptions::window must be in [10 ms, 1 h]");
     if (break_duration < milliseconds{1} || break_duration > std::chrono::hours{1})
       detail::throw_invalid_argument("CircuitBreakerOptions::break_duration must be in [1 ms, 1 h]");
-    if (half_open_probes < 1) detail::throw_invalid_argument("CircuitBreakerOptions::half_open_probes must be at least 1");
+    if (half_open_probes < 1)
+      detail::throw_invalid_argument("CircuitBreakerOptions::half_open_probes must be at least 1");
   }
 };
 
@@ -98,8 +100,8 @@ class CircuitBreaker {
 
   /// Whether an attempt may go, from try_pass.
   struct Pass {
-    bool allowed = false;  ///< it may be sent
-    bool probe = false;    ///< it is a half-open probe (allowed)
+    bool allowed = false;          ///< it may be sent
+    bool probe = false;            ///< it is a half-open probe (allowed)
     std::uint64_t generation = 0;  ///< the half-open period it probes (allowed probes)
     /// Refused while open: the time until probes may pass. nullopt when allowed, or refused because
     /// every probe is out (the breaker closes as soon as one succeeds).

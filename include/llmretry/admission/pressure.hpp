@@ -37,8 +37,8 @@ enum class Pressure {
 
 /// Where each level starts.
 struct PressureThresholds {
-  double light_headroom = 0.25;                              ///< less free burst than this share: light
-  std::chrono::milliseconds moderate_wait{1000};             ///< a new call waits at least this: moderate
+  double light_headroom = 0.25;                                      ///< less free burst than this share: light
+  std::chrono::milliseconds moderate_wait{1000};                     ///< a new call waits at least this: moderate
   std::chrono::milliseconds high_wait{std::chrono::seconds{10}};     ///< ... at least this: high
   std::chrono::milliseconds extreme_wait{std::chrono::seconds{60}};  ///< ... at least this: extreme
 
@@ -49,8 +49,10 @@ struct PressureThresholds {
       detail::throw_invalid_argument("PressureThresholds::light_headroom must be in [0, 1]");
     if (moderate_wait <= std::chrono::milliseconds::zero())
       detail::throw_invalid_argument("PressureThresholds::moderate_wait must be positive");
-    if (high_wait <= moderate_wait) detail::throw_invalid_argument("PressureThresholds::high_wait must exceed moderate_wait");
-    if (extreme_wait <= high_wait) detail::throw_invalid_argument("PressureThresholds::extreme_wait must exceed high_wait");
+    if (high_wait <= moderate_wait)
+      detail::throw_invalid_argument("PressureThresholds::high_wait must exceed moderate_wait");
+    if (extreme_wait <= high_wait)
+      detail::throw_invalid_argument("PressureThresholds::extreme_wait must exceed high_wait");
   }
 };
 

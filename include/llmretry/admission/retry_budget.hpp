@@ -34,7 +34,8 @@ struct RetryBudgetOptions {
 
   /// Throws std::invalid_argument naming the field when a value is out of its range.
   void validate() const {
-    if (!(ratio >= 0.0 && ratio <= 10.0)) detail::throw_invalid_argument("RetryBudgetOptions::ratio must be in [0, 10]");
+    if (!(ratio >= 0.0 && ratio <= 10.0))
+      detail::throw_invalid_argument("RetryBudgetOptions::ratio must be in [0, 10]");
     if (!(min_per_second >= 0.0 && min_per_second <= 1e6))
       detail::throw_invalid_argument("RetryBudgetOptions::min_per_second must be in [0, 1000000]");
     if (window < std::chrono::milliseconds{10} || window > std::chrono::hours{1})

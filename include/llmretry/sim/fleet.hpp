@@ -60,19 +60,19 @@ struct FleetScenario {
   std::int64_t calls = 3000;              ///< call i arrives at i x spacing
   std::chrono::milliseconds spacing{20};  ///< between arrivals
   FleetProvider primary;
-  FleetProvider fallback;                               ///< used only with Mechanisms::fallback
-  std::vector<FallbackReason> fallback_when{FallbackReason::provider_5xx,
-                                            FallbackReason::rate_limit_after_retry_budget,
+  FleetProvider fallback;  ///< used only with Mechanisms::fallback
+  std::vector<FallbackReason> fallback_when{FallbackReason::provider_5xx, FallbackReason::rate_limit_after_retry_budget,
                                             FallbackReason::primary_unavailable};  ///< reasons to move to it
-  RetryPolicy policy;          ///< every call's retries on each deployment
-  RetryBudgetOptions budget;   ///< each deployment's budget (its clock is the run's)
+  RetryPolicy policy;             ///< every call's retries on each deployment
+  RetryBudgetOptions budget;      ///< each deployment's budget (its clock is the run's)
   CircuitBreakerOptions breaker;  ///< each deployment's breaker (its clock is the run's)
   Mechanisms use;
   std::uint64_t seed = 1;
 
   /// Throws std::invalid_argument naming the field when the scenario makes no sense.
   void validate() const {
-    if (calls < 1 || calls > 10'000'000) detail::throw_invalid_argument("FleetScenario::calls must be in [1, 10000000]");
+    if (calls < 1 || calls > 10'000'000)
+      detail::throw_invalid_argument("FleetScenario::calls must be in [1, 10000000]");
     if (spacing < std::chrono::milliseconds::zero())
       detail::throw_invalid_argument("FleetScenario::spacing must not be negative");
     for (const FleetProvider* p : {&primary, &fallback}) {
@@ -91,8 +91,8 @@ struct FleetScenario {
 /// What a fleet run did.
 struct FleetTotals {
   std::int64_t calls = 0;
-  std::array<std::int64_t, 2> served_by{};  ///< calls served by the primary [0] and the fallback [1]
-  std::array<std::int64_t, 2> attempts{};   ///< requests sent to the primary [0] and the fallback [1]
+  std::array<std::int64_t, 2> served_by{};      ///< calls served by the primary [0] and the fallback [1]
+  std::array<std::int64_t, 2> attempts{};       ///< requests sent to the primary [0] and the fallback [1]
   std::map<std::string, std::int64_t> gave_up;  ///< calls that gave up, by stop reason
   std::int64_t opened = 0;                      ///< times the primary's breaker opened
   Time makespan{0};                             ///< when the last call was served or gave up
@@ -151,8 +151,12 @@ struct FleetTotals {
   std::vector<Call> calls;
   calls.reserve(static_cast<std::size_t>(scenario.calls));
   for (std::int64_t i = 0; i < scenario.calls; ++i)
-    calls.push_back(Call{0, RetryState{detail::prevalidated, scenario.policy},
-                         stream(scenario.seed, static_cast<std::uint64_t>(i) + 1), 0, std::nullopt, {}});
+    calls.push_back(Call{0,
+                         RetryState{detail::prevalidated, scenario.policy},
+                         stream(scenario.seed, static_cast<std::uint64_t>(i) + 1),
+                         0,
+                         std::nullopt,
+                         {}});
 
   enum class Kind : std::uint8_t { admit, answered };
   struct Step {
@@ -214,8 +218,9 @@ struct FleetTotals {
       const FleetProvider& provider = *providers[r];
       std::optional<Failure> failure;
       milliseconds latency{0};
-      const bool in_trouble = now >= provider.trouble_from && now < provider.trouble_until &&
-                              detail::uniform_between(trouble_rngs[r], 0, 999'999) < detail::per_million(provider.trouble_rate);
+      const bool in_trouble =
+          now >= provider.trouble_from && now < provider.trouble_until &&
+          detail::uniform_between(trouble_rngs[r], 0, 999'999) < detail::per_million(provider.trouble_rate);
       if (in_trouble) {
         failure = classify_status(503);
         latency = provider.trouble_latency;
@@ -287,7 +292,8 @@ struct FleetComparison {
   const Mechanisms all{true, true, true};
   return {{"primary down for 60 s (every request 503), 3,000 calls over 60 s", outage, {none, budget, breaker, all}},
           {"brownout: half the primary's requests 503 for 60 s", brownout, {none, breaker, fallback, all}},
-          {"primary rate-limited to 600 RPM, 3,000 calls a minute; the fallback has room", limited,
+          {"primary rate-limited to 600 RPM, 3,000 calls a minute; the fallback has room",
+           limited,
            {none, budget, fallback, all}}};
 }
 
