@@ -283,5 +283,7 @@ TEST_CASE("Stop reason names", "[decision]") {
   CHECK(std::string(to_string(StopReason::provider_wait_too_long)) == "provider_wait_too_long");
   CHECK(std::string(to_string(StopReason::not_safe_to_repeat)) == "not_safe_to_repeat");
   CHECK(std::string(to_string(StopReason::refused)) == "refused");
+  CHECK(std::string(to_string(StopReason::retry_budget)) == "retry_budget");
+  CHECK(std::string(to_string(StopReason::circuit_open)) == "circuit_open");
   CHECK(std::string(to_string(static_cast<StopReason>(77))) == "unknown");
 }

@@ -205,3 +205,83 @@ TEST_CASE("NoGuard admits at once", "[guard]") {
   CHECK(admission.admitted());
   CHECK(admission.wait() == 0ms);
 }
+
+TEST_CASE("guards() admits in order, waits for the longest, and tells every ticket the outcome", "[guard]") {
+  ScriptedGuard first;
+  ScriptedGuard second;
+  FakeSleep sleep;
+  first.answers = {{100ms, {}}, {0ms, {}}};
+  second.answers = {{300ms, {}}, {50ms, {}}};
+  SimulatedProvider provider{"rate_limit"};
+  const int answer =
+      call_with_retry([&] { return provider.call([] { return 3; }); }, no_jitter(), sleep, guards(first, second));
+  CHECK(answer == 3);
+  CHECK(sleep.waits() == std::vector<milliseconds>{300ms, 500ms, 50ms});
+  CHECK(first.log == std::vector<std::string>{"admit 1", "failed rate_limited", "admit 2", "succeeded 3"});
+  CHECK(second.log == first.log);
+}
+
+TEST_CASE("guards(): a refusal by a later guard gives back the earlier tickets and skips the rest", "[guard]") {
+  ScriptedGuard first;
+  ScriptedGuard second;
+  ScriptedGuard third;
+  FakeSleep sleep;
+  GiveUpRecorder recorder;
+  second.answers = {{0ms, breaker_open()}};
+  CHECK_THROWS_AS(call_with_retry([] { return 1; }, no_jitter(), sleep, guards(first, second, third), recorder.options),
+                  AttemptRefused);
+  CHECK(first.log == std::vector<std::string>{"admit 1", "cancelled 1"});
+  CHECK(second.log == std::vector<std::string>{"admit 1"});
+  CHECK(third.log.empty());
+  REQUIRE(recorder.gave_up);
+  CHECK(recorder.gave_up->failure.provider_wait == 5s);
+}
+
+namespace {
+// A guard whose tickets take a slot in begin(): refused when `slots` is zero.
+struct SlotGuard {
+  int slots = 1;
+  std::vector<std::string> log;
+  struct Ticket {
+    SlotGuard* guard;
+    bool held = false;
+    Ticket(SlotGuard* g) : guard(g) {}  // NOLINT(google-explicit-constructor)
+    Ticket(Ticket&& other) noexcept : guard(other.guard), held(std::exchange(other.held, false)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    ~Ticket() {
+      if (held) guard->log.push_back("released");
+    }
+    std::optional<Refusal> begin(const Attempt& /*attempt*/) {
+      if (guard->slots == 0)
+        return Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent)};
+      held = true;
+      guard->log.push_back("began");
+      return std::nullopt;
+    }
+    void succeeded(const int& /*answer*/) { guard->log.push_back("succeeded"); }
+    void failed(const Failure& /*failure*/) { guard->log.push_back("failed"); }
+  };
+  Admission<Ticket> admit(const Attempt& /*attempt*/) { return Admission<Ticket>::go(Ticket{this}); }
+};
+}  // namespace
+
+TEST_CASE("guards(): begin runs on every ticket that has one; a refusal there gives back the others", "[guard]") {
+  SlotGuard held;
+  SlotGuard full;
+  ScriptedGuard scripted;
+  FakeSleep sleep;
+  CHECK(call_with_retry([] { return 1; }, no_jitter(), sleep, guards(held, scripted)) == 1);
+  CHECK(held.log == std::vector<std::string>{"began", "succeeded", "released"});
+
+  held.log.clear();
+  scripted.log.clear();
+  full.slots = 0;
+  try {
+    (void)call_with_retry([] { return 1; }, no_jitter(), sleep, guards(held, full, scripted));
+    FAIL("no exception");
+  } catch (const AttemptRefused& refused) {
+    CHECK(refused.reason() == StopReason::no_capacity);
+  }
+  CHECK(held.log == std::vector<std::string>{"began", "released"});
+  CHECK(scripted.log == std::vector<std::string>{"admit 1", "cancelled 1"});
+}

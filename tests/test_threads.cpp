@@ -2,6 +2,7 @@
 // ThreadSanitizer (.ci/quality tsan), a data race fails the test. Catch2 assertions stay on the main thread.
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -59,4 +60,70 @@ TEST_CASE("ThreadRng draws from one engine per thread") {
   for (int a = 0; a < thread_count; ++a)
     for (int b = a + 1; b < thread_count; ++b)
       CHECK(first[static_cast<std::size_t>(a)] != first[static_cast<std::size_t>(b)]);
+}
+
+TEST_CASE("Many threads share a retry budget, circuit breakers, pacing and a fallback chain") {
+  using namespace std::chrono_literals;
+  constexpr int threads = 8;
+  constexpr int calls = 100;
+  llmretry::testing::ManualClock clock;
+  llmretry::testing::FakeSleep sleep{clock};
+  llmretry::RetryBudgetOptions budget_options;
+  budget_options.clock = std::ref(clock);
+  llmretry::RetryBudget budget{budget_options};
+  llmretry::CircuitBreakerOptions breaker_options;
+  breaker_options.minimum_throughput = 20;
+  breaker_options.break_duration = 1ms;
+  breaker_options.half_open_probes = 2;
+  breaker_options.clock = std::ref(clock);
+  std::atomic<int> transitions{0};
+  breaker_options.on_transition = [&](const llmretry::CircuitTransition&) { ++transitions; };
+  llmretry::CircuitBreaker primary_breaker{breaker_options};
+  llmretry::CircuitBreaker fallback_breaker{breaker_options};
+  llmretry::DeploymentOptions deployment_options;
+  deployment_options.limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute(6000, 100);
+  deployment_options.concurrency = 4;
+  deployment_options.clock = std::ref(clock);
+  llmretry::Deployment deployment{deployment_options};
+  const llmretry::FallbackChain chain{
+      {llmretry::Route{"primary", "a", "m", {}, &deployment, &primary_breaker, &budget},
+       llmretry::Route{"fallback",
+                       "b",
+                       "m",
+                       {llmretry::FallbackReason::provider_5xx, llmretry::FallbackReason::primary_unavailable,
+                        llmretry::FallbackReason::rate_limit_after_retry_budget},
+                       nullptr,
+                       &fallback_breaker,
+                       &budget}}};
+  llmretry::testing::SimulatedProvider primary{"server_error*300", "rate_limit_ms:1*100", "timeout*50"};
+  llmretry::testing::SimulatedProvider fallback{"ok"};
+  llmretry::RetryPolicy policy;
+  policy.base = std::chrono::milliseconds{1};
+  policy.cap = std::chrono::milliseconds{4};
+  std::atomic<int> answered{0};
+
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      for (int i = 0; i < calls; ++i) {
+        try {
+          const auto routed = llmretry::call_with_fallback(
+              chain,
+              [&](const llmretry::Route& route) {
+                return (route.name == "primary" ? primary : fallback).call([] { return 1; });
+              },
+              policy, llmretry::FallbackOptions{}, sleep);
+          answered += routed.answer;
+        } catch (const llmretry::ProviderError&) {
+          // the fallback's own breaker may be half-open with its probes out: a refusal, not a race
+        }
+        (void)llmretry::pressure(deployment, &primary_breaker);
+      }
+    });
+  for (auto& worker : workers) worker.join();
+
+  CHECK(answered > threads * calls * 9 / 10);
+  CHECK(primary.calls() + fallback.calls() >= answered);
+  CHECK(deployment.concurrency()->in_use() == 0);
+  CHECK(budget.stats().first_attempts >= threads * calls);
 }

@@ -25,6 +25,8 @@ enum class StopReason {
   refused,                 ///< a guard refused the next attempt (see guard.hpp)
   no_capacity,             ///< the deployment cannot take the call: its cost exceeds a limit, or its
                            ///< capacity comes later than the call may wait
+  retry_budget,            ///< the retries shared by the calls to a deployment are used up (RetryBudget)
+  circuit_open,            ///< the deployment's circuit breaker is open (CircuitBreaker)
 };
 
 /// Returns the snake_case name of a stop reason, such as "attempts_exhausted".
@@ -39,6 +41,8 @@ enum class StopReason {
     case StopReason::deadline: return "deadline";
     case StopReason::refused: return "refused";
     case StopReason::no_capacity: return "no_capacity";
+    case StopReason::retry_budget: return "retry_budget";
+    case StopReason::circuit_open: return "circuit_open";
   }
   return "unknown";
 }

@@ -1,9 +1,12 @@
 #ifndef LLMRETRY_GUARD_HPP
 #define LLMRETRY_GUARD_HPP
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -115,7 +118,82 @@ struct is_guard : std::false_type {};
 template <class T>
 struct is_guard<T, std::void_t<decltype(std::declval<T&>().admit(std::declval<const Attempt&>()))>> : std::true_type {};
 
+template <class Guard>
+using ticket_t = std::decay_t<decltype(std::declval<Guard&>().admit(std::declval<const Attempt&>()).ticket())>;
+
 }  // namespace detail
+
+/// Several guards acting as one (made by guards()): each attempt is admitted by every guard in order and
+/// waits for the longest of their waits. A refusal by one gives back what the earlier ones handed out
+/// (their tickets are destroyed) and asks nothing of the later ones. The ticket tells each guard's ticket
+/// how the attempt ended, in the same order.
+template <class... Guards>
+class GuardSet {
+ public:
+  /// The tickets of every guard, travelling together.
+  class Ticket {
+   public:
+    explicit Ticket(detail::ticket_t<Guards>&&... tickets) : tickets_(std::move(tickets)...) {}
+
+    /// Calls begin on each ticket that has one, in order. Returns the first refusal (the tickets that
+    /// began give back when this ticket is destroyed), or nullopt.
+    [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
+      std::optional<Refusal> refusal;
+      std::apply([&](auto&... ticket) { (void)((begin_one(ticket, attempt, refusal), !refusal) && ...); }, tickets_);
+      return refusal;
+    }
+    /// Tells every ticket the attempt succeeded with `answer`.
+    template <class... Answer>
+    void succeeded(const Answer&... answer) {
+      std::apply([&](auto&... ticket) { (ticket.succeeded(answer...), ...); }, tickets_);
+    }
+    /// Tells every ticket the attempt failed with `failure`.
+    void failed(const Failure& failure) {
+      std::apply([&](auto&... ticket) { (ticket.failed(failure), ...); }, tickets_);
+    }
+
+   private:
+    template <class One>
+    static void begin_one(One& ticket, const Attempt& attempt, std::optional<Refusal>& refusal) {
+      if constexpr (detail::has_begin<One>::value) refusal = ticket.begin(attempt);
+    }
+
+    std::tuple<detail::ticket_t<Guards>...> tickets_;
+  };
+
+  /// Holds each guard: by reference when given as a variable, by value when given as a temporary.
+  explicit GuardSet(Guards&&... guards) : guards_(std::forward<Guards>(guards)...) {}
+
+  /// Admits the attempt by every guard in order. Returns the tickets and the longest wait, or the first
+  /// refusal.
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) { return admit_from<0>(attempt, {}); }
+
+ private:
+  template <std::size_t I, class... Held>
+  Admission<Ticket> admit_from(const Attempt& attempt, std::chrono::milliseconds wait, Held&&... held) {
+    if constexpr (I == sizeof...(Guards)) {
+      return Admission<Ticket>::go(Ticket{std::move(held)...}, wait);
+    } else {
+      auto admission = std::get<I>(guards_).admit(attempt);
+      if (!admission.admitted()) return Admission<Ticket>::refuse(admission.refusal());
+      return admit_from<I + 1>(attempt, std::max(wait, admission.wait()), std::move(held)...,
+                               std::move(admission.ticket()));
+    }
+  }
+
+  std::tuple<Guards...> guards_;
+};
+
+/// Returns one guard made of `guards`, admitted in the order given (put the cheapest refusals first:
+/// a circuit breaker, a retry budget, then pacing). Variables are held by reference and must outlive
+/// it; temporaries (such as `deployment.pace(cost)`) are moved in.
+template <class... Guards>
+[[nodiscard]] GuardSet<Guards...> guards(Guards&&... guards) {
+  static_assert(sizeof...(Guards) > 0, "guards() needs at least one guard");
+  static_assert((detail::is_guard<std::remove_reference_t<Guards>>::value && ...),
+                "each argument of guards() must have admit(const Attempt&)");
+  return GuardSet<Guards...>(std::forward<Guards>(guards)...);
+}
 
 }  // namespace llmretry
 

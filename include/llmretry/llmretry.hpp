@@ -12,6 +12,7 @@
 #include "decision.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
+#include "fallback.hpp"
 #include "guard.hpp"
 #include "http/classify.hpp"
 #include "http/headers.hpp"

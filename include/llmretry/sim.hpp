@@ -5,6 +5,7 @@
 /// rate-limited provider. Separate from <llmretry/llmretry.hpp>, which it does not need to be part of.
 
 #include "sim/event_queue.hpp"
+#include "sim/fleet.hpp"
 #include "sim/pacing.hpp"
 #include "sim/provider.hpp"
 #include "sim/random.hpp"

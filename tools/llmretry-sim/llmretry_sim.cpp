@@ -49,6 +49,10 @@ Scenario
                            none (retries only), spacing (one start every 60/RPM s), buckets (request and
                            token buckets, no refunds, 15 s pause after a 429), deployment (llmretry's
                            pacing) and learned (llmretry's pacing told no limits); other options are ignored
+                         fleet: 3,000 calls in a minute against a primary that is down, browned out (half
+                           its requests 503) or rate-limited, with a fallback beside it, under retries
+                           only, a retry budget, a circuit breaker and a fallback chain; other options
+                           are ignored
                          explorer and brooker compare jitter, thirty compares Retry-After: the comparison
                          is skipped when --jitter or --retry-after is given
   --clients N            number of clients
@@ -147,13 +151,14 @@ std::vector<Run> scenario_runs(std::string_view name) {
   if (name == "brooker")
     return {{n, "one optimistic-concurrency row, no jitter", scenarios::brooker_occ(100, Jitter::none)},
             {n, "one optimistic-concurrency row, full jitter", scenarios::brooker_occ(100, Jitter::full)}};
-  throw UsageError("--scenario: '" + n + "' is not explorer, thirty, rpm, tpm, brooker or pacing");
+  throw UsageError("--scenario: '" + n + "' is not explorer, thirty, rpm, tpm, brooker, pacing or fleet");
 }
 
 /// What the command line asked for.
 struct Options {
   std::vector<Run> runs = scenario_runs("explorer");
   bool pacing = false;  ///< --scenario pacing: the admission comparison instead of runs
+  bool fleet = false;   ///< --scenario fleet: the many-calls comparison instead of runs
   std::int64_t seeds = 50;
   bool table = false;
   std::string svg, csv;
@@ -258,7 +263,8 @@ Options parse(int argc, char** argv) {
       edits.push_back(field->second(flag, value));
     } else if (flag == "--scenario") {
       options.pacing = value == "pacing";
-      if (!options.pacing) options.runs = scenario_runs(value);
+      options.fleet = value == "fleet";
+      if (!options.pacing && !options.fleet) options.runs = scenario_runs(value);
     } else if (flag == "--seeds") {
       options.seeds = parse_integer(flag, value, 1, 1'000'000);
     } else if (flag == "--jitter") {
@@ -420,6 +426,21 @@ void show_pacing() {
   }
 }
 
+/// Prints the many-calls comparison: each fleet scenario under each set of mechanisms.
+void show_fleet() {
+  for (const auto& comparison : scenarios::fleet()) {
+    std::cout << "== " << comparison.title << " ==\n";
+    std::vector<std::pair<std::string, sim::FleetTotals>> rows;
+    for (const auto& use : comparison.rows) {
+      sim::FleetScenario scenario = comparison.scenario;
+      scenario.use = use;
+      rows.emplace_back(sim::to_string(use), sim::simulate_fleet(scenario));
+    }
+    sim::write_fleet_table(std::cout, rows);
+    std::cout << '\n';
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -437,6 +458,10 @@ int main(int argc, char** argv) {
   try {
     if (options.pacing) {
       show_pacing();
+      return 0;
+    }
+    if (options.fleet) {
+      show_fleet();
       return 0;
     }
     std::vector<sim::RunResult> results;

@@ -265,6 +265,16 @@ class RateLimiter {
     return cell.active() ? cell.headroom(ns(now)) : 1.0;
   }
 
+  /// Returns how long a call taking one unit of every paced dimension would wait at `now`, the pause
+  /// included: the queue ahead of a new call; zero when it could start at once.
+  [[nodiscard]] std::chrono::milliseconds queue_wait(time_point now) const noexcept {
+    const std::int64_t now_ns = ns(now);
+    std::int64_t start = std::max(now_ns, paused_until_.load(std::memory_order_acquire));
+    for (const Cell& cell : cells_)
+      if (cell.active()) start = std::max(start, cell.start_of_one(now_ns));
+    return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::nanoseconds{start - now_ns});
+  }
+
   /// Returns the counters so far.
   [[nodiscard]] RateLimiterStats stats() const noexcept {
     return {granted_.load(std::memory_order_relaxed), refused_.load(std::memory_order_relaxed),
@@ -381,6 +391,12 @@ class RateLimiter {
       const std::int64_t raised = std::min(configured, current + step * seconds);
       if (limit_.compare_exchange_strong(current, raised, std::memory_order_relaxed))
         changed_.store(changed + seconds * 1'000'000'000, std::memory_order_relaxed);
+    }
+
+    /// Returns when one unit taken at `now_ns` could start, without taking it.
+    [[nodiscard]] std::int64_t start_of_one(std::int64_t now_ns) const noexcept {
+      const std::int64_t from = std::max(tat_.load(std::memory_order_relaxed), now_ns);
+      return from + std::min<std::int64_t>(time_of(1) - time_of(burst()), 0);
     }
 
     [[nodiscard]] double headroom(std::int64_t now_ns) const noexcept {

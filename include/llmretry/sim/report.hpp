@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../decision.hpp"
+#include "fleet.hpp"
 #include "pacing.hpp"
 #include "simulation.hpp"
 
@@ -140,6 +141,26 @@ inline void write_paced_table(std::ostream& out, const std::vector<std::pair<std
                     std::to_string(t.gave_up), seconds(t.makespan), ratio(t.makespan.count(), t.bound.count(), 2),
                     t.tokens_reserved == 0 ? "-" : std::to_string(t.tokens_reserved), std::to_string(t.tokens_used),
                     seconds(t.p95_queue_wait)});
+  }
+  detail::write_columns(out, rows);
+}
+
+/// Writes a fleet comparison: one row per set of mechanisms, with the calls served by each deployment,
+/// the give-ups by reason, the requests to the primary and the retry amplification there.
+inline void write_fleet_table(std::ostream& out, const std::vector<std::pair<std::string, FleetTotals>>& runs) {
+  std::vector<std::vector<std::string>> rows{{"mechanisms", "served", "by primary", "by fallback", "gave up (reason)",
+                                              "primary requests", "amplification", "fallback requests"}};
+  for (const auto& [name, t] : runs) {
+    std::string gave_up;
+    for (const auto& [reason, count] : t.gave_up)
+      gave_up += (gave_up.empty() ? "" : ", ") + std::to_string(count) + " " + reason;
+    std::ostringstream amplification;
+    amplification.setf(std::ios::fixed);
+    amplification.precision(2);
+    amplification << t.primary_amplification();
+    rows.push_back({name, std::to_string(t.served()), std::to_string(t.served_by[0]), std::to_string(t.served_by[1]),
+                    gave_up.empty() ? "0" : gave_up, std::to_string(t.attempts[0]), amplification.str(),
+                    std::to_string(t.attempts[1])});
   }
   detail::write_columns(out, rows);
 }

@@ -1,0 +1,78 @@
+#include <llmretry/json/routing_policy.hpp>
+
+#include <string>
+
+#include "llmretry_catch.hpp"
+
+using namespace llmretry;
+
+namespace {
+
+// The routing policy as an operations team writes it.
+constexpr const char* policy_text = R"({
+  "task": "support_ticket_summary",
+  "primary": {"provider": "anthropic", "model": "claude-sonnet-4.6"},
+  "fallbacks": [
+    {"provider": "openai", "model": "gpt-5.5", "when": ["provider_5xx", "rate_limit_after_retry_budget"]},
+    {"provider": "google", "model": "gemini-3", "when": ["context_length_needed", "primary_unavailable"]}
+  ],
+  "degrade_to": {"provider": "open_model_cluster", "model": "qwen", "when": ["batch_low_priority"]}
+})";
+
+std::string error_of(const std::string& text) {
+  try {
+    (void)json::routing_policy(text);
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+// The policy text with `from` replaced by `to`.
+std::string edited(const std::string& from, const std::string& to) {
+  std::string text = policy_text;
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("A routing policy is read into the routes of a chain", "[routing_policy]") {
+  const json::RoutingPolicy policy = json::routing_policy(std::string(policy_text));
+  CHECK(policy.task == "support_ticket_summary");
+  CHECK(policy.primary.provider == "anthropic");
+  REQUIRE(policy.fallbacks.size() == 2);
+  CHECK(policy.fallbacks[1].when ==
+        std::vector<FallbackReason>{FallbackReason::context_length_needed, FallbackReason::primary_unavailable});
+  REQUIRE(policy.degrade_to);
+  CHECK(policy.degrade_to->when == std::vector<std::string>{"batch_low_priority"});
+
+  const FallbackChain chain{policy.routes()};
+  REQUIRE(chain.routes().size() == 3);
+  CHECK(chain.routes()[0].name == "anthropic/claude-sonnet-4.6");
+  CHECK(chain.routes()[2].model == "gemini-3");
+  CHECK(chain.next(0, FallbackReason::context_length_needed) == 2u);
+  CHECK(chain.next(0, FallbackReason::provider_5xx) == 1u);
+}
+
+TEST_CASE("A bad routing policy is refused, naming the field", "[routing_policy]") {
+  CHECK(error_of(edited("\"primary_unavailable\"]", "\"foo\"]")) ==
+        "routing.fallbacks[1].when[1]: unknown reason \"foo\"");
+  CHECK(error_of(edited("[\"provider_5xx\",", "[5,")) == "routing.fallbacks[0].when[0]: must be a string");
+  CHECK(error_of(edited("\"when\": [\"context_length_needed\", \"primary_unavailable\"]", "\"when\": []")) ==
+        "routing.fallbacks[1].when: must be a non-empty array of strings");
+  CHECK(error_of(edited(", \"when\": [\"provider_5xx\", \"rate_limit_after_retry_budget\"]", "")) ==
+        "routing.fallbacks[0].when: missing");
+  CHECK(error_of(edited("\"model\": \"claude-sonnet-4.6\"", "\"modle\": \"claude-sonnet-4.6\"")) ==
+        "routing.primary.modle: unknown field");
+  CHECK(error_of(edited("\"provider\": \"anthropic\"", "\"provider\": \"\"")) ==
+        "routing.primary.provider: must be a non-empty string");
+  CHECK(error_of(R"({"fallbacks": []})") == "routing.primary: missing");
+  CHECK(error_of(R"({"primary": {"provider": "a", "model": "b"}, "fallbacks": {}})") ==
+        "routing.fallbacks: must be an array");
+  CHECK(error_of("[1, 2]") == "routing: must be an object");
+  CHECK(error_of("{\"primary\": ") == "routing: not valid JSON");
+  CHECK(error_of(edited("\"when\": [\"batch_low_priority\"]", "\"when\": \"batch_low_priority\"")) ==
+        "routing.degrade_to.when: must be a non-empty array of strings");
+}
