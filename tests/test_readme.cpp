@@ -1,5 +1,7 @@
 // The README's C++ snippets, compiled and run as written: tests/CMakeLists.txt extracts each block marked
 // `<!-- compiled: NAME -->` into readme/NAME.inc, included below after the stand-ins it names.
+#include <llmretry/fallback.hpp>
+#include <llmretry/json/routing_policy.hpp>
 #include <llmretry/llmretry.hpp>
 #include <llmretry/testing.hpp>
 
@@ -84,4 +86,44 @@ TEST_CASE("README: pacing", "[readme]") {
   CHECK(stats.granted == 2);
   CHECK(stats.tokens_reserved == 2 * (2 + 300));
   CHECK(pacing::gpt4o_mini().limiter().limit(llmretry::Dimension::requests_per_minute)->burst == 10);
+}
+
+namespace fleet {
+
+// Stand-ins for the application: options by name, limits, the routing policy file, and one attempt on a
+// route (the primary answers 503, the first fallback answers).
+llmretry::CircuitBreakerOptions breaker_named(const char* name) {
+  llmretry::CircuitBreakerOptions options;
+  options.name = name;
+  return options;
+}
+llmretry::DeploymentOptions deployment_named(const char* name, const llmretry::Limits& limits) {
+  llmretry::DeploymentOptions options;
+  options.name = name;
+  options.limits = limits;
+  return options;
+}
+const llmretry::Limits anthropic_limits = llmretry::Limits::per_minute(50, 40'000);
+const llmretry::Limits openai_limits = llmretry::Limits::per_minute(500, 200'000);
+std::string read_file(const std::string& /*path*/) {
+  return R"({"task": "support_ticket_summary",
+             "primary": {"provider": "anthropic", "model": "claude-sonnet-4.6"},
+             "fallbacks": [{"provider": "openai", "model": "gpt-5.5", "when": ["provider_5xx"]}]})";
+}
+std::vector<std::string> sent;
+std::string send(const llmretry::Route& route, const std::string& body) {
+  sent.push_back(route.name);
+  if (route.provider == "anthropic") throw llmretry::ProviderError("overloaded", 503);
+  return route.name + " answers " + body;
+}
+
+#include "readme/fleet.inc"
+
+}  // namespace fleet
+
+TEST_CASE("README: many calls at once", "[readme]") {
+  fleet::Fleet shared;
+  CHECK(fleet::ask(shared, "Summarise", "the ticket") == "openai/gpt-5.5 answers the ticket");
+  CHECK(fleet::sent.front() == "anthropic/claude-sonnet-4.6");
+  CHECK(fleet::sent.back() == "openai/gpt-5.5");
 }

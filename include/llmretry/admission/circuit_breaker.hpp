@@ -39,8 +39,8 @@ enum class CircuitState {
 /// One change of state, as CircuitBreakerOptions::on_transition hears it.
 struct CircuitTransition {
   const std::string& breaker;  ///< CircuitBreakerOptions::name
-  CircuitState from;
-  CircuitState to;
+  CircuitState from = CircuitState::closed;
+  CircuitState to = CircuitState::closed;
   std::chrono::steady_clock::time_point at;  ///< on the breaker's clock
 };
 
@@ -113,6 +113,9 @@ class CircuitBreaker {
       : options_((options.validate(), std::move(options))), counts_(options_.window) {}
   CircuitBreaker(const CircuitBreaker&) = delete;
   CircuitBreaker& operator=(const CircuitBreaker&) = delete;
+  CircuitBreaker(CircuitBreaker&&) = delete;
+  CircuitBreaker& operator=(CircuitBreaker&&) = delete;
+  ~CircuitBreaker() = default;
 
   /// Returns the breaker's name.
   [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
@@ -131,7 +134,7 @@ class CircuitBreaker {
   /// Returns the state at `now`: an open breaker whose break is over is half-open.
   [[nodiscard]] CircuitState state(time_point now) {
     std::optional<Change> change;
-    CircuitState result;
+    CircuitState result = CircuitState::closed;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       change = end_break(now);

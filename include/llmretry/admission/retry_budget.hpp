@@ -65,6 +65,9 @@ class RetryBudget {
         counts_(options_.window) {}
   RetryBudget(const RetryBudget&) = delete;
   RetryBudget& operator=(const RetryBudget&) = delete;
+  RetryBudget(RetryBudget&&) = delete;
+  RetryBudget& operator=(RetryBudget&&) = delete;
+  ~RetryBudget() = default;
 
   /// Returns the options it was made with.
   [[nodiscard]] const RetryBudgetOptions& options() const noexcept { return options_; }

@@ -124,9 +124,9 @@ class LoopbackProvider {
   /// limits.latency (and its own delay). Returns *this.
   /// Throws std::invalid_argument naming the field when a limit makes no sense.
   LoopbackProvider& enforce(const Limits& limits) {
-    LoopbackRateLimit rate(limits, std::chrono::steady_clock::now());
+    const LoopbackRateLimit rate(limits, std::chrono::steady_clock::now());
     std::lock_guard<std::mutex> lock(mutex_);
-    rate_.emplace(std::move(rate));
+    rate_.emplace(rate);
     return *this;
   }
 
