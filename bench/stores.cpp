@@ -1,8 +1,11 @@
 // Operations per second of the stores, in memory and in Redis over loopback (a redis-server started on a free
-// port, one connection, one thread): claim + complete of an idempotency key, enqueue + take + ack of a job.
-// Prints the median of 5 runs and the spread (lowest, highest).
+// port, one connection, one thread): claim + complete of an idempotency key, enqueue + take + ack of a job;
+// rate-limiter reservations, beside a fixed-window limiter (INCR + EXPIRE of a key per minute, the common
+// approach). Prints the median of 5 runs and the spread (lowest, highest).
+#include <llmretry/admission/rate_limiter.hpp>
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
+#include <llmretry/redis/rate_limiter.hpp>
 #include <llmretry/store/idempotency_store.hpp>
 #include <llmretry/store/job_queue.hpp>
 #include <llmretry/testing/redis_server.hpp>
@@ -30,7 +33,7 @@ void measure(const char* name, int count, const std::function<void(int run, int 
     rates.push_back(count / took.count());
   }
   std::sort(rates.begin(), rates.end());
-  std::printf("%-40s %10.0f /s  (lowest %.0f, highest %.0f; %d runs of %d)\n", name, rates[runs / 2], rates.front(),
+  std::printf("%-56s %10.0f /s  (lowest %.0f, highest %.0f; %d runs of %d)\n", name, rates[runs / 2], rates.front(),
               rates.back(), runs, count);
 }
 
@@ -48,6 +51,27 @@ void enqueue_take_ack(store::JobQueue& queue, int run, int i) {
   if (!job || !queue.ack(job->id, job->token)) throw std::runtime_error("take/ack failed");
 }
 
+/// Reserves a call of 100 + 50 tokens and settles it with 100 + 20 (a refund). Throws when the reservation
+/// is not granted at once.
+template <class Limiter>
+void reserve_settle(Limiter& limiter) {
+  const auto now = std::chrono::steady_clock::now();
+  auto reservation = limiter.reserve(llmretry::Cost{1, 100, 50}, now);
+  if (!reservation.granted() || reservation.wait_after(now).count() != 0) throw std::runtime_error("reserve");
+  limiter.settle(reservation, llmretry::Cost{1, 100, 20}, now);
+}
+
+/// The common fixed-window limiter: INCR the key of the current minute (EXPIRE it on its first call); admits
+/// while the count is within `limit`. Throws when it does not admit.
+void fixed_window(llmretry::redis::Connection& connection, long long limit) {
+  const auto minute =
+      std::chrono::duration_cast<std::chrono::minutes>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string key = connection.options().prefix + "window:" + std::to_string(minute);
+  const long long count = connection.command("fixed window incr", {"INCR", key}).integer();
+  if (count == 1) (void)connection.command("fixed window expire", {"EXPIRE", key, "60"});
+  if (count > limit) throw std::runtime_error("fixed window");
+}
+
 }  // namespace
 
 int main() {
@@ -55,6 +79,10 @@ int main() {
   store::MemoryJobQueue memory_queue;
   measure("memory: claim + complete", 200000, [&](int run, int i) { claim_complete(memory_keys, run, i); });
   measure("memory: enqueue + take + ack", 200000, [&](int run, int i) { enqueue_take_ack(memory_queue, run, i); });
+  // Limits no run reaches: what is measured is the bookkeeping, never a wait.
+  const llmretry::Limits limits = llmretry::Limits::per_minute(1'000'000'000'000, 1'000'000'000'000);
+  llmretry::RateLimiter memory_limiter(limits);
+  measure("memory: rate limiter reserve + settle (refund)", 200000, [&](int, int) { reserve_settle(memory_limiter); });
 
   llmretry::testing::RedisServer server;
   llmretry::redis::Connection connection(server.connection_options());
@@ -63,5 +91,14 @@ int main() {
   measure("redis (loopback): claim + complete", 20000, [&](int run, int i) { claim_complete(redis_keys, run, i); });
   measure("redis (loopback): enqueue + take + ack", 20000,
           [&](int run, int i) { enqueue_take_ack(redis_queue, run, i); });
+  llmretry::redis::RateLimiter redis_limiter(connection, "bench", limits);
+  measure("redis (loopback): rate limiter reserve", 20000, [&](int, int) {
+    if (!redis_limiter.reserve(llmretry::Cost{}, std::chrono::steady_clock::now()).granted())
+      throw std::runtime_error("reserve");
+  });
+  measure("redis (loopback): rate limiter reserve + settle (refund)", 20000,
+          [&](int, int) { reserve_settle(redis_limiter); });
+  measure("redis (loopback): fixed window INCR + EXPIRE", 20000,
+          [&](int, int) { fixed_window(connection, 1LL << 40); });
   return 0;
 }

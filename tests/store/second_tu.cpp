@@ -4,6 +4,7 @@
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
 #include <llmretry/redis/operations.hpp>
+#include <llmretry/redis/rate_limiter.hpp>
 #include <llmretry/testing/redis_server.hpp>
 
 namespace llmretry_redis_second_tu {

@@ -2,6 +2,7 @@
 // wrong type, script error. The connection comes back by itself once the server does.
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
+#include <llmretry/redis/rate_limiter.hpp>
 
 #include <chrono>
 #include <string>
@@ -99,5 +100,50 @@ TEST_CASE("redis: wrong types and script errors are reply errors naming the oper
     REQUIRE(keys.claim("k", "fp", "t").status == llmretry::store::ClaimStatus::claimed);
     (void)connection.command("flush scripts", {"SCRIPT", "FLUSH"});
     CHECK(keys.claim("k", "fp", "t2").status == llmretry::store::ClaimStatus::in_flight);
+  }
+}
+
+TEST_CASE("redis: a shared rate limiter fails closed when the server is gone or hung", "[redis][errors]") {
+  llmretry::testing::RedisServer server;
+  auto options = server.connection_options();
+  options.command_timeout = 200ms;
+  llmretry::redis::Connection connection(options);
+  llmretry::Limits limits;
+  limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute(60, 1);
+  limits[llmretry::Dimension::tokens_per_minute] = llmretry::Limit::per_minute(6000);
+  llmretry::redis::RateLimiter limiter(connection, "deployment", limits);
+  const auto now = std::chrono::steady_clock::now();
+  auto open = limiter.reserve(llmretry::Cost{1, 100, 0}, now);
+  REQUIRE(open.granted());
+
+  SECTION("killed: every operation throws naming it, a reservation is closed with its capacity charged") {
+    server.kill();
+    const std::string message =
+        error_of([&] { (void)limiter.reserve(llmretry::Cost{}, now); }, ErrorKind::connection, "rate limiter reserve");
+    CHECK(message.find("redis rate limiter reserve on 127.0.0.1:") == 0);
+    CHECK(limiter.reserve(llmretry::Cost{1, 7000, 0}, now).status() == llmretry::ReservationStatus::too_large);
+    error_of(
+        [&] {
+          limiter.settle(open, llmretry::Cost{1, 10, 0}, now);
+        },
+        ErrorKind::connection, "rate limiter settle");
+    CHECK_FALSE(open.open());  // a repeated settle or cancel cannot give capacity back twice
+    limiter.cancel(open);      // nothing left to do: no call, no throw
+    server.restart();          // not append-only: every limit is full again
+    CHECK(limiter.reserve(llmretry::Cost{}, now).wait_after(now) == 0ms);
+    auto next = limiter.reserve(llmretry::Cost{}, now);
+    CHECK(next.wait_after(now) > 900ms);
+    server.kill();
+    error_of([&] { limiter.cancel(next); }, ErrorKind::connection, "rate limiter cancel");
+    CHECK_FALSE(next.open());
+    server.restart();
+  }
+  SECTION("hung: a timeout, within the command timeout") {
+    server.pause();
+    const auto start = std::chrono::steady_clock::now();
+    error_of([&] { (void)limiter.reserve(llmretry::Cost{}, now); }, ErrorKind::timeout, "rate limiter reserve");
+    CHECK(std::chrono::steady_clock::now() - start < 2s);
+    server.resume();
+    CHECK(limiter.reserve(llmretry::Cost{}, now).granted());
   }
 }

@@ -1,20 +1,25 @@
-// Faults with several processes (fork): racing claims of one key, and a server killed with SIGKILL and
-// restarted from its append-only file while workers run. Each is its own ctest entry ([race], [kill]).
+// Faults with several processes (fork): racing claims of one key, a server killed with SIGKILL and
+// restarted from its append-only file while workers run, and processes pacing against one shared rate
+// limit. Each is its own ctest entry ([race], [kill], [shared_limit]).
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
 #include <llmretry/redis/operations.hpp>
+#include <llmretry/redis/rate_limiter.hpp>
 
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -229,4 +234,103 @@ TEST_CASE("redis faults: SIGKILL mid-run, restart from the append-only file: no 
   int completed = 0;
   for (const auto& [id, count] : runs) completed += operations.find(id)->status == store::OperationStatus::completed;
   CHECK(completed == jobs);
+}
+
+TEST_CASE("redis faults: 2 processes x 4 threads pacing against one shared limit stay within it",
+          "[faults][shared_limit]") {
+  constexpr int processes = 2, threads = 4;
+  constexpr std::int64_t rate = 100, burst = 20;  // 100 a second (6,000 a minute), 20 at once
+  constexpr auto run = 5s;
+  llmretry::Limits limits;
+  limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute(rate * 60, burst);
+  const auto options = redis_fixture::unique_options();
+  // steady_clock is the machine's monotonic clock: the same in every process.
+  const auto begin = std::chrono::steady_clock::now() + 1s, end = begin + run;
+  using nanoseconds = std::chrono::nanoseconds;
+
+  // Each process records when its calls were told to start and when they woke to start, as nanoseconds
+  // since begin, and writes them to its pipe.
+  std::vector<int> pipes;
+  std::vector<pid_t> children;
+  for (int p = 0; p < processes; ++p) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    children.push_back(spawn([&, write_end = fds[1]] {
+      std::mutex mutex;
+      std::vector<std::int64_t> record;  // pairs: told, woke
+      std::vector<std::thread> workers;
+      for (int t = 0; t < threads; ++t)
+        workers.emplace_back([&] {
+          llmretry::redis::Connection connection(options);
+          llmretry::redis::RateLimiter limiter(connection, "shared", limits);
+          std::this_thread::sleep_until(begin);
+          while (true) {
+            auto reservation = limiter.reserve(llmretry::Cost{}, std::chrono::steady_clock::now());
+            if (!reservation.granted()) throw std::runtime_error("refused");
+            if (reservation.start() >= end) {
+              limiter.cancel(reservation);
+              return;
+            }
+            std::this_thread::sleep_until(reservation.start());
+            const auto woke = std::chrono::steady_clock::now();
+            limiter.settle(reservation, llmretry::Cost{}, woke);
+            const std::lock_guard<std::mutex> lock(mutex);
+            record.push_back(std::chrono::duration_cast<nanoseconds>(reservation.start() - begin).count());
+            record.push_back(std::chrono::duration_cast<nanoseconds>(woke - begin).count());
+          }
+        });
+      for (auto& worker : workers) worker.join();
+      const auto bytes = static_cast<ssize_t>(record.size() * sizeof(std::int64_t));
+      return ::write(write_end, record.data(), record.size() * sizeof(std::int64_t)) == bytes ? 0 : 1;
+    }));
+    ::close(fds[1]);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<std::int64_t> told, woke;
+  std::vector<std::size_t> per_process;
+  for (int p = 0; p < processes; ++p) {
+    std::vector<std::int64_t> record;
+    std::int64_t buffer[512];
+    for (ssize_t got = 0; (got = ::read(pipes[static_cast<std::size_t>(p)], buffer, sizeof buffer)) > 0;)
+      record.insert(record.end(), buffer, buffer + got / static_cast<ssize_t>(sizeof(std::int64_t)));
+    ::close(pipes[static_cast<std::size_t>(p)]);
+    CHECK(wait_for(children[static_cast<std::size_t>(p)]) == 0);
+    per_process.push_back(record.size() / 2);
+    for (std::size_t i = 0; i + 1 < record.size(); i += 2) {
+      told.push_back(record[i]);
+      woke.push_back(record[i + 1]);
+    }
+  }
+
+  // The most starts in any window of `window` (from one start to just before start + window), beside
+  // what the limit allows in it: the burst plus the rate times the window.
+  const auto most_in = [](std::vector<std::int64_t> starts, nanoseconds window) {
+    std::sort(starts.begin(), starts.end());
+    std::size_t most = 0;
+    for (std::size_t i = 0, j = 0; i < starts.size(); ++i) {
+      while (j < starts.size() && starts[j] < starts[i] + window.count()) ++j;
+      most = std::max(most, j - i);
+    }
+    return static_cast<double>(most);
+  };
+  const auto allowed = [&](nanoseconds window) {
+    return static_cast<double>(burst) + static_cast<double>(rate) * std::chrono::duration<double>(window).count();
+  };
+  std::printf("shared limit: %lld a second, burst %lld, %d processes x %d threads, %.0f s: %zu starts (",
+              static_cast<long long>(rate), static_cast<long long>(burst), processes, threads,
+              std::chrono::duration<double>(run).count(), told.size());
+  for (const std::size_t n : per_process) std::printf(" %zu", n);
+  std::printf(" per process); the limit allows %.0f\n", allowed(run));
+  for (const nanoseconds window : {nanoseconds{100ms}, nanoseconds{1s}, nanoseconds{run}}) {
+    const double most_told = most_in(told, window), most_woke = most_in(woke, window);
+    std::printf(
+        "  window %5.1f s: allowed %6.0f, most started %4.0f (overshoot %+.2f %%), most woke %4.0f (%+.2f %%)\n",
+        std::chrono::duration<double>(window).count(), allowed(window), most_told,
+        100 * (most_told / allowed(window) - 1), most_woke, 100 * (most_woke / allowed(window) - 1));
+    INFO("window " << std::chrono::duration<double>(window).count() << " s");
+    CHECK(most_told <= allowed(window) * 1.01);
+  }
+  // Together, not each: two processes get the limit once, not twice, and all of it.
+  CHECK(static_cast<double>(told.size()) >= 0.95 * allowed(run));
+  for (const std::size_t n : per_process) CHECK(n > 0);
 }

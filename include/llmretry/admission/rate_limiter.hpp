@@ -15,6 +15,21 @@
 
 namespace llmretry {
 
+namespace redis {
+class RateLimiter;
+}  // namespace redis
+
+namespace detail {
+/// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max: the time
+/// `a` units of a limit of `c` per period `b` take to refill.
+[[nodiscard]] inline std::int64_t mul_div_up(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
+  __extension__ using wide = unsigned __int128;
+  const auto quotient = (static_cast<wide>(a) * static_cast<wide>(b) + static_cast<wide>(c) - 1) / static_cast<wide>(c);
+  constexpr auto max = static_cast<wide>(std::numeric_limits<std::int64_t>::max());
+  return static_cast<std::int64_t>(quotient > max ? max : quotient);
+}
+}  // namespace detail
+
 /// How a reservation ended.
 enum class ReservationStatus {
   granted,    ///< the call may start at start(); cancel or settle it later
@@ -74,6 +89,7 @@ class Reservation {
 
  private:
   friend class RateLimiter;
+  friend class redis::RateLimiter;
   ReservationStatus status_ = ReservationStatus::too_large;
   time_point start_{};
   Cost cost_{0, 0, 0};
@@ -289,15 +305,6 @@ class RateLimiter {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
   }
 
-  /// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max.
-  static std::int64_t mul_div_up(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
-    __extension__ using wide = unsigned __int128;
-    const auto quotient =
-        (static_cast<wide>(a) * static_cast<wide>(b) + static_cast<wide>(c) - 1) / static_cast<wide>(c);
-    constexpr auto max = static_cast<wide>(std::numeric_limits<std::int64_t>::max());
-    return static_cast<std::int64_t>(quotient > max ? max : quotient);
-  }
-
   /// One dimension: its limit, burst and period, and its theoretical arrival time (TAT), the instant at
   /// which everything taken so far has been refilled. Taking `n` units moves the TAT by n x period /
   /// limit; a call may start once the TAT is at most the burst's worth of time ahead of it.
@@ -322,7 +329,7 @@ class RateLimiter {
 
     /// Returns the time `units` take to refill.
     [[nodiscard]] std::int64_t time_of(std::int64_t units) const noexcept {
-      return mul_div_up(units, period().count(), limit());
+      return detail::mul_div_up(units, period().count(), limit());
     }
 
     /// Takes `units` at `now_ns`. Returns the nanoseconds of capacity taken and when the call may start:
