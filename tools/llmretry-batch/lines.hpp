@@ -15,15 +15,18 @@
 
 namespace batch {
 
+/// A JSON object whose members keep the order they were given in (id first, as the Batch API writes).
+using Ordered = nlohmann::ordered_json;
+
 /// Returns `value` as one line of JSON; bytes that are not UTF-8 (from the network) become U+FFFD.
-inline std::string dump_line(const nlohmann::json& value) {
+inline std::string dump_line(const Ordered& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 /// Returns the Batch output's `response` member for `response`: its status, the provider's request id
 /// (`x-request-id`, empty when absent) and its body, as JSON when it is JSON, else as a string.
-inline nlohmann::json response_member(const llmretry::curl::Response& response) {
-  auto body = nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+inline Ordered response_member(const llmretry::curl::Response& response) {
+  auto body = Ordered::parse(response.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) body = response.body;
   return {{"status_code", response.status},
           {"request_id", std::string(response.header("x-request-id").value_or(""))},
@@ -48,7 +51,7 @@ inline std::string error_line(const Request& request, const std::string& code, c
   return dump_line(
       {{"id", line_id(request)},
        {"custom_id", request.custom_id},
-       {"response", response != nullptr ? response_member(*response) : nlohmann::json(nullptr)},
+       {"response", response != nullptr ? response_member(*response) : Ordered(nullptr)},
        {"error", {{"code", code}, {"message", message}, {"stop_reason", stop_reason}, {"attempts", attempts}}}});
 }
 
