@@ -72,9 +72,9 @@ class LoopbackProvider {
   /// The limits of the rate-limited mode.
   using Limits = LoopbackLimits;
 
-  /// Binds 127.0.0.1 on a port the system chooses and starts serving.
+  /// Binds 127.0.0.1 on `port` (0: a port the system chooses) and starts serving.
   /// Throws std::runtime_error when it cannot bind.
-  LoopbackProvider() {
+  explicit LoopbackProvider(int port = 0) {
     server_.set_keep_alive_timeout(1);
     const auto handler = [this](const httplib::Request& request, httplib::Response& response) {
       answer(request, response);
@@ -83,8 +83,8 @@ class LoopbackProvider {
     server_.Post(".*", handler);
     server_.Put(".*", handler);
     server_.Delete(".*", handler);
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    if (port_ <= 0) throw std::runtime_error("loopback provider: cannot bind 127.0.0.1");
+    port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1") : (server_.bind_to_port("127.0.0.1", port) ? port : 0);
+    if (port_ <= 0) throw std::runtime_error("loopback provider: cannot bind 127.0.0.1:" + std::to_string(port));
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // stop() only stops a server that is running: wait for it, so that the destructor cannot miss it.
     for (int i = 0; i < 5000 && !server_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds{1});

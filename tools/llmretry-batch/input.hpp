@@ -1,0 +1,147 @@
+// The input of llmretry-batch: one request a line in the OpenAI Batch API input format, checked whole
+// before anything is sent.
+#ifndef LLMRETRY_BATCH_INPUT_HPP
+#define LLMRETRY_BATCH_INPUT_HPP
+
+#include <llmretry/admission/tokens.hpp>
+#include <llmretry/store/fingerprint.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace batch {
+
+/// A problem with the input file: what() names the file, the line and the field.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One input line: `{"custom_id": ..., "method": "POST", "url": "/v1/chat/completions", "body": {...}}`.
+struct Request {
+  std::size_t line = 0;  ///< 1-based line number in the input file
+  std::string custom_id;
+  std::string url;    ///< the absolute URL, resolved against the base URL
+  std::string body;   ///< the body as sent (compact JSON)
+  std::string model;  ///< the body's `model`, empty when it has none
+  std::string key;    ///< the Idempotency-Key: the same on every attempt and every rerun
+  llmretry::Cost estimate;
+};
+
+/// Returns `path` (such as "/v1/chat/completions") resolved against `base` (such as
+/// "https://api.openai.com/v1") as the OpenAI SDKs do: a base ending in "/v1" is not doubled.
+inline std::string resolve_url(std::string base, std::string_view path) {
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  constexpr std::string_view version = "/v1";
+  const bool base_has_version = base.size() >= version.size() && base.compare(base.size() - 3, 3, version) == 0;
+  if (base_has_version && (path == version || path.substr(0, 4) == "/v1/")) path.remove_prefix(version.size());
+  return base + std::string(path);
+}
+
+/// Returns the Idempotency-Key of a request: "batch-" and the SHA-256 of its canonical custom_id, method,
+/// url and body, so that a rerun sends the same key and a changed request a new one.
+inline std::string idempotency_key(const nlohmann::json& line) {
+  const nlohmann::json identity = {
+      {"custom_id", line["custom_id"]}, {"method", line["method"]}, {"url", line["url"]}, {"body", line["body"]}};
+  const std::string fingerprint = llmretry::store::fingerprint(identity.dump());
+  return "batch-" + fingerprint.substr(fingerprint.find(':') + 1);
+}
+
+/// Returns the unsigned number `value`, at most 10^9 (a larger count is no more meaningful).
+inline std::int64_t bounded(const nlohmann::json& value) {
+  return static_cast<std::int64_t>(std::min<std::uint64_t>(value.get<std::uint64_t>(), 1'000'000'000));
+}
+
+/// Returns the cost to reserve for `body`: its tokens as estimate_tokens counts them, plus `max_tokens` (or
+/// `max_completion_tokens`) times `n`; no output tokens when the body sets no maximum.
+inline llmretry::Cost estimate_of(const nlohmann::json& body, const std::string& text) {
+  std::int64_t max_tokens = 0;
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    const auto found = body.find(name);
+    if (found != body.end() && found->is_number_unsigned()) {
+      max_tokens = bounded(*found);
+      break;
+    }
+  }
+  const auto n = body.find("n");
+  const std::int64_t choices = n != body.end() && n->is_number_unsigned() ? bounded(*n) : 1;
+  return llmretry::estimate_cost(text, max_tokens, choices);
+}
+
+namespace detail {
+
+/// Returns the request on `text`, line `number` of `file`. Throws InputError naming the line and field.
+inline Request parse_line(std::string_view text, std::size_t number, const std::string& file,
+                          const std::string& base_url) {
+  const std::string where = file + ":" + std::to_string(number) + ": ";
+  const auto line = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (line.is_discarded()) throw InputError(where + "not JSON");
+  if (!line.is_object()) throw InputError(where + "not a JSON object");
+  for (const auto& member : line.items()) {
+    const std::string& name = member.key();
+    if (name != "custom_id" && name != "method" && name != "url" && name != "body")
+      throw InputError(where + name + ": unknown field (expected custom_id, method, url, body)");
+  }
+  const auto string_field = [&](const char* name) -> const std::string& {
+    const auto found = line.find(name);
+    if (found == line.end()) throw InputError(where + name + ": missing");
+    if (!found->is_string() || found->get_ref<const std::string&>().empty())
+      throw InputError(where + name + ": must be a non-empty string");
+    return found->get_ref<const std::string&>();
+  };
+  Request request;
+  request.line = number;
+  request.custom_id = string_field("custom_id");
+  if (string_field("method") != "POST") throw InputError(where + "method: must be \"POST\"");
+  const std::string& url = string_field("url");
+  if (url.front() != '/') throw InputError(where + "url: must be a path such as /v1/chat/completions");
+  const auto body = line.find("body");
+  if (body == line.end()) throw InputError(where + "body: missing");
+  if (!body->is_object()) throw InputError(where + "body: must be a JSON object");
+  request.url = resolve_url(base_url, url);
+  request.body = body->dump();
+  const auto model = body->find("model");
+  if (model != body->end() && model->is_string()) request.model = model->get<std::string>();
+  request.key = idempotency_key(line);
+  request.estimate = estimate_of(*body, request.body);
+  return request;
+}
+
+}  // namespace detail
+
+/// Returns every request of the JSONL file `path` (blank lines skipped), its url resolved against
+/// `base_url`. Throws InputError naming the line and field of the first bad line, a custom_id used twice,
+/// or a file that cannot be read or holds no request.
+inline std::vector<Request> read_input(const std::string& path, const std::string& base_url) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot be read");
+  std::vector<Request> requests;
+  std::unordered_map<std::string, std::size_t> line_of;
+  std::string text;
+  for (std::size_t number = 1; std::getline(in, text); ++number) {
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) continue;
+    Request request = detail::parse_line(text, number, path, base_url);
+    const auto [first, added] = line_of.emplace(request.custom_id, number);
+    if (!added)
+      throw InputError(path + ":" + std::to_string(number) + ": custom_id: \"" + request.custom_id +
+                       "\" is already used on line " + std::to_string(first->second));
+    requests.push_back(std::move(request));
+  }
+  if (in.bad()) throw InputError(path + ": read error");
+  if (requests.empty()) throw InputError(path + ": no request in the file");
+  return requests;
+}
+
+}  // namespace batch
+
+#endif  // LLMRETRY_BATCH_INPUT_HPP

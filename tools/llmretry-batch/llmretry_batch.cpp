@@ -1,0 +1,298 @@
+// llmretry-batch: sends the requests of an OpenAI Batch API input file to an OpenAI-compatible endpoint,
+// paced by one Deployment, and writes the Batch output format; a rerun resumes where a run stopped.
+
+#include <llmretry/admission/deployment.hpp>
+#include <llmretry/store/fingerprint.hpp>
+#include <llmretry/store/job_queue.hpp>
+#include <llmretry/store/operations.hpp>
+#if LLMRETRY_BATCH_REDIS
+#include <llmretry/redis/connection.hpp>
+#include <llmretry/redis/job_queue.hpp>
+#include <llmretry/redis/operations.hpp>
+#endif
+
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "answers.hpp"
+#include "input.hpp"
+#include "report.hpp"
+#include "runner.hpp"
+
+namespace {
+
+constexpr const char* description =
+    R"(Sends every request of INPUT.jsonl (the OpenAI Batch API input format: custom_id, method, url,
+body) to OPENAI_BASE_URL (default https://api.openai.com/v1) with OPENAI_API_KEY, and writes each answer
+to OUTPUT.jsonl in the Batch output format; a request that fails for good goes to the errors file with
+the reason. Requests are paced under the limits given, or learned from the provider's x-ratelimit-*
+headers; failed attempts are retried later (RetryPolicy::batch()), each request under one Idempotency-Key.
+Run it again after a crash: lines already answered are not sent again.)";
+
+constexpr const char* footer = R"(
+Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL; never printed).
+Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage or input,
+3 stopped by a file or Redis failure (rerun to resume).)";
+
+/// A problem with the command line or the environment: exit status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::string input;
+  std::string output;
+  std::string errors;
+  std::optional<std::int64_t> rpm;
+  std::optional<std::int64_t> tpm;
+  int concurrency = 8;
+  std::string redis;
+};
+
+/// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
+Options parse(int argc, char** argv) {
+  Options options;
+  CLI::App app{description, "llmretry-batch"};
+  app.footer(footer);
+  app.add_option("INPUT", options.input, "requests, one JSON object a line")->required();
+  app.add_option("OUTPUT", options.output, "answers, appended one JSON object a line")->required();
+  app.add_option("--errors", options.errors, "requests that failed for good (default: OUTPUT with .errors.jsonl)");
+  app.add_option("--rpm", options.rpm, "requests per minute, enforced per second (default: learned)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
+  app.add_option("--tpm", options.tpm, "tokens per minute, enforced per second (default: learned)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
+  app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--redis", options.redis,
+                 "redis://HOST[:PORT]: keep the job queue and operations table in Redis (default: in memory)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::ParseError& error) {
+    throw UsageError(error.what());
+  }
+  if (options.errors.empty()) {
+    const std::string& out = options.output;
+    const bool jsonl = out.size() > 6 && out.compare(out.size() - 6, 6, ".jsonl") == 0;
+    options.errors = (jsonl ? out.substr(0, out.size() - 6) : out) + ".errors.jsonl";
+  }
+  if (options.errors == options.output) throw UsageError("--errors: must not be OUTPUT");
+  return options;
+}
+
+/// Returns the value of the environment variable `name`, empty when unset.
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+/// Returns the deployment's options: the limits given, each enforced per second (a burst of a minute's
+/// limit / 60, as OpenAI enforces them); the others are learned from the answers' headers.
+llmretry::DeploymentOptions deployment_options(const Options& options) {
+  llmretry::DeploymentOptions deployment;
+  deployment.name = "llmretry-batch";
+  const auto per_second = [](std::int64_t per_minute) {
+    return llmretry::Limit::per_minute(per_minute, std::max<std::int64_t>(1, per_minute / 60));
+  };
+  if (options.rpm) deployment.limits[llmretry::Dimension::requests_per_minute] = per_second(*options.rpm);
+  if (options.tpm) deployment.limits[llmretry::Dimension::tokens_per_minute] = per_second(*options.tpm);
+  return deployment;
+}
+
+/// The in-memory stores, shared by every worker of the process.
+class MemoryStores final : public batch::Stores {
+ public:
+  MemoryStores(llmretry::store::JobQueue& queue, llmretry::store::OperationsTable& operations)
+      : queue_(queue), operations_(operations) {}
+  llmretry::store::JobQueue& queue() override { return queue_; }
+  llmretry::store::OperationsTable& operations() override { return operations_; }
+
+ private:
+  llmretry::store::JobQueue& queue_;
+  llmretry::store::OperationsTable& operations_;
+};
+
+/// A job a worker holds comes back to the queue after this long without an answer: the longest attempt
+/// (60 s) and some pacing wait.
+constexpr std::chrono::milliseconds visibility_timeout{90'000};
+
+/// Jobs are retried by the RetryPolicy; the queue's own limit only guards against a job taken forever.
+llmretry::store::JobQueueOptions queue_options() {
+  llmretry::store::JobQueueOptions options;
+  options.visibility_timeout = visibility_timeout;
+  options.max_attempts = 1000;
+  return options;
+}
+
+#if LLMRETRY_BATCH_REDIS
+/// Returns the host and port of "redis://HOST[:PORT]". Throws UsageError.
+llmretry::redis::Options redis_options(const std::string& url) {
+  constexpr std::string_view scheme = "redis://";
+  if (url.compare(0, scheme.size(), scheme) != 0) throw UsageError("--redis: '" + url + "' is not redis://HOST[:PORT]");
+  const std::string address = url.substr(scheme.size());
+  llmretry::redis::Options options;
+  const auto colon = address.rfind(':');
+  options.host = address.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string port = address.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535)
+      throw UsageError("--redis: '" + port + "' is not a port");
+    options.port = std::stoi(port);
+  }
+  if (options.host.empty() || options.host.find('/') != std::string::npos)
+    throw UsageError("--redis: '" + url + "' is not redis://HOST[:PORT]");
+  return options;
+}
+
+/// One worker's stores in Redis, over a connection of its own.
+class RedisStores final : public batch::Stores {
+ public:
+  RedisStores(const llmretry::redis::Options& options, const std::string& queue_name)
+      : connection_(options), queue_(connection_, queue_name, queue_options()), operations_(connection_) {}
+  llmretry::store::JobQueue& queue() override { return queue_; }
+  llmretry::store::OperationsTable& operations() override { return operations_; }
+
+ private:
+  llmretry::redis::Connection connection_;
+  llmretry::redis::JobQueue queue_;
+  llmretry::redis::OperationsTable operations_;
+};
+#endif
+
+/// Returns the name of the batch that writes `output`: "batch:" and the start of the SHA-256 of its
+/// absolute path, so that a rerun finds its queue and records in Redis.
+std::string batch_name(const std::string& output) {
+  const std::string fingerprint = llmretry::store::fingerprint(std::filesystem::absolute(output).string());
+  return "batch:" + fingerprint.substr(fingerprint.find(':') + 1, 16);
+}
+
+/// Prints the progress line on stderr every half second until `stop` is set, then once more and a newline.
+class Progress {
+ public:
+  Progress(const batch::Stats& stats, std::int64_t total, std::int64_t done_before)
+      : thread_([this, &stats, total, done_before] {
+          const auto start = std::chrono::steady_clock::now();
+          std::unique_lock<std::mutex> lock(mutex_);
+          for (bool last = false; !last;) {
+            last = wake_.wait_for(lock, std::chrono::milliseconds{500}, [this] { return stop_; });
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            std::fprintf(stderr, "\r%s\x1b[K%s", batch::progress_line(stats, total, done_before, seconds).c_str(),
+                         last ? "\n" : "");
+          }
+        }) {}
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  Progress(Progress&&) = delete;
+  Progress& operator=(Progress&&) = delete;
+  ~Progress() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+/// Runs the batch. Returns the exit status.
+int run(const Options& options) {
+  std::string base_url = environment("OPENAI_BASE_URL");
+  const std::string api_key = environment("OPENAI_API_KEY");
+  if (base_url.empty()) base_url = "https://api.openai.com/v1";
+  if (api_key.empty() && base_url.find("api.openai.com") != std::string::npos)
+    throw UsageError("OPENAI_API_KEY is not set");
+  if (!options.redis.empty() && !LLMRETRY_BATCH_REDIS) throw UsageError("--redis: this build has no Redis support");
+
+  const std::vector<batch::Request> requests = batch::read_input(options.input, base_url);
+  std::optional<batch::AnswerFile> output;
+  std::optional<batch::AnswerFile> errors;
+  try {
+    output.emplace(options.output);
+    errors.emplace(options.errors);
+  } catch (const batch::FileError& error) {
+    throw UsageError(error.what());
+  }
+  std::vector<batch::Request> pending;
+  std::int64_t failed_before = 0;
+  for (const auto& request : requests) {
+    if (output->answered().count(request.custom_id) != 0) continue;
+    if (errors->answered().count(request.custom_id) != 0) {
+      ++failed_before;
+      continue;
+    }
+    pending.push_back(request);
+  }
+  const auto total = static_cast<std::int64_t>(requests.size());
+  const std::int64_t done_before = total - static_cast<std::int64_t>(pending.size());
+
+  batch::Settings settings;
+  settings.workers = options.concurrency;
+  settings.api_key = api_key;
+  settings.provider = base_url;
+  settings.batch_name = batch_name(options.output) + ":";
+  llmretry::Deployment deployment(deployment_options(options));
+  llmretry::store::MemoryJobQueue memory_queue(queue_options());
+  llmretry::store::MemoryOperationsTable memory_operations;
+  batch::OpenStores open_stores = [&] { return std::make_unique<MemoryStores>(memory_queue, memory_operations); };
+#if LLMRETRY_BATCH_REDIS
+  if (!options.redis.empty()) {
+    open_stores = [redis = redis_options(options.redis), name = batch_name(options.output)] {
+      return std::make_unique<RedisStores>(redis, name);
+    };
+  }
+#endif
+
+  batch::Stats stats;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::optional<Progress> progress;
+    if (::isatty(STDERR_FILENO) != 0) progress.emplace(stats, total, done_before);
+    batch::Runner(std::move(pending), *output, *errors, deployment, open_stores, settings, stats).run();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  batch::print_summary(stats, deployment, total, done_before, seconds);
+  return failed_before + stats.failed > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const UsageError& error) {
+    std::cerr << "llmretry-batch: " << error.what() << " (see --help)\n";
+    return 2;
+  } catch (const batch::InputError& error) {
+    std::cerr << "llmretry-batch: " << error.what() << '\n';
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "llmretry-batch: stopped: " << error.what() << "; what is written stays valid: rerun to resume\n";
+    return 3;
+  }
+}

@@ -1,0 +1,271 @@
+// The workers of llmretry-batch: each job taken from the queue is one attempt, paced by one Deployment; a
+// failed attempt goes back to the queue with the retry decision's wait as its not_before.
+#ifndef LLMRETRY_BATCH_RUNNER_HPP
+#define LLMRETRY_BATCH_RUNNER_HPP
+
+#include <llmretry/admission/deployment.hpp>
+#include <llmretry/attempt.hpp>
+#include <llmretry/curl/curl.hpp>
+#include <llmretry/decision.hpp>
+#include <llmretry/errors.hpp>
+#include <llmretry/json/error_fields.hpp>
+#include <llmretry/json/usage.hpp>
+#include <llmretry/policy.hpp>
+#include <llmretry/random.hpp>
+#include <llmretry/store/job_queue.hpp>
+#include <llmretry/store/operations.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "answers.hpp"
+#include "input.hpp"
+#include "lines.hpp"
+#include "report.hpp"
+
+namespace batch {
+
+/// The job queue and operations table one worker uses (its own Redis connection, or the shared
+/// in-memory stores).
+class Stores {
+ public:
+  virtual ~Stores() = default;
+  Stores() = default;
+  Stores(const Stores&) = delete;
+  Stores& operator=(const Stores&) = delete;
+  Stores(Stores&&) = delete;
+  Stores& operator=(Stores&&) = delete;
+
+  virtual llmretry::store::JobQueue& queue() = 0;
+  virtual llmretry::store::OperationsTable& operations() = 0;
+};
+
+/// Opens the stores of one worker. Throws what the stores throw (such as redis::Error).
+using OpenStores = std::function<std::unique_ptr<Stores>()>;
+
+/// How the requests are sent.
+struct Settings {
+  int workers = 8;  ///< requests in flight at most
+  llmretry::RetryPolicy policy = llmretry::RetryPolicy::batch();
+  std::chrono::milliseconds attempt_timeout{60'000};
+  std::string api_key;     ///< sent as "Authorization: Bearer ..."; empty: no Authorization header
+  std::string provider;    ///< recorded in the operations table (the base URL)
+  std::string batch_name;  ///< the prefix of this batch's records in the operations table
+};
+
+/// Sends every pending request until each has a line in the output or errors file. Each job taken from
+/// the queue is one attempt: admitted by the Deployment (its pacing wait is slept, and counts toward the
+/// policy's max_total_wait), sent with the request's Idempotency-Key, and judged by the request's
+/// RetryState: a retry goes back to the queue delayed by the decision's wait, never slept by the worker.
+/// The order of writes keeps "no completed request is sent again" true across a crash: the line is durable
+/// before the operation is marked completed and the job acknowledged.
+class Runner {
+ public:
+  /// `pending`: the requests without a line yet. Every reference must outlive the runner.
+  Runner(std::vector<Request> pending, AnswerFile& output, AnswerFile& errors, llmretry::Deployment& deployment,
+         OpenStores open_stores, Settings settings, Stats& stats)
+      : lines_(pending.size()),
+        output_(output),
+        errors_(errors),
+        deployment_(deployment),
+        open_stores_(std::move(open_stores)),
+        settings_(std::move(settings)),
+        stats_(stats),
+        remaining_(static_cast<std::int64_t>(pending.size())) {
+    curl_options_.timeout = settings_.attempt_timeout;
+    curl_options_.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
+    curl_options_.attempt_header.clear();  // the attempt number is the request's, sent by attempt()
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      index_.emplace(pending[i].key, i);
+      lines_[i].request = std::move(pending[i]);
+      lines_[i].state.emplace(settings_.policy);
+    }
+  }
+
+  /// Enqueues the pending requests and runs the workers until every one has its line. Throws the first
+  /// error of a store or a file (the run stops; what is written stays valid for a rerun).
+  void run() {
+    {
+      const auto stores = open_stores_();
+      for (const Line& line : lines_)
+        (void)stores->queue().enqueue({line.request.key, {}, 0, std::chrono::milliseconds::zero()});
+    }
+    std::vector<std::thread> workers;
+    for (int i = 0; i < settings_.workers; ++i) workers.emplace_back([this] { work(); });
+    for (auto& worker : workers) worker.join();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  /// Returns the requests still without a line.
+  [[nodiscard]] std::int64_t remaining() const noexcept { return remaining_; }
+
+ private:
+  /// One request and its retry state. A job is handed to one worker at a time; the mutex also covers a
+  /// job handed out again after its visibility timeout while its first worker still holds it.
+  struct Line {
+    Request request;
+    std::optional<llmretry::RetryState> state;
+    bool begun = false;  ///< the operation was begun in this run
+    bool done = false;   ///< its line is written
+    std::mutex mutex;
+  };
+
+  void work() {
+    try {
+      const auto stores = open_stores_();
+      llmretry::ThreadRng rng;
+      while (remaining_ > 0 && !stopped_) {
+        auto job = stores->queue().take();
+        if (!job) {
+          std::this_thread::sleep_for(std::chrono::milliseconds{10});
+          continue;
+        }
+        const auto found = index_.find(job->id);
+        if (found == index_.end()) {  // left in the queue by an earlier run, and answered since
+          (void)stores->queue().ack(job->id, job->token);
+          continue;
+        }
+        Line& line = lines_[found->second];
+        const std::lock_guard<std::mutex> lock(line.mutex);
+        if (line.done) {
+          (void)stores->queue().ack(job->id, job->token);
+          continue;
+        }
+        if (begin(line, *job, *stores)) attempt(line, *job, *stores, rng);
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+      stopped_ = true;
+    }
+  }
+
+  /// Records the operation before its first attempt of this run. Returns false when it completed in an
+  /// earlier run whose answer is not in the output file: that is reported in the errors file, not sent.
+  bool begin(Line& line, const llmretry::store::Job& job, Stores& stores) {
+    if (line.begun) return true;
+    const Request& request = line.request;
+    const auto result =
+        stores.operations().begin(settings_.batch_name + request.key, settings_.provider, request.model);
+    line.begun = true;
+    if (result.started) return true;
+    if (result.operation.status == llmretry::store::OperationStatus::in_flight) {
+      ++stats_.resumed_in_flight;  // an earlier run may have sent it: the same Idempotency-Key goes again
+      return true;
+    }
+    errors_.append(error_line(request, "already_completed",
+                              "completed in an earlier run (provider request id \"" +
+                                  result.operation.provider_request_id + "\"); its answer is not in the output file",
+                              "already_completed", 0, nullptr));
+    finish(line, job, stores, false);
+    stats_.gave_up("already_completed");
+    return false;
+  }
+
+  /// Makes one attempt of `line` and writes its line, or puts it back in the queue for a retry.
+  void attempt(Line& line, const llmretry::store::Job& job, Stores& stores, llmretry::ThreadRng& rng) {
+    llmretry::Attempt attempt;
+    attempt.number = line.state->attempts() + 1;
+    auto pacing = deployment_.pace(line.request.estimate);
+    auto admission = pacing.admit(attempt);
+    if (!admission.admitted())
+      return give_up(line, job, stores, admission.refusal().failure, admission.refusal().reason);
+    const auto wait = admission.wait();
+    if (wait > std::chrono::milliseconds::zero()) {
+      if (const auto stop = line.state->add_guard_wait(wait, std::nullopt))
+        return give_up(line, job, stores, llmretry::Failure::timed_out(llmretry::Sent::not_sent), *stop);
+      std::this_thread::sleep_for(wait);
+    }
+    ++stats_.requests;
+    stats_.tokens_reserved += line.request.estimate.tokens();
+    std::optional<llmretry::curl::Response> response;
+    std::optional<llmretry::curl::Response> error_response;
+    llmretry::Failure failure;
+    try {
+      response = send(line.request, attempt.number);
+    } catch (const std::exception& error) {
+      failure = llmretry::failure_of(error).value_or(llmretry::Failure{});
+      if (const auto* answer = llmretry::curl::response_of(error)) error_response = *answer;
+    }
+    if (response) {
+      admission.ticket().succeeded(*response);
+      return succeed(line, job, stores, *response);
+    }
+    admission.ticket().failed(failure);
+    if (failure.kind == llmretry::FailureKind::rate_limited) ++stats_.rate_limited;
+    const llmretry::Decision decision = line.state->next(failure, rng);
+    if (!decision.retry)
+      return give_up(line, job, stores, failure, decision.reason, error_response ? &*error_response : nullptr);
+    stats_.retried(llmretry::to_string(failure.kind));
+    (void)stores.queue().retry_later(job.id, job.token, decision.wait);
+  }
+
+  /// Sends `request` once, as attempt `number` of it.
+  llmretry::curl::Response send(const Request& request, int number) const {
+    llmretry::curl::Request http{"POST", request.url, {{"Content-Type", "application/json"}}, request.body};
+    if (!settings_.api_key.empty()) http.headers.emplace_back("Authorization", "Bearer " + settings_.api_key);
+    http.headers.emplace_back("X-Attempt", std::to_string(number));
+    llmretry::curl::Call call(std::move(http), curl_options_, request.key);
+    return call();
+  }
+
+  /// Writes the answer, then marks the operation completed and the job done.
+  void succeed(Line& line, const llmretry::store::Job& job, Stores& stores, const llmretry::curl::Response& response) {
+    output_.append(answer_line(line.request, response));
+    const auto usage = llmretry::json::usage_of(response.body).value_or(llmretry::Cost{1, 0, 0});
+    stats_.tokens_used += usage.tokens();
+    (void)stores.operations().complete(settings_.batch_name + line.request.key,
+                                       std::string(response.header("x-request-id").value_or("")),
+                                       {usage.input_tokens, usage.output_tokens});
+    finish(line, job, stores, true);
+  }
+
+  /// Writes the errors line of a request that failed for good; an operation that certainly did not run is
+  /// marked failed, one that may have run stays in flight.
+  void give_up(Line& line, const llmretry::store::Job& job, Stores& stores, const llmretry::Failure& failure,
+               llmretry::StopReason reason, const llmretry::curl::Response* response = nullptr) {
+    errors_.append(failure_line(line.request, failure, reason, line.state->attempts(), response));
+    if (failure.sent != llmretry::Sent::maybe_processed)
+      (void)stores.operations().fail(settings_.batch_name + line.request.key);
+    stats_.gave_up(llmretry::to_string(reason));
+    finish(line, job, stores, false);
+  }
+
+  /// Marks `line` done (its line is written) and removes its job.
+  void finish(Line& line, const llmretry::store::Job& job, Stores& stores, bool answered) {
+    line.done = true;
+    ++(answered ? stats_.answered : stats_.failed);
+    --remaining_;
+    (void)stores.queue().ack(job.id, job.token);
+  }
+
+  std::vector<Line> lines_;
+  std::unordered_map<std::string, std::size_t> index_;  ///< Idempotency-Key (the job id) -> line
+  AnswerFile& output_;
+  AnswerFile& errors_;
+  llmretry::Deployment& deployment_;
+  OpenStores open_stores_;
+  Settings settings_;
+  Stats& stats_;
+  llmretry::curl::Options curl_options_;
+  std::atomic<std::int64_t> remaining_;
+  std::atomic<bool> stopped_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace batch
+
+#endif  // LLMRETRY_BATCH_RUNNER_HPP

@@ -1,0 +1,292 @@
+// End to end: the rate-limited loopback provider runs in this process, llmretry-batch as a child process
+// pointed at it with OPENAI_BASE_URL. Every line is answered once, 429s stay rare, a rerun sends nothing,
+// and a run killed with SIGKILL and run again answers no line twice and sends no completed request again.
+#include <llmretry/testing/loopback/provider.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <llmretry_catch.hpp>
+
+#include "input.hpp"
+
+extern char** environ;
+
+using namespace std::chrono_literals;
+using llmretry::testing::LoopbackLimits;
+using llmretry::testing::LoopbackProvider;
+
+namespace {
+
+/// 30,000 requests and 1,800,000 tokens per minute, enforced per second (500 requests and 30,000 tokens a
+/// second); each answer takes 10 ms. 2,000 lines of about 55 tokens need about 3 s.
+LoopbackLimits limits() {
+  LoopbackLimits limits;
+  limits.requests_per_minute = 30'000;
+  limits.tokens_per_minute = 1'800'000;
+  limits.latency = 10ms;
+  return limits;
+}
+
+/// A fresh directory for one test's files.
+std::filesystem::path work_dir(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(LLMRETRY_BATCH_WORK_DIR) / "test_work" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+/// Writes `count` chat completion requests, custom_id "ticket-N".
+std::string write_input(const std::filesystem::path& dir, int count) {
+  const std::string path = (dir / "input.jsonl").string();
+  std::ofstream out(path);
+  for (int i = 1; i <= count; ++i)
+    out << R"({"custom_id":"ticket-)" << i
+        << R"(","method":"POST","url":"/v1/chat/completions","body":{"model":"loopback","max_tokens":20,)"
+        << R"("messages":[{"role":"user","content":"Summarise ticket )" << i << R"( in one line."}]}})" << '\n';
+  return path;
+}
+
+/// A child process running llmretry-batch, its output and errors in files.
+class Child {
+ public:
+  /// Starts llmretry-batch with `arguments`, OPENAI_BASE_URL set to `base_url` (unset when empty).
+  Child(const std::vector<std::string>& arguments, const std::string& base_url, const std::filesystem::path& dir)
+      : stdout_path_((dir / "stdout.txt").string()), stderr_path_((dir / "stderr.txt").string()) {
+    std::vector<std::string> environment;
+    for (char** variable = environ; *variable != nullptr; ++variable) {
+      const std::string text = *variable;
+      if (text.rfind("OPENAI_", 0) != 0) environment.push_back(text);
+    }
+    if (!base_url.empty()) environment.push_back("OPENAI_BASE_URL=" + base_url);
+    std::vector<std::string> args{LLMRETRY_BATCH_PROGRAM};
+    args.insert(args.end(), arguments.begin(), arguments.end());
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& variable : environment) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, stdout_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int error = posix_spawn(&pid_, LLMRETRY_BATCH_PROGRAM, &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE(error == 0);
+  }
+
+  /// Waits for it to end. Returns its exit status (-1 when killed by a signal).
+  int wait() {
+    int status = 0;
+    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  /// Kills it with SIGKILL and waits for it.
+  void kill_now() {
+    ::kill(pid_, SIGKILL);
+    CHECK(wait() == -1);
+  }
+
+  std::string out() const { return read(stdout_path_); }
+  std::string err() const { return read(stderr_path_); }
+
+ private:
+  static std::string read(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  pid_t pid_ = 0;
+  std::string stdout_path_;
+  std::string stderr_path_;
+};
+
+/// Returns the parsed lines of a JSONL file (none when it does not exist).
+std::vector<nlohmann::json> lines_of(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string text; std::getline(in, text);) lines.push_back(nlohmann::json::parse(text));
+  return lines;
+}
+
+/// Returns how many complete lines `path` holds.
+std::size_t line_count(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::size_t count = 0;
+  for (std::string text; std::getline(in, text);) ++count;
+  return count;
+}
+
+/// Returns how many times each custom_id has a line in the output and errors files together.
+std::map<std::string, int> answers(const std::filesystem::path& dir) {
+  std::map<std::string, int> count;
+  for (const char* file : {"output.jsonl", "output.errors.jsonl"})
+    for (const auto& line : lines_of(dir / file)) ++count[line.at("custom_id").get<std::string>()];
+  return count;
+}
+
+/// Checks that each of the `count` tickets has exactly one line, a 200 answer in the output file.
+void check_answered_once(const std::filesystem::path& dir, int count) {
+  const auto answered = answers(dir);
+  CHECK(answered.size() == static_cast<std::size_t>(count));
+  for (const auto& [id, times] : answered) {
+    INFO(id);
+    CHECK(times == 1);
+  }
+  CHECK(line_count(dir / "output.errors.jsonl") == 0);
+  for (const auto& line : lines_of(dir / "output.jsonl")) CHECK(line.at("response").at("status_code") == 200);
+}
+
+/// Returns the Idempotency-Key of each request the provider received, from the `from`th on.
+std::vector<std::string> keys_received(const LoopbackProvider& provider, std::size_t from) {
+  std::vector<std::string> keys;
+  const auto requests = provider.requests();
+  for (std::size_t i = from; i < requests.size(); ++i)
+    keys.push_back(requests[i].header("Idempotency-Key").value_or(""));
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("2,000 lines against the rate-limited loopback provider: each answered once, a rerun sends nothing") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("learned");
+  const std::string input = write_input(dir, 2000);
+  const std::vector<std::string> arguments{input, (dir / "output.jsonl").string(), "--concurrency", "16"};
+
+  const auto start = std::chrono::steady_clock::now();
+  Child first(arguments, provider.base_url() + "/v1", dir);
+  REQUIRE(first.wait() == 0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto requests = static_cast<std::int64_t>(provider.request_count());
+  const double share = static_cast<double>(provider.refused()) / static_cast<double>(requests);
+  std::printf("llmretry-batch, 2,000 lines, limits learned: %lld requests, %lld answered 429 (%.2f %%), %.2f s\n%s",
+              static_cast<long long>(requests), static_cast<long long>(provider.refused()), 100.0 * share, seconds,
+              first.out().c_str());
+  check_answered_once(dir, 2000);
+  CHECK(provider.served() == 2000);
+  CHECK(share <= 0.01);
+  CHECK(first.out().find("wall time") != std::string::npos);
+
+  // Every Idempotency-Key is the request's own, the same on its retries.
+  std::set<std::string> keys;
+  const auto sent = provider.requests();
+  for (const auto& request : batch::read_input(input, provider.base_url() + "/v1")) keys.insert(request.key);
+  for (const auto& request : sent) CHECK(keys.count(request.header("Idempotency-Key").value_or("")) == 1);
+  CHECK(sent.front().path == "/v1/chat/completions");
+
+  Child rerun(arguments, provider.base_url() + "/v1", dir);
+  CHECK(rerun.wait() == 0);
+  CHECK(provider.request_count() == sent.size());
+  CHECK(rerun.out().find("requests: 0 sent") != std::string::npos);
+  check_answered_once(dir, 2000);
+}
+
+TEST_CASE("killed with SIGKILL mid-run and run again: no line answered twice, no completed request sent again") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("killed");
+  const std::string input = write_input(dir, 2000);
+  const std::vector<std::string> arguments{
+      input, (dir / "output.jsonl").string(), "--concurrency", "16", "--rpm", "30000", "--tpm", "1800000"};
+
+  Child first(arguments, provider.base_url(), dir);
+  while (line_count(dir / "output.jsonl") < 600) std::this_thread::sleep_for(5ms);
+  first.kill_now();
+  const std::size_t sent_before = provider.request_count();
+  std::set<std::string> completed;  // the keys of the lines written before the kill
+  std::map<std::string, std::string> key_of;
+  for (const auto& request : batch::read_input(input, provider.base_url())) key_of[request.custom_id] = request.key;
+  for (const auto& line : lines_of(dir / "output.jsonl")) completed.insert(key_of.at(line.at("custom_id")));
+
+  Child rerun(arguments, provider.base_url(), dir);
+  CHECK(rerun.wait() == 0);
+  check_answered_once(dir, 2000);
+  const auto resent = keys_received(provider, sent_before);
+  std::size_t resent_completed = 0;
+  for (const auto& key : resent) resent_completed += completed.count(key);
+  std::printf(
+      "llmretry-batch killed after %zu lines (%zu requests sent), rerun: %zu requests, %zu of them of a "
+      "completed line\n%s",
+      completed.size(), sent_before, resent.size(), resent_completed, rerun.out().c_str());
+  CHECK(resent_completed == 0);
+  CHECK(resent.size() < 2000 - completed.size() + 100);  // the rest, their 429s and those in flight at the kill
+}
+
+TEST_CASE("a bad input line exits with status 2 naming the line and field, before sending anything") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("bad_input");
+  const auto run_with = [&](const std::string& second_line) {
+    const std::string path = (dir / "input.jsonl").string();
+    std::ofstream(path) << R"({"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n'
+                        << second_line << '\n';
+    Child child({path, (dir / "output.jsonl").string()}, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    return child.err();
+  };
+  CHECK_THAT(run_with(R"({"method":"POST","url":"/v1/chat/completions","body":{}})"),
+             Catch::Matchers::Contains("input.jsonl:2: custom_id: missing"));
+  CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":7,"body":{}})"),
+             Catch::Matchers::Contains("input.jsonl:2: url: must be a non-empty string"));
+  CHECK_THAT(run_with(R"({"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}})"),
+             Catch::Matchers::Contains("input.jsonl:2: custom_id: \"a\" is already used on line 1"));
+  CHECK_THAT(run_with(R"({"custom_id":"b","method":"GET","url":"/v1/models","body":{}})"),
+             Catch::Matchers::Contains("input.jsonl:2: method: must be \"POST\""));
+  CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":[]})"),
+             Catch::Matchers::Contains("input.jsonl:2: body: must be a JSON object"));
+  CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{},"x":1})"),
+             Catch::Matchers::Contains("input.jsonl:2: x: unknown field"));
+  CHECK_THAT(run_with(R"({"custom_id":"b",)"), Catch::Matchers::Contains("input.jsonl:2: not JSON"));
+  CHECK(provider.request_count() == 0);
+}
+
+TEST_CASE("a request that fails for good goes to the errors file with the stop reason and the provider's code") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::context_length_exceeded());
+  const auto dir = work_dir("errors");
+  const std::string path = (dir / "input.jsonl").string();
+  std::ofstream(path) << R"({"custom_id":"long","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n';
+  Child child({path, (dir / "output.jsonl").string(), "--concurrency", "1"}, provider.base_url() + "/v1/", dir);
+  CHECK(child.wait() == 1);
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].at("custom_id") == "long");
+  CHECK(errors[0].at("error").at("code") == "context_length_exceeded");
+  CHECK(errors[0].at("error").at("stop_reason") == "not_retryable");
+  CHECK(errors[0].at("response").at("status_code") == 400);
+  CHECK(provider.requests().at(0).path == "/v1/chat/completions");
+
+  Child rerun({path, (dir / "output.jsonl").string()}, provider.base_url(), dir);
+  CHECK(rerun.wait() == 1);  // answered in the errors file: not sent again
+  CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("the base URL is resolved as the OpenAI SDKs do") {
+  CHECK(batch::resolve_url("https://api.openai.com/v1", "/v1/chat/completions") ==
+        "https://api.openai.com/v1/chat/completions");
+  CHECK(batch::resolve_url("https://api.openai.com/v1/", "/v1/embeddings") == "https://api.openai.com/v1/embeddings");
+  CHECK(batch::resolve_url("http://127.0.0.1:8080", "/v1/chat/completions") ==
+        "http://127.0.0.1:8080/v1/chat/completions");
+  CHECK(batch::resolve_url("https://example.org/openai/v1", "/v1/responses") ==
+        "https://example.org/openai/v1/responses");
+  CHECK(batch::resolve_url("https://example.org/v10", "/v1/responses") == "https://example.org/v10/v1/responses");
+}
