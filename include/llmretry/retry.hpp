@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <type_traits>
@@ -341,9 +342,10 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
   Attempt attempt;
   if (const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt)) throw AttemptRefused(*refusal);
   for (;;) {
-    // What the attempt left when it failed: its exception, or the answer the check rejected. Both are
-    // new in every attempt, so that a success has nothing of them to destroy.
-    std::exception_ptr error;
+    // What the attempt left when it failed: its exception, or the answer the check rejected. Both are new
+    // in every attempt, and the exception is held through a pointer whose address never escapes, so that
+    // the compiler sees a success has nothing of them to destroy (a failure allocates it).
+    std::unique_ptr<std::exception_ptr> error;
     [[maybe_unused]] std::conditional_t<std::is_void_v<R> || plain, bool, std::optional<Kept>> rejected_answer{};
     Failure failure;
     try {
@@ -366,7 +368,7 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
     } catch (const std::exception& exception) {
       // An exception nobody recognises is an unknown failure, which is never retried.
       failure = classify_exception(options, exception);
-      error = std::current_exception();
+      error = std::make_unique<std::exception_ptr>(std::current_exception());
     } catch (...) {
       loop.abandoned();
       throw;
@@ -376,7 +378,7 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
       if constexpr (!std::is_void_v<R> && !plain) {
         if (rejected_answer) return static_cast<R>(*std::move(rejected_answer));
       }
-      std::rethrow_exception(error);
+      std::rethrow_exception(*error);
     };
     const Decision decision = loop.failed(failure);
     if (!decision.retry) return end();

@@ -97,7 +97,7 @@ Error expect_throw(Run& run, Call& call, const llmretry::RetryPolicy& policy = {
 
 }  // namespace
 
-TEST_CASE("the seed's Azure 429, then success: waits at least retry-after-ms, same key on every attempt") {
+TEST_CASE("a real Azure 429, then success: waits at least retry-after-ms, same key on every attempt") {
   LoopbackProvider server;
   server.then(LoopbackProvider::azure_rate_limited()).then(LoopbackProvider::chat_completion("bonjour"));
   Call call(chat_request(server), options_for(Provider::azure_openai));
@@ -113,7 +113,7 @@ TEST_CASE("the seed's Azure 429, then success: waits at least retry-after-ms, sa
   CHECK(call.attempts() == 2);
 }
 
-TEST_CASE("the seed's Azure 429 is a RateLimited that carries the failure, the response and its rate-limit state") {
+TEST_CASE("a real Azure 429 is a RateLimited that carries the failure, the response and its rate-limit state") {
   LoopbackProvider server;
   server.then(LoopbackProvider::azure_rate_limited());
   Call call(chat_request(server), options_for(Provider::azure_openai));

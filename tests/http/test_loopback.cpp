@@ -118,7 +118,7 @@ TEST_CASE("the ready-made error responses") {
   LoopbackProvider server;
   auto client = client_of(server);
 
-  SECTION("the seed's Azure 429") {
+  SECTION("a real Azure 429") {
     server.then(LoopbackProvider::azure_rate_limited());
     auto response = post(client);
     REQUIRE(response);
