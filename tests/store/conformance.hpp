@@ -134,7 +134,7 @@ TEMPLATE_TEST_CASE("idempotency: keys of 1 to 255 bytes; concurrent claims, one 
   std::vector<std::thread> threads;
   for (int i = 0; i < 16; ++i)
     threads.emplace_back([&, i] {
-      const auto status = keys->claim("race", "fp", "token-" + std::to_string(i)).status;
+      const auto status = keys->claim("race", "fp", std::string("token-").append(std::to_string(i))).status;
       ++(status == store::ClaimStatus::claimed ? claimed : in_flight);
     });
   for (auto& thread : threads) thread.join();
@@ -334,7 +334,7 @@ TEMPLATE_TEST_CASE("queue: delayed jobs; concurrent takers get each job once", "
   CHECK(job->id == "later");
 
   constexpr int jobs = 200;
-  for (int i = 0; i < jobs; ++i) REQUIRE(queue->enqueue({"j" + std::to_string(i), "p", i % 3, 0ms}));
+  for (int i = 0; i < jobs; ++i) REQUIRE(queue->enqueue({std::string("j").append(std::to_string(i)), "p", i % 3, 0ms}));
   std::mutex mutex;
   std::multiset<std::string> taken;
   std::vector<std::thread> threads;
