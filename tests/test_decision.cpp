@@ -133,7 +133,7 @@ TEST_CASE("The generator is drawn from only when the call may retry", "[decision
     using result_type = std::uint64_t;
     static constexpr result_type min() { return 0; }
     static constexpr result_type max() { return ~result_type{0}; }
-    result_type operator()() { return ++draws * 0x9E3779B97F4A7C15ull; }
+    result_type operator()() { return static_cast<result_type>(++draws) * 0x9E3779B97F4A7C15ull; }
     int draws = 0;
   } rng;
   RetryPolicy policy;  // full jitter: the shortest wait is zero

@@ -521,8 +521,8 @@ namespace {
 /// Returns `text` as a gzip member holding one stored (uncompressed) deflate block. Requires text.size() < 65536.
 std::string gzip_stored(const std::string& text) {
   std::uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char byte : text) {
-    crc ^= byte;
+  for (const char c : text) {
+    crc ^= static_cast<unsigned char>(c);
     for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
   }
   crc = ~crc;
