@@ -285,3 +285,38 @@ TEST_CASE("guards(): begin runs on every ticket that has one; a refusal there gi
   CHECK(held.log == std::vector<std::string>{"began", "released"});
   CHECK(scripted.log == std::vector<std::string>{"admit 1", "cancelled 1"});
 }
+
+TEST_CASE("A guard that throws on hearing a success does not turn the success into a failure", "[guard]") {
+  struct Throwing {
+    struct Ticket {
+      std::vector<std::string>* log;
+      void succeeded(const int& /*answer*/) { throw std::runtime_error("metrics backend down"); }
+      void failed(const Failure& /*failure*/) { log->push_back("failed"); }
+    };
+    std::vector<std::string> log;
+    Admission<Ticket> admit(const Attempt& /*attempt*/) { return Admission<Ticket>::go(Ticket{&log}); }
+  } guard;
+  FakeSleep sleep;
+  int calls = 0;
+  CHECK_THROWS_WITH(call_with_retry([&] { return ++calls; }, no_jitter(), sleep, guard), "metrics backend down");
+  CHECK(calls == 1);         // not retried
+  CHECK(guard.log.empty());  // and never told it failed
+}
+
+TEST_CASE("A guard's wait that uses up the time left refuses the attempt for the deadline", "[guard]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  ScriptedGuard guard;
+  CallOptions options;
+  options.clock = std::ref(clock);
+  options.deadline = clock.now() + 2s;
+  CallStats stats;
+  options.stats = &stats;
+  guard.answers = {{2s, {}}};  // exactly the time left: allowed, but nothing remains for the attempt
+  int calls = 0;
+  CHECK_THROWS_AS(call_with_retry([&](const Attempt&) { return ++calls; }, no_jitter(), sleep, guard, options),
+                  AttemptRefused);
+  CHECK(calls == 0);
+  CHECK(stats.stopped == StopReason::deadline);
+  CHECK(guard.log.back() == "cancelled 1");
+}

@@ -229,7 +229,13 @@ class RetryLoop {
           return refuse(Refusal{*stop, Failure::timed_out(Sent::not_sent)});
         }
         sleep_(admission.wait());
-        if (options_.deadline) attempt.time_left = time_left();
+        if (options_.deadline) {
+          attempt.time_left = time_left();
+          if (*attempt.time_left <= std::chrono::milliseconds::zero()) {
+            ticket_.reset();
+            return refuse(Refusal{StopReason::deadline, Failure::timed_out(Sent::not_sent)});
+          }
+        }
       }
       if constexpr (has_begin<Ticket>::value) {
         if (auto refusal = ticket_->begin(std::as_const(attempt))) {
@@ -248,16 +254,14 @@ class RetryLoop {
   template <class... Answer>
   void succeeded(const Answer&... answer) {
     if constexpr (guarded) {
-      ticket_->succeeded(answer...);
-      ticket_.reset();
+      if (auto ticket = take_ticket()) ticket->succeeded(answer...);
     }
   }
 
   /// Records the failure of the attempt and returns what to do next; runs on_give_up when that is to stop.
   Decision failed(const Failure& failure) {
     if constexpr (guarded) {
-      ticket_->failed(failure);
-      ticket_.reset();
+      if (auto ticket = take_ticket()) ticket->failed(failure);
     }
     const Decision decision = state().next(failure, rng_, options_.deadline ? time_left() : std::nullopt);
     if (!decision.retry) give_up(decision.reason, failure);
@@ -273,6 +277,17 @@ class RetryLoop {
   /// Records that the attempt ended with something that is not a std::exception: its ticket learns nothing.
   void abandoned() noexcept {
     if constexpr (guarded) ticket_.reset();
+  }
+
+  /// Returns the attempt's ticket, leaving none behind: it is destroyed (and gives back what it holds)
+  /// when the caller is done with it, even if telling it the outcome throws.
+  std::optional<Ticket> take_ticket() noexcept {
+    std::optional<Ticket> ticket;
+    if (ticket_) {
+      ticket.emplace(std::move(*ticket_));
+      ticket_.reset();
+    }
+    return ticket;
   }
 
   /// Returns the policy the loop follows.
@@ -342,28 +357,28 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
   Attempt attempt;
   if (const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt)) throw AttemptRefused(*refusal);
   for (;;) {
-    // What the attempt left when it failed: its exception, or the answer the check rejected. Both are new
-    // in every attempt, and the exception is held through a pointer whose address never escapes, so that
-    // the compiler sees a success has nothing of them to destroy (a failure allocates it).
+    // What the attempt left: its exception, or its answer (kept for the guard, or to return when the check
+    // rejected it and the call stops). Both are new in every attempt, and the exception is held through a
+    // pointer whose address never escapes, so that the compiler sees a plain success has nothing of them
+    // to destroy (a failure allocates it).
     std::unique_ptr<std::exception_ptr> error;
-    [[maybe_unused]] std::conditional_t<std::is_void_v<R> || plain, bool, std::optional<Kept>> rejected_answer{};
+    [[maybe_unused]] std::conditional_t<std::is_void_v<R> || plain, bool, std::optional<Kept>> answer{};
     Failure failure;
+    // The guard hears a success outside the try: what it throws then is not the attempt's failure.
+    [[maybe_unused]] bool answered = false;
     try {
       if constexpr (std::is_void_v<R>) {
         invoke_attempt(call, attempt);
-        loop.succeeded();
-        return;
+        answered = true;
       } else if constexpr (plain) {
         return invoke_attempt(call, attempt);  // no copy, whatever R is
       } else {
-        Kept answer = invoke_attempt(call, attempt);
-        const std::optional<Failure> rejection = rejected(check, static_cast<const R&>(answer));
-        if (!rejection) {
-          loop.succeeded(static_cast<const R&>(answer));
-          return static_cast<R>(std::move(answer));
+        answer.emplace(invoke_attempt(call, attempt));
+        if (const std::optional<Failure> rejection = rejected(check, static_cast<const R&>(*answer))) {
+          failure = *rejection;
+        } else {
+          answered = true;
         }
-        failure = *rejection;
-        rejected_answer.emplace(std::move(answer));
       }
     } catch (const std::exception& exception) {
       // An exception nobody recognises is an unknown failure, which is never retried.
@@ -373,10 +388,18 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
       loop.abandoned();
       throw;
     }
+    if constexpr (std::is_void_v<R>) {
+      if (answered) return loop.succeeded();
+    } else if constexpr (!plain) {
+      if (answered) {
+        loop.succeeded(static_cast<const R&>(*answer));
+        return static_cast<R>(*std::move(answer));
+      }
+    }
     // The last failure ends the call: the answer the check rejected comes back, an exception is rethrown.
     const auto end = [&]() -> R {
       if constexpr (!std::is_void_v<R> && !plain) {
-        if (rejected_answer) return static_cast<R>(*std::move(rejected_answer));
+        if (!error) return static_cast<R>(*std::move(answer));
       }
       std::rethrow_exception(*error);
     };

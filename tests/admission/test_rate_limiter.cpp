@@ -216,3 +216,46 @@ TEST_CASE("Reservations from many threads are neither lost nor doubled", "[rate_
   for (std::size_t i = 0; i < all.size(); ++i) REQUIRE(all[i] == milliseconds{10 * static_cast<long long>(i)});
   CHECK(limiter.stats().granted == threads * each);
 }
+
+TEST_CASE("After a pause, calls start at the limit's rate, not all together", "[rate_limiter]") {
+  RateLimiter limiter{rpm(600, 10)};  // 10 at once, then one every 100 ms
+  limiter.pause_until(t0 + 20s);
+  std::vector<milliseconds> waits;
+  for (int i = 0; i < 12; ++i) waits.push_back(limiter.reserve(Cost{}, t0).wait_after(t0));
+  CHECK(waits.front() == 20s);
+  CHECK(waits[9] == 20s);        // the burst at the end of the pause
+  CHECK(waits[10] == 20'100ms);  // then spaced again
+  CHECK(waits[11] == 20'200ms);
+}
+
+TEST_CASE("Refusals within the provider's wait set the limits back once", "[rate_limiter]") {
+  RateLimiter limiter{rpm(60, 1)};
+  for (int i = 0; i < 16; ++i) limiter.set_back(500ms, t0);    // sixteen workers refused by one overload
+  CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 500ms);  // half a second of capacity taken, once
+  CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 1500ms);
+  limiter.set_back(500ms, t0 + 600ms);  // a later overload counts again
+  CHECK(limiter.reserve(Cost{}, t0 + 600ms).wait_after(t0 + 600ms) == 2400ms);
+}
+
+TEST_CASE("A cost within the configured limit is not refused while slowed down", "[rate_limiter]") {
+  Limits limits;
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(1000);
+  RateLimiter limiter{limits};
+  REQUIRE(limiter.slow_down(t0));
+  CHECK(limiter.limit(Dimension::tokens_per_minute)->limit == 700);
+  CHECK(limiter.reserve(tokens(900), t0).granted());
+  CHECK(limiter.reserve(tokens(1001), t0).status() == ReservationStatus::too_large);
+}
+
+TEST_CASE("A usage out of range from the provider is bounded, never overflows", "[rate_limiter]") {
+  Limits limits;
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 1000);
+  RateLimiter limiter{limits};
+  auto r = limiter.reserve(tokens(100), t0);
+  limiter.settle(r, Cost{1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()}, t0);
+  const auto later = limiter.reserve(tokens(100), t0);
+  CHECK(later.granted());
+  CHECK(later.wait_after(t0) > std::chrono::hours{24});  // an enormous debt, not a wrapped-around credit
+  auto negative = limiter.reserve(Cost{1, -5, -5}, t0);  // negative parts count as nothing
+  CHECK(negative.status() != ReservationStatus::too_large);
+}

@@ -244,18 +244,18 @@ TEST_CASE("a bad input line exits with status 2 naming the line and field, befor
     return child.err();
   };
   CHECK_THAT(run_with(R"({"method":"POST","url":"/v1/chat/completions","body":{}})"),
-             Catch::Matchers::Contains("input.jsonl:2: custom_id: missing"));
+             llmretry_catch::contains("input.jsonl:2: custom_id: missing"));
   CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":7,"body":{}})"),
-             Catch::Matchers::Contains("input.jsonl:2: url: must be a non-empty string"));
+             llmretry_catch::contains("input.jsonl:2: url: must be a non-empty string"));
   CHECK_THAT(run_with(R"({"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}})"),
-             Catch::Matchers::Contains("input.jsonl:2: custom_id: \"a\" is already used on line 1"));
+             llmretry_catch::contains("input.jsonl:2: custom_id: \"a\" is already used on line 1"));
   CHECK_THAT(run_with(R"({"custom_id":"b","method":"GET","url":"/v1/models","body":{}})"),
-             Catch::Matchers::Contains("input.jsonl:2: method: must be \"POST\""));
+             llmretry_catch::contains("input.jsonl:2: method: must be \"POST\""));
   CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":[]})"),
-             Catch::Matchers::Contains("input.jsonl:2: body: must be a JSON object"));
+             llmretry_catch::contains("input.jsonl:2: body: must be a JSON object"));
   CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{},"x":1})"),
-             Catch::Matchers::Contains("input.jsonl:2: x: unknown field"));
-  CHECK_THAT(run_with(R"({"custom_id":"b",)"), Catch::Matchers::Contains("input.jsonl:2: not JSON"));
+             llmretry_catch::contains("input.jsonl:2: x: unknown field"));
+  CHECK_THAT(run_with(R"({"custom_id":"b",)"), llmretry_catch::contains("input.jsonl:2: not JSON"));
   CHECK(provider.request_count() == 0);
 }
 

@@ -275,8 +275,7 @@ class CircuitBreaker::Guard {
 
    private:
     void finish(bool failed) {
-      CircuitBreaker* breaker = std::exchange(breaker_, nullptr);
-      breaker->record(pass_, failed, breaker->now());
+      if (CircuitBreaker* breaker = std::exchange(breaker_, nullptr)) breaker->record(pass_, failed, breaker->now());
     }
 
     CircuitBreaker* breaker_;

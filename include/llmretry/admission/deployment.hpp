@@ -113,7 +113,7 @@ class Deployment {
     if (failure.kind == FailureKind::rate_limited) {
       if (failure.provider_wait) {
         limiter_.pause_until(now + *failure.provider_wait);
-        limiter_.set_back(*failure.provider_wait);
+        limiter_.set_back(*failure.provider_wait, now);
       }
       if (options_.learning == Learning::adaptive) limiter_.slow_down(now);
     }

@@ -68,15 +68,18 @@ inline constexpr std::size_t dimension_count = 6;
   return "unknown";
 }
 
-/// Returns the part of `cost` that `dimension` is charged.
+/// Returns the part of `cost` that `dimension` is charged, each part of the cost bounded to [0, 10^12].
 [[nodiscard]] constexpr std::int64_t charge_of(const Cost& cost, Dimension dimension) noexcept {
+  // A cost is untrusted (a usage the provider reported): each part counts in [0, 10^12], so that sums fit.
+  constexpr std::int64_t most = 1'000'000'000'000;
+  const auto bounded = [](std::int64_t units) { return units < 0 ? 0 : units > most ? most : units; };
   switch (dimension) {
     case Dimension::requests_per_minute:
-    case Dimension::requests_per_day: return cost.requests;
+    case Dimension::requests_per_day: return bounded(cost.requests);
     case Dimension::tokens_per_minute:
-    case Dimension::tokens_per_day: return cost.tokens();
-    case Dimension::input_tokens_per_minute: return cost.input_tokens;
-    case Dimension::output_tokens_per_minute: return cost.output_tokens;
+    case Dimension::tokens_per_day: return bounded(cost.input_tokens) + bounded(cost.output_tokens);
+    case Dimension::input_tokens_per_minute: return bounded(cost.input_tokens);
+    case Dimension::output_tokens_per_minute: return bounded(cost.output_tokens);
   }
   return 0;
 }

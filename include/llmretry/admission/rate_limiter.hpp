@@ -120,8 +120,7 @@ class RateLimiter {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
-  /// Slow-down factor on a 429 without rate-limit headers, in thousandths: the rate is multiplied by
-  /// 0.7 (the multiplicative decrease of CUBIC, RFC 8312, which AWS SDKs' adaptive retry mode uses).
+  /// Slow-down factor on a 429 without rate-limit headers, in thousandths: the rate is multiplied by 0.7.
   static constexpr std::int64_t slow_down_per_mille = 700;
   /// Recovery after a slow-down: 1 % of the configured limit per second, back to it in at most 100 s.
   static constexpr std::int64_t recovery_per_mille_per_second = 10;
@@ -150,7 +149,7 @@ class RateLimiter {
     reservation.cost_ = cost;
     const std::int64_t now_ns = ns(now);
     for (std::size_t i = 0; i < dimension_count; ++i) {
-      if (!cells_[i].active() || charge_of(cost, static_cast<Dimension>(i)) <= cells_[i].limit()) continue;
+      if (!cells_[i].active() || charge_of(cost, static_cast<Dimension>(i)) <= cells_[i].configured()) continue;
       reservation.limited_by_ = static_cast<Dimension>(i);
       refused_.fetch_add(1, std::memory_order_relaxed);
       return reservation;  // too_large
@@ -182,7 +181,7 @@ class RateLimiter {
     reservation.status_ = ReservationStatus::granted;
     reservation.open_ = true;
     granted_.fetch_add(1, std::memory_order_relaxed);
-    tokens_reserved_.fetch_add(cost.tokens(), std::memory_order_relaxed);
+    tokens_reserved_.fetch_add(charge_of(cost, Dimension::tokens_per_minute), std::memory_order_relaxed);
     return reservation;
   }
 
@@ -192,7 +191,7 @@ class RateLimiter {
     if (!reservation.open_) return;
     give_back(reservation);
     reservation.open_ = false;
-    tokens_released_.fetch_add(reservation.cost_.tokens(), std::memory_order_relaxed);
+    tokens_released_.fetch_add(charge_of(reservation.cost_, Dimension::tokens_per_minute), std::memory_order_relaxed);
   }
 
   /// Charges `actual` (the usage the response reported at `now`) instead of the estimate an open
@@ -211,26 +210,34 @@ class RateLimiter {
       if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }
     reservation.open_ = false;
-    tokens_used_.fetch_add(actual.tokens(), std::memory_order_relaxed);
+    tokens_used_.fetch_add(charge_of(actual, Dimension::tokens_per_minute), std::memory_order_relaxed);
   }
 
-  /// Holds every reservation made from now on until `until` at least: one refusal (a 429 and its
-  /// Retry-After) slows every caller of the deployment at once. An earlier `until` than the current
-  /// pause changes nothing.
+  /// Holds every reservation made from now on until `until` at least, and raises every dimension's level
+  /// so that the calls after it are spread at the limit's rate, not let go together: one refusal (a 429
+  /// and its Retry-After) slows every caller of the deployment at once. An earlier `until` than the
+  /// current pause changes nothing.
   void pause_until(time_point until) noexcept {
     const std::int64_t target = ns(until);
     std::int64_t current = paused_until_.load(std::memory_order_relaxed);
     while (current < target && !paused_until_.compare_exchange_weak(current, target, std::memory_order_release,
                                                                     std::memory_order_relaxed)) {}
-  }
-  /// Moves every dimension's level back by `wait`: the provider refused a call that the limiter thought it
-  /// had room for, and asked for `wait` more (a request reaches the provider a little after it is
-  /// reserved, and what the provider refills while full in between is lost to it, not to the limiter).
-  /// Each such refusal corrects the drift by what the provider said was missing.
-  void set_back(std::chrono::milliseconds wait) noexcept {
-    const std::int64_t delta = std::chrono::nanoseconds{wait}.count();
     for (Cell& cell : cells_)
-      if (cell.active()) cell.adjust(delta);
+      if (cell.active()) cell.raise_to(target);  // after the pause, starts are spread at the limit's rate again
+  }
+  /// Moves every dimension's level back by `wait` at `now`: the provider refused a call that the limiter
+  /// thought it had room for, and asked for `wait` more (a request reaches the provider a little after it
+  /// is reserved, and what the provider refills while full in between is lost to it, not to the limiter).
+  /// Refusals that arrive within `wait` of the last one counted are the same overload: they do not add up.
+  void set_back(std::chrono::milliseconds wait, time_point now) noexcept {
+    const std::int64_t now_ns = ns(now);
+    const std::int64_t delta = std::chrono::nanoseconds{wait}.count();
+    std::int64_t counted_until = set_back_until_.load(std::memory_order_relaxed);
+    if (now_ns < counted_until ||
+        !set_back_until_.compare_exchange_strong(counted_until, now_ns + delta, std::memory_order_relaxed))
+      return;
+    for (Cell& cell : cells_)
+      if (cell.active()) cell.take_time(delta, now_ns);
   }
 
   /// Returns when the current pause ends (in the past when there is none).
@@ -253,7 +260,8 @@ class RateLimiter {
     learn_window(reported.output_tokens, Dimension::output_tokens_per_minute, now_ns);
   }
 
-  /// Lowers the rate of every per-minute dimension to 0.7 of what it is (at least 1 per period), at most
+  /// Lowers the rate of every dimension whose period is at most a minute to 0.7 of what it is (at least 1
+  /// per period; per-day limits are left alone), at most
   /// once per slow_down_interval: for a 429 from a provider that sends no rate-limit headers. The rate
   /// then recovers by 1 % of its limit per second. Returns true when it slowed down.
   bool slow_down(time_point now) noexcept {
@@ -301,6 +309,15 @@ class RateLimiter {
  private:
   static constexpr std::int64_t no_time = std::numeric_limits<std::int64_t>::min();
 
+  /// Returns a + b, saturated to the int64 range.
+  static std::int64_t saturated_sum(std::int64_t a, std::int64_t b) noexcept {
+    constexpr auto max = std::numeric_limits<std::int64_t>::max();
+    constexpr auto min = std::numeric_limits<std::int64_t>::min();
+    if (b > 0 && a > max - b) return max;
+    if (b < 0 && a < min - b) return min;
+    return a + b;
+  }
+
   static std::int64_t ns(time_point when) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
   }
@@ -319,6 +336,8 @@ class RateLimiter {
     }
     [[nodiscard]] bool active() const noexcept { return active_.load(std::memory_order_acquire); }
     [[nodiscard]] std::int64_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+    /// Returns the limit it was configured with (or learned), which slowing down never lowers.
+    [[nodiscard]] std::int64_t configured() const noexcept { return configured_.load(std::memory_order_relaxed); }
     [[nodiscard]] std::int64_t burst() const noexcept {
       return std::min(burst_.load(std::memory_order_relaxed), limit());
     }
@@ -353,9 +372,20 @@ class RateLimiter {
     /// Returns the latest start of any reservation so far.
     [[nodiscard]] std::int64_t latest_start() const noexcept { return latest_start_.load(std::memory_order_relaxed); }
 
-    /// Moves the TAT by `delta` nanoseconds (negative: gives capacity back).
+    /// Takes `delta` nanoseconds of capacity at `now_ns` (from a full bucket too): the TAT moves from
+    /// max(TAT, now) by `delta`.
+    void take_time(std::int64_t delta, std::int64_t now_ns) noexcept {
+      std::int64_t tat = tat_.load(std::memory_order_relaxed);
+      while (!tat_.compare_exchange_weak(tat, saturated_sum(std::max(tat, now_ns), delta), std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {}
+    }
+
+    /// Moves the TAT by `delta` nanoseconds (negative: gives capacity back), saturating.
     void adjust(std::int64_t delta) noexcept {
-      if (delta != 0) tat_.fetch_add(delta, std::memory_order_acq_rel);
+      if (delta == 0) return;
+      std::int64_t tat = tat_.load(std::memory_order_relaxed);
+      while (!tat_.compare_exchange_weak(tat, saturated_sum(tat, delta), std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {}
     }
 
     /// Raises the TAT to `at_least` (never lowers it).
@@ -442,6 +472,7 @@ class RateLimiter {
   std::array<Cell, dimension_count> cells_;
   std::atomic<std::int64_t> paused_until_{no_time};
   std::atomic<std::int64_t> last_slow_down_{no_time};
+  std::atomic<std::int64_t> set_back_until_{no_time};
   std::atomic<std::int64_t> granted_{0};
   std::atomic<std::int64_t> refused_{0};
   std::atomic<std::int64_t> tokens_reserved_{0};
