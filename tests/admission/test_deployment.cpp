@@ -184,3 +184,13 @@ TEST_CASE("A concurrency slot is held only while the attempt is in flight", "[de
   CHECK(stats.stopped == StopReason::no_capacity);
   slots.release();
 }
+
+TEST_CASE("A 429 asking for an absurd wait pauses a day at most", "[deployment]") {
+  ManualClock clock;
+  Deployment deployment{options_with(clock, Limits::per_minute(600, 100'000))};
+  Reservation reservation = deployment.reserve(Cost{}, clock.now());
+  Failure refused = classify_status(429);
+  refused.provider_wait = milliseconds::max();
+  deployment.failed(reservation, refused, clock.now());
+  CHECK(deployment.limiter().paused_until() == clock.now() + std::chrono::hours{24});
+}

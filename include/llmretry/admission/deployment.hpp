@@ -112,8 +112,10 @@ class Deployment {
   void failed(Reservation& reservation, const Failure& failure, time_point now) noexcept {
     if (failure.kind == FailureKind::rate_limited) {
       if (failure.provider_wait) {
-        limiter_.pause_until(now + *failure.provider_wait);
-        limiter_.set_back(*failure.provider_wait, now);
+        // A provider's wait is untrusted and may be huge: a day at most, so that times cannot overflow.
+        const auto wait = std::min(*failure.provider_wait, std::chrono::milliseconds{std::chrono::hours{24}});
+        limiter_.pause_until(now + wait);
+        limiter_.set_back(wait, now);
       }
       if (options_.learning == Learning::adaptive) limiter_.slow_down(now);
     }

@@ -360,7 +360,8 @@ class RateLimiter {
       std::int64_t from = 0;
       do {
         from = std::max(tat, now_ns);
-      } while (!tat_.compare_exchange_weak(tat, from + held, std::memory_order_acq_rel, std::memory_order_relaxed));
+      } while (!tat_.compare_exchange_weak(tat, saturated_sum(from, held), std::memory_order_acq_rel,
+                                           std::memory_order_relaxed));
       return {held, from + std::min<std::int64_t>(held - tolerance, 0)};
     }
 
