@@ -111,6 +111,14 @@ double bound_seconds(const LoopbackLimits& limits) {
   return std::max(requests, token_seconds);
 }
 
+// Under a sanitizer every request reaches the provider later after its reservation than in a normal build,
+// and the share of 429s is no measure of the pacing: there, only the correctness checks hold.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool timing_is_measured = false;
+#else
+constexpr bool timing_is_measured = true;
+#endif
+
 /// Prints and checks a run: every call served once, and at most `max_share` of the requests refused.
 void check(const char* name, const LoopbackProvider& provider, const Run& run, double max_share) {
   const std::int64_t requests = provider.served() + provider.refused();
@@ -126,7 +134,7 @@ void check(const char* name, const LoopbackProvider& provider, const Run& run, d
   CHECK(run.errors.empty());
   CHECK(run.succeeded == call_count);
   CHECK(provider.served() == call_count);
-  CHECK(share <= max_share);
+  if (timing_is_measured) CHECK(share <= max_share);
   CHECK(run.wall.count() >= bound_seconds(provider_limits()) * 0.9);  // the provider held its limits
 }
 
