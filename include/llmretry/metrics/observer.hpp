@@ -1,0 +1,81 @@
+#ifndef LLMRETRY_METRICS_OBSERVER_HPP
+#define LLMRETRY_METRICS_OBSERVER_HPP
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "../failure.hpp"
+#include "../fallback.hpp"
+
+namespace llmretry::metrics {
+
+/// What a call is sent to: the labels `provider` and `model` (OpenTelemetry gen_ai.provider.name and
+/// gen_ai.request.model).
+struct Target {
+  std::string provider;  ///< such as "openai"
+  std::string model;     ///< such as "gpt-5.5"
+};
+
+/// A queue a request waits in: the labels `priority` and `task_type`.
+struct Queue {
+  std::string priority;   ///< such as "interactive" or "1"
+  std::string task_type;  ///< such as "chat" or "embeddings"
+};
+
+/// Which limit a rate-limit hit ran into: the label `limit_type`.
+enum class LimitType {
+  requests,     ///< requests per minute (or per day)
+  tokens,       ///< tokens per minute (or per day)
+  concurrency,  ///< requests in flight
+  unknown,      ///< the answer did not say
+};
+
+/// Returns the label value of a limit type: "requests", "tokens", "concurrency" or "unknown".
+[[nodiscard]] constexpr const char* to_string(LimitType type) noexcept {
+  switch (type) {
+    case LimitType::requests: return "requests";
+    case LimitType::tokens: return "tokens";
+    case LimitType::concurrency: return "concurrency";
+    case LimitType::unknown: break;
+  }
+  return "unknown";
+}
+
+/// Receives the events of calls. Every function does nothing by default: override those you count.
+/// Implementations must be safe to call from several threads at once.
+class Observer {
+ public:
+  Observer() = default;
+  Observer(const Observer&) = default;
+  Observer& operator=(const Observer&) = default;
+  Observer(Observer&&) = default;
+  Observer& operator=(Observer&&) = default;
+  virtual ~Observer() = default;
+
+  /// A logical request ended. `status`: "success", the name of the StopReason it gave up with
+  /// (to_string(StopReason)), or another short snake_case word of the caller's such as "rejected".
+  virtual void request_finished(const Target& /*target*/, std::string_view /*status*/) {}
+  /// An attempt failed with `failure` and is sent again; `resend_count` (1 for the first resend) is
+  /// OpenTelemetry's http.request.resend_count. Label error_type: to_string(failure.kind).
+  virtual void retried(const Target& /*target*/, const Failure& /*failure*/, int /*resend_count*/) {}
+  /// A request ran into a rate limit (an answer 429, or a refusal for want of capacity).
+  virtual void rate_limited(const Target& /*target*/, LimitType /*limit_type*/) {}
+  /// Tokens were reserved for a request before it was sent.
+  virtual void tokens_reserved(const Target& /*target*/, std::uint64_t /*tokens*/) {}
+  /// A request's answer reported the tokens it used.
+  virtual void tokens_used(const Target& /*target*/, std::uint64_t /*tokens*/) {}
+  /// A request entered `queue` (its depth grows by one).
+  virtual void queue_entered(const Queue& /*queue*/) {}
+  /// A request left `queue` after waiting `waited` (its depth shrinks by one).
+  virtual void queue_left(const Queue& /*queue*/, std::chrono::duration<double> /*waited*/) {}
+  /// A call that gave up on `from` moved to `to` for `reason` (label: to_string(reason)).
+  virtual void fell_back(const Target& /*from*/, const Target& /*to*/, FallbackReason /*reason*/) {}
+  /// A duplicate request got a stored answer (or was refused) instead of being sent again.
+  virtual void duplicate_suppressed(std::string_view /*task_type*/) {}
+};
+
+}  // namespace llmretry::metrics
+
+#endif  // LLMRETRY_METRICS_OBSERVER_HPP
