@@ -5,6 +5,7 @@
 
 #include <deque>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -301,6 +302,32 @@ TEST_CASE("A guard that throws on hearing a success does not turn the success in
   CHECK_THROWS_WITH(call_with_retry([&] { return ++calls; }, no_jitter(), sleep, guard), "metrics backend down");
   CHECK(calls == 1);         // not retried
   CHECK(guard.log.empty());  // and never told it failed
+}
+
+TEST_CASE("guards(): a ticket that throws on hearing the outcome does not keep it from the tickets after it",
+          "[guard]") {
+  struct Throwing {
+    struct Ticket {
+      void succeeded(const int& /*answer*/) { throw std::runtime_error("succeeded threw"); }
+      void failed(const Failure& /*failure*/) { throw std::runtime_error("failed threw"); }
+    };
+    Admission<Ticket> admit(const Attempt& /*attempt*/) { return Admission<Ticket>::go(Ticket{}); }
+  } throwing;
+  ScriptedGuard first;
+  ScriptedGuard last;
+  auto set = guards(first, throwing, throwing, last);
+  auto admission = set.admit(Attempt{});
+  REQUIRE(admission.admitted());
+  SECTION("a success") {
+    CHECK_THROWS_WITH(admission.ticket().succeeded(5), "succeeded threw");
+    CHECK(last.log == std::vector<std::string>{"admit 1", "succeeded 5"});
+  }
+  SECTION("a failure") {
+    CHECK_THROWS_WITH(admission.ticket().failed(Failure::of(FailureKind::server_error, Sent::maybe_processed)),
+                      "failed threw");
+    CHECK(last.log == std::vector<std::string>{"admit 1", "failed server_error"});
+  }
+  CHECK(first.log == std::vector<std::string>{"admit 1", last.log.back()});
 }
 
 TEST_CASE("A guard's wait that uses up the time left refuses the attempt for the deadline", "[guard]") {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 
 #include "attempt.hpp"
 #include "decision.hpp"
+#include "detail/config.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
 
@@ -142,17 +144,37 @@ class GuardSet {
       std::apply([&](auto&... ticket) { (void)((begin_one(ticket, attempt, refusal), !refusal) && ...); }, tickets_);
       return refusal;
     }
-    /// Tells every ticket the attempt succeeded with `answer`.
+    /// Tells every ticket the attempt succeeded with `answer`. When one throws, the tickets after it are
+    /// still told; then the first exception is rethrown.
     template <class... Answer>
     void succeeded(const Answer&... answer) {
-      std::apply([&](auto&... ticket) { (ticket.succeeded(answer...), ...); }, tickets_);
+      tell_each([&](auto& ticket) { ticket.succeeded(answer...); });
     }
-    /// Tells every ticket the attempt failed with `failure`.
+    /// Tells every ticket the attempt failed with `failure`. When one throws, the tickets after it are
+    /// still told; then the first exception is rethrown.
     void failed(const Failure& failure) {
-      std::apply([&](auto&... ticket) { (ticket.failed(failure), ...); }, tickets_);
+      tell_each([&](auto& ticket) { ticket.failed(failure); });
     }
 
    private:
+    template <class Tell>
+    void tell_each(const Tell& tell) {
+#if LLMRETRY_HAS_EXCEPTIONS
+      std::exception_ptr first;
+      const auto tell_one = [&](auto& ticket) {
+        try {
+          tell(ticket);
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      };
+      std::apply([&](auto&... ticket) { (tell_one(ticket), ...); }, tickets_);
+      if (first) std::rethrow_exception(first);
+#else
+      std::apply([&](auto&... ticket) { (tell(ticket), ...); }, tickets_);
+#endif
+    }
+
     template <class One>
     static void begin_one(One& ticket, const Attempt& attempt, std::optional<Refusal>& refusal) {
       if constexpr (detail::has_begin<One>::value) refusal = ticket.begin(attempt);
