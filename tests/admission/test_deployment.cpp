@@ -3,6 +3,7 @@
 #include <llmretry/retry.hpp>
 #include <llmretry/testing.hpp>
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,21 @@ TEST_CASE("The answer's usage settles the reservation, its headers teach the lim
   auto next = deployment.pace(Cost{1, 0, 900});
   CHECK(call_with_retry([] { return Answer{}; }, no_jitter(), sleep, next).body.empty());
   CHECK(sleep.waits().empty());  // the 900 unused tokens came back: no wait
+}
+
+TEST_CASE("A usage reader that throws settles the success with the estimate", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  Limits limits;
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 1000);
+  DeploymentOptions options = options_with(clock, limits);
+  options.read_usage = [](std::string_view /*body*/) -> std::optional<Cost> { throw std::runtime_error("bad"); };
+  Deployment deployment{options};
+  auto pacing = deployment.pace(Cost{1, 0, 1000});
+  CHECK(call_with_retry([] { return Answer{"100", {}}; }, no_jitter(), sleep, pacing).body == "100");
+  const auto stats = deployment.limiter().stats();
+  CHECK(stats.tokens_used == 1000);
+  CHECK(stats.tokens_released == 0);
 }
 
 TEST_CASE("A 429 pauses every call of the deployment for the provider's wait", "[deployment]") {

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "llmretry_catch.hpp"
 #include "redis_fixture.hpp"
@@ -127,6 +129,15 @@ TEST_CASE("redis pacing: the ticket settles with the answer's usage, or gives ba
     CHECK(wait_for(limiter, tokens(9000)) == 0ms);  // 1,000 used of 10,000
     CHECK(about(wait_for(limiter, tokens(10000)), 100s));
   }
+  SECTION("a usage reader that throws: the success is charged the estimate") {
+    const llmretry::UsageReader throwing = [](std::string_view /*body*/) -> std::optional<Cost> {
+      throw std::runtime_error("bad usage");
+    };
+    const auto answer = call_with_retry([] { return Answer{"1000"}; }, RetryPolicy{},
+                                        limiter.pace(estimate, std::nullopt, throwing), f.sleep);
+    CHECK(answer.body == "1000");
+    CHECK(about(wait_for(limiter, tokens(1000)), 100s));  // 10,000 charged, not given back
+  }
   SECTION("without a usage reader the estimate stays charged") {
     (void)call_with_retry([] { return Answer{"1000"}; }, RetryPolicy{}, limiter.pace(estimate), f.sleep);
     CHECK(about(wait_for(limiter, tokens(1000)), 100s));
@@ -211,7 +222,8 @@ TEST_CASE("redis pacing: Redis gone, attempts are refused (fail closed) and noth
     CHECK(pacing.error()->operation() == "rate limiter settle");
   }
   SECTION("a ticket that cannot give back is destroyed quietly") {
-    CHECK_NOTHROW(admitted.reset());
+    static_assert(std::is_nothrow_destructible_v<RateLimiter::Pacing::Ticket>);
+    admitted.reset();
     REQUIRE(pacing.error());
     CHECK(pacing.error()->operation() == "rate limiter cancel");
   }

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "../decision.hpp"
+#include "../detail/config.hpp"
 #include "../failure.hpp"
 #include "../guard.hpp"
 #include "../http/rate_limits.hpp"
@@ -39,14 +40,27 @@ struct has_headers<T, std::void_t<decltype(parse_rate_limits(std::declval<const 
 }  // namespace detail
 
 /// Returns the usage `read_usage` finds in the `body` member of `answer` (such as curl::Response's);
-/// nullopt when the answer has no body, `read_usage` is empty, or it finds none. Throws what
-/// `read_usage` throws.
+/// nullopt when the answer has no body, `read_usage` is empty, finds none, or throws: an answer that came
+/// is settled (with the estimate) and reported as it came, whatever its reader does, so the exception is
+/// dropped.
 template <class Answer>
-[[nodiscard]] std::optional<Cost> reported_usage(const Answer& answer, const UsageReader& read_usage) {
+[[nodiscard]] std::optional<Cost> reported_usage(const Answer& answer, const UsageReader& read_usage) noexcept {
   if constexpr (detail::has_body<Answer>::value) {
-    if (read_usage) return read_usage(std::string_view(answer.body));
+    if (!read_usage) return std::nullopt;
+#if LLMRETRY_HAS_EXCEPTIONS
+    try {
+      return read_usage(std::string_view(answer.body));
+    } catch (...) {
+      return std::nullopt;
+    }
+#else
+    return read_usage(std::string_view(answer.body));
+#endif
+  } else {
+    (void)answer;
+    (void)read_usage;
+    return std::nullopt;
   }
-  return std::nullopt;
 }
 
 /// Returns what a reservation of `estimate` keeps charged after an attempt that failed with `failure`:

@@ -241,12 +241,18 @@ class RateLimiter::Pacing {
     Ticket& operator=(Ticket&&) = delete;
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
-    /// Gives back what an attempt that heard neither success nor failure holds.
+    /// Gives back what an attempt that heard neither success nor failure holds. Never throws: a failure
+    /// that cannot even be kept in error() (out of memory) is dropped, the reservation left charged.
     ~Ticket() {
-      pacing_->guarded([&] { pacing_->limiter_->cancel(reservation_); });
+      try {
+        pacing_->guarded([&] { pacing_->limiter_->cancel(reservation_); });
+      } catch (...) {
+        // dropped: a destructor must not throw
+      }
     }
 
-    /// Settles with the usage the answer reports (the estimate without). Throws what the usage reader throws.
+    /// Settles with the usage the answer reports (the estimate when it reports none or its reader throws:
+    /// see reported_usage).
     template <class Answer>
     void succeeded(const Answer& answer) {
       const Cost usage = reported_usage(answer, pacing_->read_usage_).value_or(reservation_.cost());
