@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "../attempt.hpp"
@@ -20,6 +21,15 @@
 #include "settlement.hpp"
 
 namespace llmretry {
+
+namespace detail {
+template <class T, class = void>
+struct has_headers : std::false_type {};
+template <class T>
+struct has_headers<T, std::void_t<decltype(parse_rate_limits(std::declval<const T&>().headers,
+                                                             std::chrono::system_clock::time_point{}))>>
+    : std::true_type {};
+}  // namespace detail
 
 /// How a deployment learns the provider's limits besides what it was configured with.
 enum class Learning {
@@ -77,9 +87,7 @@ class Deployment {
   /// Reserves `estimate` at `now`, waiting at most `max_wait` (and max_queue_wait).
   [[nodiscard]] Reservation reserve(const Cost& estimate, time_point now,
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
-    if (options_.max_queue_wait)
-      max_wait = max_wait ? std::min(*max_wait, *options_.max_queue_wait) : options_.max_queue_wait;
-    return limiter_.reserve(estimate, now, max_wait);
+    return limiter_.reserve(estimate, now, shorter_wait(max_wait, options_.max_queue_wait));
   }
 
   /// Records a successful attempt at `now`: learns from `reported` (the answer's rate-limit headers),
@@ -155,13 +163,11 @@ class Deployment::Pacing {
     [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
       ConcurrencyLimit* limit = deployment_->concurrency();
       if (limit == nullptr) return std::nullopt;
-      std::optional<std::chrono::milliseconds> wait = slot_wait_;
-      if (attempt.time_left) wait = wait ? std::min(*wait, *attempt.time_left) : attempt.time_left;
+      const std::optional<std::chrono::milliseconds> wait = shorter_wait(slot_wait_, attempt.time_left);
       slot_ = wait ? limit->acquire_until(std::chrono::steady_clock::now() + *wait)
                    : limit->acquire_until(std::chrono::steady_clock::time_point::max());
       if (slot_) return std::nullopt;
-      const bool deadline = attempt.time_left && (!slot_wait_ || *attempt.time_left <= *slot_wait_);
-      return Refusal{deadline ? StopReason::deadline : StopReason::no_capacity,
+      return Refusal{reason_for_wait(attempt.time_left, slot_wait_),
                      Failure::of(FailureKind::rate_limited, Sent::not_sent)};
     }
 

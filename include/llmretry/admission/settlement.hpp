@@ -5,6 +5,7 @@
 /// attempt: why it refuses one that was not granted, what an answer reports it used, and what a failed
 /// attempt keeps charged. Shared so that every limiter paces a call the same way.
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -16,7 +17,6 @@
 #include "../detail/config.hpp"
 #include "../failure.hpp"
 #include "../guard.hpp"
-#include "../http/rate_limits.hpp"
 #include "limits.hpp"
 #include "rate_limiter.hpp"
 
@@ -31,12 +31,6 @@ template <class T, class = void>
 struct has_body : std::false_type {};
 template <class T>
 struct has_body<T, std::void_t<decltype(std::string_view(std::declval<const T&>().body))>> : std::true_type {};
-template <class T, class = void>
-struct has_headers : std::false_type {};
-template <class T>
-struct has_headers<T, std::void_t<decltype(parse_rate_limits(std::declval<const T&>().headers,
-                                                             std::chrono::system_clock::time_point{}))>>
-    : std::true_type {};
 }  // namespace detail
 
 /// Returns the usage `read_usage` finds in the `body` member of `answer` (such as curl::Response's);
@@ -63,6 +57,21 @@ template <class Answer>
   }
 }
 
+/// Returns the shorter of two bounds on a wait, nullopt meaning no bound.
+[[nodiscard]] constexpr std::optional<std::chrono::milliseconds> shorter_wait(
+    std::optional<std::chrono::milliseconds> a, std::optional<std::chrono::milliseconds> b) noexcept {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+/// Returns why an attempt stops when it cannot wait long enough for capacity: deadline when `time_left`
+/// (the attempt's) bounds the wait at least as much as `max_wait` (the guard's), else no_capacity.
+[[nodiscard]] constexpr StopReason reason_for_wait(std::optional<std::chrono::milliseconds> time_left,
+                                                   std::optional<std::chrono::milliseconds> max_wait) noexcept {
+  return time_left && (!max_wait || *time_left <= *max_wait) ? StopReason::deadline : StopReason::no_capacity;
+}
+
 /// Returns what a reservation of `estimate` keeps charged after an attempt that failed with `failure`:
 /// nullopt for one never sent (give everything back: cancel), the request alone for one refused without
 /// work (a 429, a 408: no tokens were used), the estimate for one that may have been processed (it may
@@ -87,8 +96,7 @@ template <class Answer>
     return Refusal{StopReason::no_capacity, Failure::of(FailureKind::too_large, Sent::not_sent)};
   Failure failure = Failure::of(FailureKind::rate_limited, Sent::not_sent);
   failure.provider_wait = reservation.wait_after(now);
-  const bool deadline = time_left && (!max_wait || *time_left <= *max_wait);
-  return Refusal{deadline ? StopReason::deadline : StopReason::no_capacity, failure};
+  return Refusal{reason_for_wait(time_left, max_wait), failure};
 }
 
 }  // namespace llmretry

@@ -284,11 +284,10 @@ class RateLimiter::Pacing {
   /// Reserves the estimate for the attempt on the server. Returns the ticket and the wait until capacity
   /// comes, or the refusal (see the class).
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
-    std::optional<std::chrono::milliseconds> longest = max_wait_;
-    if (attempt.time_left) longest = longest ? std::min(*longest, *attempt.time_left) : attempt.time_left;
     const auto now = std::chrono::steady_clock::now();
     std::optional<Reservation> reservation;
-    guarded([&] { reservation.emplace(limiter_->reserve(estimate_, now, longest)); });
+    guarded(
+        [&] { reservation.emplace(limiter_->reserve(estimate_, now, shorter_wait(max_wait_, attempt.time_left))); });
     if (!reservation) return Admission<Ticket>::refuse(Refusal{StopReason::refused, redis_failure(error_->kind())});
     if (!reservation->granted())
       return Admission<Ticket>::refuse(refusal_of(*reservation, now, attempt.time_left, max_wait_));
