@@ -41,9 +41,6 @@ Limits only(Dimension dimension, std::int64_t per_hour, std::optional<std::int64
 
 Cost tokens(std::int64_t input, std::int64_t output = 0) { return Cost{1, input, output}; }
 
-/// True when `wait` is `expected`, give or take the time the test takes (the server's clock runs).
-bool about(milliseconds wait, milliseconds expected) { return wait > expected - 500ms && wait < expected + 500ms; }
-
 /// An answer with a body, as curl::Response has: its usage is the number of output tokens it holds.
 struct Answer {
   std::string body;
@@ -62,6 +59,16 @@ milliseconds wait_for(RateLimiter& limiter, const Cost& cost) {
 struct Fixture {
   llmretry::redis::Connection connection{redis_fixture::unique_options()};
   llmretry::testing::FakeSleep sleep;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  /// True when `wait` is `expected` give or take the time the test has taken so far (the server's clock
+  /// runs: a wait is shorter by the time since the reservation before it, and longer by at most the round
+  /// trip), plus a millisecond of rounding. The bound grows with the test's own time, so that a slow run
+  /// (sanitizers, a loaded machine) is not mistaken for a wrong wait.
+  [[nodiscard]] bool about(milliseconds wait, milliseconds expected) const {
+    const auto taken = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started) + 1ms;
+    return wait >= expected - taken && wait <= expected + taken;
+  }
 };
 
 }  // namespace
@@ -74,14 +81,14 @@ TEST_CASE("redis pacing: call_with_retry waits for the shared limit before each 
     const auto waited_before = f.sleep.total();
     CHECK(call_with_retry([&] { return ++calls; }, RetryPolicy{}, limiter.pace(Cost{}), f.sleep) == i + 1);
     INFO("call " << i << " waited " << (f.sleep.total() - waited_before).count() << " ms");
-    CHECK(about(f.sleep.total() - waited_before, 10s * i));  // each reserved after the one before
+    CHECK(f.about(f.sleep.total() - waited_before, 10s * i));  // each reserved after the one before
   }
   // Among other guards (guards() holds the temporary guard for the call).
   llmretry::RetryBudget budget;
   const auto waited_before = f.sleep.total();
   CHECK(call_with_retry([&] { return ++calls; }, RetryPolicy{}, llmretry::guards(budget.guard(), limiter.pace(Cost{})),
                         f.sleep) == 3);
-  CHECK(about(f.sleep.total() - waited_before, 20s));
+  CHECK(f.about(f.sleep.total() - waited_before, 20s));
 }
 
 TEST_CASE("redis pacing: a wait beyond max_wait or the deadline is refused and holds nothing", "[redis][pacing]") {
@@ -98,7 +105,7 @@ TEST_CASE("redis pacing: a wait beyond max_wait or the deadline is refused and h
       CHECK(refused.reason() == StopReason::no_capacity);
       CHECK(refused.failure().kind == llmretry::FailureKind::rate_limited);
       REQUIRE(refused.failure().provider_wait);
-      CHECK(about(*refused.failure().provider_wait, 10s));
+      CHECK(f.about(*refused.failure().provider_wait, 10s));
     }
   }
   SECTION("deadline") {
@@ -113,7 +120,7 @@ TEST_CASE("redis pacing: a wait beyond max_wait or the deadline is refused and h
   }
   CHECK(calls == 1);
   CHECK(f.sleep.total() == 0ms);
-  CHECK(about(wait_for(limiter, Cost{}), 10s));  // the refused call left no trace
+  CHECK(f.about(wait_for(limiter, Cost{}), 10s));  // the refused call left no trace
 }
 
 TEST_CASE("redis pacing: the ticket settles with the answer's usage, or gives back what was not used",
@@ -127,7 +134,7 @@ TEST_CASE("redis pacing: the ticket settles with the answer's usage, or gives ba
                                         limiter.pace(estimate, std::nullopt, output_tokens), f.sleep);
     CHECK(answer.body == "1000");
     CHECK(wait_for(limiter, tokens(9000)) == 0ms);  // 1,000 used of 10,000
-    CHECK(about(wait_for(limiter, tokens(10000)), 100s));
+    CHECK(f.about(wait_for(limiter, tokens(10000)), 100s));
   }
   SECTION("a usage reader that throws: the success is charged the estimate") {
     const llmretry::UsageReader throwing = [](std::string_view /*body*/) -> std::optional<Cost> {
@@ -136,11 +143,11 @@ TEST_CASE("redis pacing: the ticket settles with the answer's usage, or gives ba
     const auto answer = call_with_retry([] { return Answer{"1000"}; }, RetryPolicy{},
                                         limiter.pace(estimate, std::nullopt, throwing), f.sleep);
     CHECK(answer.body == "1000");
-    CHECK(about(wait_for(limiter, tokens(1000)), 100s));  // 10,000 charged, not given back
+    CHECK(f.about(wait_for(limiter, tokens(1000)), 100s));  // 10,000 charged, not given back
   }
   SECTION("without a usage reader the estimate stays charged") {
     (void)call_with_retry([] { return Answer{"1000"}; }, RetryPolicy{}, limiter.pace(estimate), f.sleep);
-    CHECK(about(wait_for(limiter, tokens(1000)), 100s));
+    CHECK(f.about(wait_for(limiter, tokens(1000)), 100s));
   }
   SECTION("an attempt admitted but never sent gives everything back") {
     auto pacing = limiter.pace(estimate);
@@ -167,7 +174,7 @@ TEST_CASE("redis pacing: the ticket settles with the answer's usage, or gives ba
         RetryPolicy{}, both.pace(estimate, std::nullopt, output_tokens), f.sleep);
     CHECK(calls == 2);
     CHECK(wait_for(both, Cost{0, 10000, 0}) == 0ms);  // no tokens kept by either attempt
-    CHECK(about(wait_for(both, Cost{}), 10s));        // both requests kept: the burst of 2 is used
+    CHECK(f.about(wait_for(both, Cost{}), 10s));      // both requests kept: the burst of 2 is used
   }
 }
 
