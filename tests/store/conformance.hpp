@@ -328,6 +328,13 @@ TEMPLATE_TEST_CASE("queue: ack, retry_later, bury and extend need the holder's t
     }
     CHECK(taken == std::set<std::string>{"job", "second"});
   }
+  SECTION("reclaim: more jobs than one Redis script reclaims (1,000) are all counted") {
+    for (int i = 0; i < 1000; ++i) REQUIRE(queue->enqueue({"many" + std::to_string(i), "p", 0, 0ms}));
+    for (int i = 0; i < 1000; ++i) REQUIRE(queue->take());
+    CHECK(queue->reclaim() == 1001);
+    CHECK(queue->counts().ready == 1001);
+    CHECK(queue->counts().taken == 0);
+  }
   SECTION("extend keeps it") {
     fixture.advance(short_time / 2);
     CHECK(queue->extend("job", job->token));

@@ -77,7 +77,7 @@ elseif operation == 'take' then
     end
   end
 elseif operation == 'reclaim' then
-  local ids = redis.call('ZRANGE', taken_key, 0, -1)
+  local ids = redis.call('ZRANGE', taken_key, 0, 999)
   for _, id in ipairs(ids) do
     redis.call('ZREM', taken_key, id)
     make_ready(id)
@@ -169,7 +169,11 @@ class JobQueue final : public store::JobQueue {
   }
 
   std::size_t reclaim() override {
-    return static_cast<std::size_t>(run("queue reclaim", {"reclaim", job_prefix_}).integer());
+    // Each script reclaims at most 1,000 jobs, so that the server is never blocked long by one.
+    std::size_t reclaimed = 0;
+    while (const long long batch = run("queue reclaim", {"reclaim", job_prefix_}).integer())
+      reclaimed += static_cast<std::size_t>(batch);
+    return reclaimed;
   }
 
   [[nodiscard]] store::QueueCounts counts() override {
