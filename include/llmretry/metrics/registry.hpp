@@ -42,7 +42,11 @@ class Family {
  public:
   using Labels = std::array<std::string_view, N>;
 
-  /// Calls `update(value)` on the series of `labels`, created with Value{} the first time.
+  /// A family whose new series start as a copy of `initial`.
+  explicit Family(Value initial = Value{}) : initial_(std::move(initial)) {}
+
+  /// Calls `update(value)` on the series of `labels`, created as a copy of the initial value the first
+  /// time (whole before it is updated: a creation that throws leaves no series).
   template <class Update>
   void update(const Labels& labels, Update&& update) {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -50,7 +54,7 @@ class Family {
     if (found == series_.end()) {
       std::array<std::string, N> stored;
       std::copy(labels.begin(), labels.end(), stored.begin());
-      found = series_.emplace(std::move(stored), Value{}).first;
+      found = series_.emplace(std::move(stored), initial_).first;
     }
     update(found->second);
   }
@@ -67,6 +71,7 @@ class Family {
   }
 
  private:
+  Value initial_;
   mutable std::mutex mutex_;
   std::map<std::array<std::string, N>, Value, LabelOrder> series_;
 };
@@ -79,7 +84,7 @@ inline void add_saturating(std::uint64_t& counter, std::uint64_t amount) noexcep
 }
 
 /// The observations of one histogram series: how many fell in each bucket (the last one: above every
-/// bound), their sum and their count.
+/// bound; one count per bound plus one, from the start), their sum and their count.
 struct Observations {
   std::vector<std::uint64_t> in_bucket;
   double sum = 0;
@@ -117,7 +122,9 @@ class Registry : public Observer {
   /// Counts with the upper bounds `queue_wait_buckets` (seconds) for llm_queue_wait_seconds; the bucket
   /// +Inf is always added. Throws std::invalid_argument naming the bound that is not finite, is negative,
   /// or is not above the one before.
-  explicit Registry(std::vector<double> queue_wait_buckets) : queue_wait_buckets_(std::move(queue_wait_buckets)) {
+  explicit Registry(std::vector<double> queue_wait_buckets)
+      : queue_wait_buckets_(std::move(queue_wait_buckets)),
+        queue_waits_(detail::Observations{std::vector<std::uint64_t>(queue_wait_buckets_.size() + 1), 0, 0}) {
     for (std::size_t i = 0; i < queue_wait_buckets_.size(); ++i) {
       const double bound = queue_wait_buckets_[i];
       const std::string at = "Registry: queue_wait_buckets[" + std::to_string(i) + "] is " + format_value(bound);
@@ -165,7 +172,6 @@ class Registry : public Observer {
     queue_depth_.update({queue.priority, queue.task_type}, [](std::int64_t& depth) { --depth; });
     const double seconds = waited.count() > 0 ? waited.count() : 0.0;  // NaN compares false
     queue_waits_.update({queue.priority, queue.task_type}, [&](detail::Observations& observations) {
-      if (observations.in_bucket.empty()) observations.in_bucket.resize(queue_wait_buckets_.size() + 1);
       const auto bucket = std::lower_bound(queue_wait_buckets_.begin(), queue_wait_buckets_.end(), seconds) -
                           queue_wait_buckets_.begin();
       ++observations.in_bucket[static_cast<std::size_t>(bucket)];
