@@ -1,7 +1,9 @@
 #include <llmretry/metrics/observe.hpp>
 
+#include <llmretry/admission/deployment.hpp>
 #include <llmretry/admission/tokens.hpp>
 #include <llmretry/fallback.hpp>
+#include <llmretry/json/usage.hpp>
 #include <llmretry/metrics/registry.hpp>
 #include <llmretry/retry.hpp>
 #include <llmretry/testing.hpp>
@@ -9,8 +11,10 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "llmretry_catch.hpp"
@@ -53,6 +57,23 @@ struct Recorder : metrics::Observer {
                      to_string(reason));
   }
 };
+
+// An Observer whose every event throws, as a failing metrics backend might.
+struct Throwing : metrics::Observer {
+  void request_finished(const metrics::Target& /*target*/, std::string_view /*status*/) override { fail(); }
+  void retried(const metrics::Target& /*target*/, const Failure& /*failure*/, int /*resend_count*/) override { fail(); }
+  void rate_limited(const metrics::Target& /*target*/, metrics::LimitType /*limit_type*/) override { fail(); }
+  void tokens_reserved(const metrics::Target& /*target*/, std::uint64_t /*tokens*/) override { fail(); }
+  void tokens_used(const metrics::Target& /*target*/, std::uint64_t /*tokens*/) override { fail(); }
+  [[noreturn]] static void fail() { throw std::runtime_error("metrics backend down"); }
+};
+
+// An answer with a body, as a usage reader reads it.
+struct Answer {
+  std::string body;
+};
+
+const UsageReader json_usage = [](std::string_view body) { return json::usage_of(body); };
 
 // A guard that refuses attempt number `from` and later ones with `reason`.
 struct RefuseFrom {
@@ -124,11 +145,11 @@ TEST_CASE("observe reports an attempt another guard refused", "[metrics][observe
   SimulatedProvider provider({"server_error", "ok"});
   const auto call = [&] { return provider.call([] { return 1; }); };
 
-  SECTION("without being told why: refused") {
+  SECTION("without being told why: not_sent") {
     CHECK_THROWS_AS(call_with_retry(call, no_jitter(), sleep,
                                     guards(metrics::observe(recorder, gpt), RefuseFrom{2, StopReason::circuit_open})),
                     ProviderError);
-    CHECK(recorder.events == std::vector<std::string>{"finished openai/gpt-5.5 refused"});
+    CHECK(recorder.events == std::vector<std::string>{"finished openai/gpt-5.5 not_sent"});
   }
   SECTION("told why: the refusal's reason; a refusal for want of capacity is a rate-limit hit") {
     auto observed = metrics::observe(recorder, gpt);
@@ -159,32 +180,90 @@ TEST_CASE("observe reports the tokens reserved for each attempt sent and those a
   Recorder recorder;
   FakeSleep sleep;
   SimulatedProvider provider({"server_error"});
-  const auto read_usage = [](const std::string& answer) -> std::optional<Cost> {
-    if (answer.empty()) return std::nullopt;
+  const UsageReader read_usage = [](std::string_view body) -> std::optional<Cost> {
+    if (body.empty()) return std::nullopt;
     return Cost{1, 10, 5};
   };
-  CHECK(call_with_retry([&] { return provider.call([] { return std::string("answer"); }); }, no_jitter(), sleep,
-                        metrics::observe(recorder, gpt, estimate_cost(100, 50), read_usage)) == "answer");
+  CHECK(call_with_retry([&] { return provider.call([] { return Answer{"answer"}; }); }, no_jitter(), sleep,
+                        metrics::observe(recorder, gpt, estimate_cost(100, 50), read_usage))
+            .body == "answer");
   CHECK(recorder.events == std::vector<std::string>{"reserved 150", "retried after server_error 1", "reserved 150",
                                                     "used 15", "finished openai/gpt-5.5 success"});
-  SECTION("a usage with negative or huge counts: no overflow") {
+  SECTION("a usage with negative or huge counts: counted as the tokens-per-minute limit charges them") {
     recorder.events.clear();
-    const auto odd_usage = [](const std::string& answer) -> std::optional<Cost> {
-      if (answer == "negative") return Cost{1, -10, 3};
+    const UsageReader odd_usage = [](std::string_view body) -> std::optional<Cost> {
+      if (body == "negative") return Cost{1, -10, 3};
       return Cost{1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()};
     };
-    call_with_retry([] { return std::string("negative"); }, no_jitter(),
+    call_with_retry([] { return Answer{"negative"}; }, no_jitter(),
                     metrics::observe(recorder, gpt, std::nullopt, odd_usage));
-    call_with_retry([] { return std::string("huge"); }, no_jitter(),
+    call_with_retry([] { return Answer{"huge"}; }, no_jitter(),
                     metrics::observe(recorder, gpt, std::nullopt, odd_usage));
-    CHECK(recorder.events == std::vector<std::string>{"used 3", "finished openai/gpt-5.5 success",
-                                                      "used 18446744073709551614", "finished openai/gpt-5.5 success"});
+    CHECK(recorder.events == std::vector<std::string>{"used 3", "finished openai/gpt-5.5 success", "used 2000000000000",
+                                                      "finished openai/gpt-5.5 success"});
   }
   SECTION("an estimate alone") {
     recorder.events.clear();
     call_with_retry([] {}, no_jitter(), metrics::observe(recorder, gpt, estimate_cost(7, 0)));
     CHECK(recorder.events == std::vector<std::string>{"reserved 7", "finished openai/gpt-5.5 success"});
   }
+  SECTION("an attempt that failed without being sent: no tokens reserved, and it is no resend") {
+    recorder.events.clear();
+    SimulatedProvider refused({"server_error", "connection_refused", "ok"});
+    call_with_retry([&] { refused.call(); }, no_jitter(), sleep, metrics::observe(recorder, gpt, estimate_cost(7, 0)));
+    CHECK(recorder.events == std::vector<std::string>{"reserved 7", "retried after connection 2", "reserved 7",
+                                                      "finished openai/gpt-5.5 success"});
+  }
+}
+
+TEST_CASE("observe never changes what a call does", "[metrics][observe]") {
+  FakeSleep sleep;
+  SECTION("an observer that throws: the events are dropped, the call goes on") {
+    Throwing throwing;
+    SimulatedProvider provider({"server_error", "rate_limit_ms:5", "ok"});
+    CHECK(call_with_retry([&] { return provider.call([] { return Answer{"answer"}; }); }, no_jitter(), sleep,
+                          metrics::observe(throwing, gpt, estimate_cost(10, 10), json_usage))
+              .body == "answer");
+    CHECK(provider.calls() == 3);
+    CHECK_NOTHROW(call_with_retry([] {}, no_jitter(), metrics::observe(throwing, gpt)));
+  }
+  SECTION("a usage reader that throws: no tokens used, the call succeeds") {
+    Recorder recorder;
+    const UsageReader throwing_reader = [](std::string_view /*body*/) -> std::optional<Cost> {
+      throw std::runtime_error("bad usage");
+    };
+    CHECK(call_with_retry([] { return Answer{"answer"}; }, no_jitter(),
+                          metrics::observe(recorder, gpt, std::nullopt, throwing_reader))
+              .body == "answer");
+    CHECK(recorder.events == std::vector<std::string>{"finished openai/gpt-5.5 success"});
+  }
+  SECTION("before a deployment's pacing: a success is settled, not given back") {
+    Throwing throwing;
+    DeploymentOptions options;
+    options.limits = Limits::per_minute(100, 10'000);
+    options.read_usage = json_usage;
+    Deployment deployment(options);
+    const Cost estimate = estimate_cost(100, 50);
+    CHECK(call_with_retry([] { return Answer{R"({"usage":{"prompt_tokens":20,"completion_tokens":10}})"}; },
+                          no_jitter(),
+                          guards(metrics::observe(throwing, gpt, estimate, json_usage), deployment.pace(estimate)))
+              .body.size() > 0);
+    const RateLimiterStats stats = deployment.limiter().stats();
+    CHECK(stats.tokens_released == 0);
+    CHECK(stats.tokens_used == 30);
+  }
+}
+
+TEST_CASE("observe moved from reports nothing", "[metrics][observe]") {
+  Recorder recorder;
+  auto observed = metrics::observe(recorder, gpt, estimate_cost(1, 1));
+  static_assert(std::is_nothrow_move_constructible_v<metrics::ObservedCall>);
+  auto taken = std::move(observed);
+  call_with_retry([] {}, no_jitter(), observed);  // NOLINT(bugprone-use-after-move): what is tested
+  CHECK(recorder.events.empty());
+  call_with_retry([] {}, no_jitter(), taken);
+  call_with_retry([] {}, no_jitter(), taken);
+  CHECK(recorder.events == std::vector<std::string>{"reserved 2", "finished openai/gpt-5.5 success", "reserved 2"});
 }
 
 TEST_CASE("observe works with calls that return results", "[metrics][observe]") {

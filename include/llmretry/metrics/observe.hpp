@@ -9,8 +9,10 @@
 #include <utility>
 
 #include "../admission/limits.hpp"
+#include "../admission/settlement.hpp"
 #include "../attempt.hpp"
 #include "../decision.hpp"
+#include "../detail/config.hpp"
 #include "../failure.hpp"
 #include "../fallback.hpp"
 #include "../guard.hpp"
@@ -22,23 +24,23 @@
 
 namespace llmretry::metrics {
 
-/// The usage reader of an observed call that reads none.
-struct NoUsageReader {};
-
 /// The guard of one call to `target` (see guard.hpp) that reports what it sees to an Observer; made by
 /// observe(). It sees each attempt's admission and outcome, and reports:
-/// - retried(target, failure of the attempt before, attempt number - 1) for each attempt after the
-///   first, once its outcome is known (an attempt admitted but not sent is not a resend);
+/// - retried(target, failure of the attempt before, attempt number - 1) for each attempt sent after the
+///   first, once its outcome is known (an attempt admitted but not sent, or that failed with
+///   Sent::not_sent, is not a resend);
 /// - rate_limited(target, LimitType::unknown) for each attempt that failed with FailureKind::rate_limited
 ///   (a failure does not say which limit was hit);
-/// - tokens_reserved(target, the estimate's input plus output tokens) for each attempt sent, when made
-///   with an estimate (the Cost given to Deployment::pace);
-/// - tokens_used(target, the usage's input plus output tokens) after a success, when made with a usage
-///   reader that finds the usage in the answer (a negative count read as 0);
+/// - tokens_reserved(target, the estimate's tokens) for each attempt sent (not one that failed with
+///   Sent::not_sent), when made with an estimate (the Cost given to Deployment::pace);
+/// - tokens_used(target, the usage's tokens) after a success, when made with a usage reader that finds
+///   the usage in the answer's body (see reported_usage);
 /// - request_finished(target, status) once per call: "success" when the last attempt succeeded; the
 ///   stop reason (to_string(StopReason)) when gave_up() was told it; otherwise "gave_up" after a failed
-///   attempt, or "refused" when the last attempt admitted here was not sent (another guard refused it,
+///   attempt, or "not_sent" when the last attempt admitted here was not sent (another guard refused it,
 ///   or the call's deadline came during the guard's wait).
+/// Tokens are counted as the tokens-per-minute limit charges them (charge_of): a negative count as 0, each
+/// part at most 10^12.
 /// A guard learns nothing else: it cannot see why the retry loop stopped (the attempts, the wait budget
 /// and the deadline are the loop's) unless told through gave_up(); an attempt refused before this guard
 /// was asked (by an earlier guard in guards(), or a deadline already passed) is unseen, and a call whose
@@ -46,13 +48,15 @@ struct NoUsageReader {};
 /// outcome is known, so a call that throws something that is not a std::exception does not count its last
 /// resend.
 ///
+/// Reporting never changes what a call does: nothing it does throws. An event the observer (or the usage
+/// reader) throws on is dropped.
+///
 /// Holds per-call state: make one per call, as a temporary argument (it lives until the end of the full
 /// expression, after the call returns) or a variable. A variable used for calls one after another reports
 /// each call when the next one starts, and the last one when it is destroyed; it must not be used by two
-/// calls at once. Movable until a call starts (so that guards() can take it); not thread-safe. Its
-/// destructor may report: the observer must not throw then (Registry throws only std::bad_alloc).
+/// calls at once. Movable until a call starts (so that guards() can take it); a guard moved from reports
+/// nothing. Not thread-safe.
 /// call_with_fallback makes each route's guards itself: report its moves with report_moves.
-template <class ReadUsage = NoUsageReader>
 class ObservedCall {
  public:
   /// What one attempt holds: tells the call how the attempt ended, or that it was not sent.
@@ -69,11 +73,11 @@ class ObservedCall {
 
     /// Reports the attempt sent, and the tokens `answer` used when the reader finds them.
     template <class... Answer>
-    void succeeded(const Answer&... answer) {
+    void succeeded(const Answer&... answer) noexcept {
       if (ObservedCall* call = std::exchange(call_, nullptr)) call->succeeded(number_, answer...);
     }
-    /// Reports the attempt sent, and a rate-limit hit for a 429.
-    void failed(const Failure& failure) {
+    /// Reports the attempt sent (unless failure.sent is Sent::not_sent), and a rate-limit hit for a 429.
+    void failed(const Failure& failure) noexcept {
       if (ObservedCall* call = std::exchange(call_, nullptr)) call->failed(number_, failure);
     }
 
@@ -83,12 +87,14 @@ class ObservedCall {
   };
 
   /// Reports the calls to `target` to `observer`, which must outlive this guard. `estimate`: the cost
-  /// reserved for each attempt (nullopt: no tokens_reserved). `read_usage(answer)`, when given, returns
-  /// the std::optional<Cost> an answer reports as used (such as json::usage_of(answer.body)).
-  ObservedCall(Observer& observer, Target target, std::optional<Cost> estimate, ReadUsage read_usage)
+  /// reserved for each attempt (nullopt: no tokens_reserved). `read_usage`: reads the usage from a
+  /// successful answer's body, as DeploymentOptions::read_usage (empty: no tokens_used).
+  ObservedCall(Observer& observer, Target target, std::optional<Cost> estimate = std::nullopt,
+               UsageReader read_usage = {})
       : observer_(&observer), target_(std::move(target)), estimate_(estimate), read_usage_(std::move(read_usage)) {}
   /// Takes over `other` (which then reports nothing). Requires that no call has started.
-  ObservedCall(ObservedCall&& other) noexcept
+  ObservedCall(ObservedCall&& other) noexcept(
+      std::is_nothrow_move_constructible_v<Target>&& std::is_nothrow_move_constructible_v<UsageReader>)
       : observer_(std::exchange(other.observer_, nullptr)),
         target_(std::move(other.target_)),
         estimate_(other.estimate_),
@@ -100,7 +106,7 @@ class ObservedCall {
   ~ObservedCall() { finish(); }
 
   /// Admits every attempt at once. The first attempt of a call first reports the call before, if any.
-  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) noexcept {
     if (attempt.number == 1) finish();
     started_ = true;
     return Admission<Ticket>::go(Ticket{*this, attempt.number});
@@ -109,11 +115,10 @@ class ObservedCall {
   /// Reports the call's end now, with status to_string(report.reason), and a rate-limit hit when the
   /// deployment's pacing refused it for want of capacity. Call it from CallOptions::on_give_up (see
   /// observe()): it then also reports a call whose first attempt this guard never saw.
-  void gave_up(const GiveUp& report) {
-    if (observer_ == nullptr) return;
+  void gave_up(const GiveUp& report) noexcept {
     if (last_ == Last::succeeded) finish();  // a call that succeeded gives up no more: the one before
     if (report.reason == StopReason::no_capacity && report.failure.kind == FailureKind::rate_limited)
-      observer_->rate_limited(target_, LimitType::unknown);
+      tell([&](Observer& observer) { observer.rate_limited(target_, LimitType::unknown); });
     end(to_string(report.reason));
   }
 
@@ -124,57 +129,72 @@ class ObservedCall {
   enum class Last { not_sent, succeeded, failed };
 
   template <class... Answer>
-  void succeeded(int number, const Answer&... answer) {
+  void succeeded(int number, const Answer&... answer) noexcept {
     sent(number);
     last_ = Last::succeeded;
-    if constexpr (!std::is_same_v<ReadUsage, NoUsageReader>) {
-      static_assert(sizeof...(Answer) == 1, "a usage reader needs a call that returns its answer");
-      if (const std::optional<Cost> usage = read_usage_(answer...)) {
-        if (const std::uint64_t tokens = tokens_in(*usage); tokens > 0) observer_->tokens_used(target_, tokens);
+    if constexpr (sizeof...(Answer) == 1) {
+      if (const std::optional<Cost> usage = reported_usage(answer..., read_usage_)) {
+        if (const std::uint64_t tokens = tokens_in(*usage); tokens > 0)
+          tell([&](Observer& observer) { observer.tokens_used(target_, tokens); });
       }
     }
   }
 
-  void failed(int number, const Failure& failure) {
-    sent(number);
+  void failed(int number, const Failure& failure) noexcept {
+    if (failure.sent != Sent::not_sent) sent(number);
     last_ = Last::failed;
     last_failure_ = failure;
-    if (failure.kind == FailureKind::rate_limited) observer_->rate_limited(target_, LimitType::unknown);
+    if (failure.kind == FailureKind::rate_limited)
+      tell([&](Observer& observer) { observer.rate_limited(target_, LimitType::unknown); });
   }
 
-  void sent(int number) {
-    if (number > 1 && last_failure_) observer_->retried(target_, *last_failure_, number - 1);
+  void sent(int number) noexcept {
+    if (number > 1 && last_failure_)
+      tell([&](Observer& observer) { observer.retried(target_, *last_failure_, number - 1); });
     if (const std::uint64_t tokens = estimate_ ? tokens_in(*estimate_) : 0; tokens > 0)
-      observer_->tokens_reserved(target_, tokens);
+      tell([&](Observer& observer) { observer.tokens_reserved(target_, tokens); });
   }
 
-  /// Returns the input plus output tokens of `cost`, a negative count read as 0 (a usage comes from the
-  /// network: no overflow, whatever it says).
+  /// Returns the tokens of `cost` as the tokens-per-minute limit charges them.
   static std::uint64_t tokens_in(const Cost& cost) noexcept {
-    const auto count = [](std::int64_t n) { return n > 0 ? static_cast<std::uint64_t>(n) : std::uint64_t{0}; };
-    return count(cost.input_tokens) + count(cost.output_tokens);
+    return static_cast<std::uint64_t>(charge_of(cost, Dimension::tokens_per_minute));
   }
 
-  void finish() {
-    if (!started_ || observer_ == nullptr) return;
+  void finish() noexcept {
+    if (!started_) return;
     switch (last_) {
       case Last::succeeded: end("success"); break;
       case Last::failed: end("gave_up"); break;
-      case Last::not_sent: end(to_string(StopReason::refused)); break;
+      case Last::not_sent: end("not_sent"); break;
     }
   }
 
-  void end(std::string_view status) {
-    observer_->request_finished(target_, status);
+  void end(std::string_view status) noexcept {
+    tell([&](Observer& observer) { observer.request_finished(target_, status); });
     started_ = false;
     last_ = Last::not_sent;
     last_failure_.reset();
   }
 
+  /// Calls `event(observer)`, dropping what it throws; does nothing for a guard moved from.
+  template <class Event>
+  void tell(const Event& event) noexcept {
+    if (observer_ == nullptr) return;
+#if LLMRETRY_HAS_EXCEPTIONS
+    try {
+      event(*observer_);
+    } catch (...) {
+      // dropped: metrics must not change what a call does
+    }
+#else
+    event(*observer_);
+#endif
+  }
+
   Observer* observer_;
   Target target_;
   std::optional<Cost> estimate_;
-  ReadUsage read_usage_;
+  UsageReader read_usage_;
   bool started_ = false;
   Last last_ = Last::not_sent;
   std::optional<Failure> last_failure_;
@@ -193,24 +213,17 @@ class ObservedCall {
 ///   call_with_retry(call, policy, observed, options);
 ///
 /// `observer` must outlive the guard.
-[[nodiscard]] inline ObservedCall<> observe(Observer& observer, Target target) {
-  return ObservedCall<>(observer, std::move(target), std::nullopt, NoUsageReader{});
+[[nodiscard]] inline ObservedCall observe(Observer& observer, Target target) {
+  return ObservedCall(observer, std::move(target));
 }
 
 /// Returns the guard of observe(observer, target) that also reports the tokens of `estimate` reserved for
 /// each attempt sent (pass the Cost given to Deployment::pace, or nullopt) and, after a success, the tokens
-/// `read_usage(answer)` finds (a std::optional<Cost>; nullopt or no tokens: nothing reported).
-template <class ReadUsage>
-[[nodiscard]] ObservedCall<std::decay_t<ReadUsage>> observe(Observer& observer, Target target,
-                                                            std::optional<Cost> estimate, ReadUsage&& read_usage) {
-  return ObservedCall<std::decay_t<ReadUsage>>(observer, std::move(target), estimate,
-                                               std::forward<ReadUsage>(read_usage));
-}
-
-/// Returns the guard of observe(observer, target) that also reports the tokens of `estimate` reserved for
-/// each attempt sent.
-[[nodiscard]] inline ObservedCall<> observe(Observer& observer, Target target, const Cost& estimate) {
-  return ObservedCall<>(observer, std::move(target), estimate, NoUsageReader{});
+/// `read_usage` finds in the answer's body (the reader of DeploymentOptions::read_usage, such as
+/// json::usage_of; empty, nullopt or no tokens: nothing reported).
+[[nodiscard]] inline ObservedCall observe(Observer& observer, Target target, std::optional<Cost> estimate,
+                                          UsageReader read_usage = {}) {
+  return ObservedCall(observer, std::move(target), estimate, std::move(read_usage));
 }
 
 /// Returns a FallbackOptions::on_move that reports each move of call_with_fallback as
