@@ -353,6 +353,7 @@ TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line
   const std::size_t sent_before = provider.request_count();
   // The jobs the dead run held: without reclaiming them, the rerun would wait 90 s (the visibility timeout).
   const long long held = taken_jobs(server);
+  REQUIRE(held > 0);  // else the rerun's reclaim would be checked on nothing
   std::set<std::string> completed;
   std::map<std::string, std::string> key_of;
   for (const auto& request : batch::read_input(input, provider.base_url())) key_of[request.custom_id] = request.key;
@@ -377,6 +378,10 @@ TEST_CASE("--redis: a second llmretry-batch on the same output is refused while 
   llmretry::testing::RedisServer server;
   LoopbackProvider provider;
   provider.enforce(limits());
+  // The first answer at once, then the next ones (the other requests in flight) after 2 s: the first run has
+  // written a line, and holds the lock, well before it can end, so the second certainly starts while it runs.
+  provider.then(LoopbackProvider::chat_completion("first"));
+  for (int i = 0; i < 16; ++i) provider.then(LoopbackProvider::hang(2s));
   const auto dir = work_dir("redis_two");
   const auto second_dir = work_dir("redis_two_second");  // its own stdout and stderr
   const std::string input = write_input(dir, 300);
@@ -386,6 +391,7 @@ TEST_CASE("--redis: a second llmretry-batch on the same output is refused while 
   while (line_count(dir / "output.jsonl") < 1) std::this_thread::sleep_for(2ms);  // it holds the lock
   Child second(arguments, provider.base_url(), second_dir);
   CHECK(second.wait() == 2);
+  CHECK(line_count(dir / "output.jsonl") < 300);  // the first run was still running
   CHECK_THAT(second.err(), llmretry_catch::contains("output.jsonl: in use by another llmretry-batch"));
   REQUIRE(first.wait() == 0);
   check_answered_once(dir, 300);
