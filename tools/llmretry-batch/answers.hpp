@@ -28,7 +28,8 @@ class FileError : public std::runtime_error {
 
 /// An append-only JSONL file of answered requests, the record of what is done: a line is written whole
 /// and made durable (fdatasync) before append returns, so that every complete line found after a crash was
-/// answered. The file is held under an exclusive lock (flock) while open: one llmretry-batch at a time.
+/// answered. The file is held under an exclusive lock (flock) while open: one llmretry-batch at a time on
+/// this host (flock does not exclude the processes of other hosts).
 /// append is thread-safe.
 class AnswerFile {
  public:
