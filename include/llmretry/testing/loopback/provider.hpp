@@ -7,10 +7,12 @@
 
 #include <httplib.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -75,7 +77,8 @@ class LoopbackProvider {
   /// Binds 127.0.0.1 on `port` (0: a port the system chooses) and starts serving, `threads` connections at
   /// once (each one kept alive holds a thread; 0: cpp-httplib's default, 8 on a small machine), with a
   /// listen queue as long as the system allows, so that many clients connecting at once are not delayed.
-  /// Throws std::runtime_error when it cannot bind.
+  /// A connection is kept alive for up to 1,000,000 requests. Throws std::runtime_error when it cannot bind
+  /// or listen.
   explicit LoopbackProvider(int port = 0, std::size_t threads = 0) {
     server_.set_keep_alive_timeout(1);
     server_.set_keep_alive_max_count(1000000);  // as a provider does: a connection serves many requests
@@ -97,7 +100,12 @@ class LoopbackProvider {
     server_.Delete(".*", handler);
     port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1") : (server_.bind_to_port("127.0.0.1", port) ? port : 0);
     if (port_ <= 0) throw std::runtime_error("loopback provider: cannot bind 127.0.0.1:" + std::to_string(port));
-    ::listen(listening_, SOMAXCONN);  // again: cpp-httplib listens with a queue of 5
+    if (::listen(listening_, SOMAXCONN) != 0) {  // again: cpp-httplib listens with a queue of 5
+      const int error = errno;
+      httplib::detail::close_socket(listening_);
+      throw std::runtime_error("loopback provider: cannot listen on 127.0.0.1:" + std::to_string(port_) + ": " +
+                               std::strerror(error));
+    }
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // stop() only stops a server that is running: wait for it, so that the destructor cannot miss it.
     for (int i = 0; i < 5000 && !server_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds{1});
