@@ -257,7 +257,8 @@ TEST_CASE("observe never changes what a call does", "[metrics][observe]") {
 TEST_CASE("observe moved from reports nothing", "[metrics][observe]") {
   Recorder recorder;
   auto observed = metrics::observe(recorder, gpt, estimate_cost(1, 1));
-  static_assert(std::is_nothrow_move_constructible_v<metrics::ObservedCall>);
+  static_assert(std::is_nothrow_move_constructible_v<metrics::ObservedCall> ==
+                std::is_nothrow_move_constructible_v<UsageReader>);  // std::function's move: noexcept since C++20
   auto taken = std::move(observed);
   call_with_retry([] {}, no_jitter(), observed);  // NOLINT(bugprone-use-after-move): what is tested
   CHECK(recorder.events.empty());
