@@ -43,7 +43,8 @@ namespace llmretry {
 /// A guard's refusal of an attempt: the reason the call stops and the failure its caller reads.
 struct Refusal {
   StopReason reason = StopReason::refused;
-  Failure failure;  ///< what the caller sees, such as a wait after which the guard may admit again
+  Failure failure;                       ///< what the caller sees, such as a wait after which the guard may admit again
+  LimitType limit = LimitType::unknown;  ///< for a refusal for want of capacity: the limit that refused
 };
 
 /// A guard's answer before an attempt: go (after `wait`, zero for at once) holding a ticket, or refuse.

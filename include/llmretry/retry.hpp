@@ -27,7 +27,8 @@ struct GiveUp {
   StopReason reason;
   Failure failure;  ///< the last failure, or the refusal's (kind unknown for an unrecognised exception)
   int attempts;     ///< attempts made, the last one included
-  std::chrono::milliseconds waited;  ///< total time waited between and before attempts
+  std::chrono::milliseconds waited;      ///< total time waited between and before attempts
+  LimitType limit = LimitType::unknown;  ///< the limit of the guard's refusal that stopped it, when it said
 };
 
 /// What one call to call_with_retry spent, whether it succeeded or gave up.
@@ -309,7 +310,7 @@ class RetryLoop {
   }
 
   Refusal refuse(const Refusal& refusal) {
-    give_up(refusal.reason, refusal.failure);
+    give_up(refusal.reason, refusal.failure, refusal.limit);
     return refusal;
   }
 
@@ -319,10 +320,10 @@ class RetryLoop {
     }
   }
 
-  void give_up(StopReason reason, const Failure& failure) {
+  void give_up(StopReason reason, const Failure& failure, LimitType limit = LimitType::unknown) {
     report(CallStats{made_, waited(), reason});
     if constexpr (!std::is_same_v<Options, NoCallOptions>) {
-      if (options_.on_give_up) options_.on_give_up(GiveUp{reason, failure, made_, waited()});
+      if (options_.on_give_up) options_.on_give_up(GiveUp{reason, failure, made_, waited(), limit});
     }
   }
 

@@ -254,6 +254,44 @@ TEST_CASE("observe never changes what a call does", "[metrics][observe]") {
   }
 }
 
+TEST_CASE("observe reports the limit a deployment's pacing refused a call for", "[metrics][observe]") {
+  Recorder recorder;
+  FakeSleep sleep;
+  DeploymentOptions options;
+  options.max_queue_wait = std::chrono::milliseconds{0};
+  const auto refused_call = [&](Deployment& deployment) {
+    auto observed = metrics::observe(recorder, gpt);
+    CallOptions call_options;
+    call_options.on_give_up = [&](const GiveUp& report) { observed.gave_up(report); };
+    CHECK_THROWS_AS(
+        call_with_retry([] {}, no_jitter(), sleep, guards(observed, deployment.pace(Cost{1, 10, 0})), call_options),
+        AttemptRefused);
+  };
+  SECTION("a concurrency slot") {
+    options.concurrency = 1;
+    Deployment deployment(options);
+    REQUIRE(deployment.concurrency()->try_acquire());  // the only slot is taken
+    refused_call(deployment);
+    deployment.concurrency()->release();
+    CHECK(recorder.events ==
+          std::vector<std::string>{"rate limited concurrency", "finished openai/gpt-5.5 no_capacity"});
+  }
+  SECTION("the rate of requests") {
+    options.limits[Dimension::requests_per_minute] = Limit::per_minute(1);
+    Deployment deployment(options);
+    call_with_retry([] {}, no_jitter(), sleep, deployment.pace(Cost{1, 10, 0}));  // the only request this minute
+    refused_call(deployment);
+    CHECK(recorder.events == std::vector<std::string>{"rate limited requests", "finished openai/gpt-5.5 no_capacity"});
+  }
+  SECTION("the rate of tokens") {
+    options.limits[Dimension::tokens_per_minute] = Limit::per_minute(10);
+    Deployment deployment(options);
+    call_with_retry([] {}, no_jitter(), sleep, deployment.pace(Cost{1, 10, 0}));
+    refused_call(deployment);
+    CHECK(recorder.events == std::vector<std::string>{"rate limited tokens", "finished openai/gpt-5.5 no_capacity"});
+  }
+}
+
 TEST_CASE("observe moved from reports nothing", "[metrics][observe]") {
   Recorder recorder;
   auto observed = metrics::observe(recorder, gpt, estimate_cost(1, 1));

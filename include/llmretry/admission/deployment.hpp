@@ -168,7 +168,7 @@ class Deployment::Pacing {
                    : limit->acquire_until(std::chrono::steady_clock::time_point::max());
       if (slot_) return std::nullopt;
       return Refusal{reason_for_wait(attempt.time_left, slot_wait_),
-                     Failure::of(FailureKind::rate_limited, Sent::not_sent)};
+                     Failure::of(FailureKind::rate_limited, Sent::not_sent), LimitType::concurrency};
     }
 
     /// Settles with the answer's usage and learns from its rate-limit headers.

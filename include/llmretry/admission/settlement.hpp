@@ -85,18 +85,34 @@ template <class Answer>
   return estimate;
 }
 
+/// Returns the type of limit `dimension` is: requests for the request counts, tokens for the others.
+[[nodiscard]] constexpr LimitType limit_type_of(Dimension dimension) noexcept {
+  switch (dimension) {
+    case Dimension::requests_per_minute:
+    case Dimension::requests_per_day: return LimitType::requests;
+    case Dimension::tokens_per_minute:
+    case Dimension::tokens_per_day:
+    case Dimension::input_tokens_per_minute:
+    case Dimension::output_tokens_per_minute: return LimitType::tokens;
+  }
+  return LimitType::unknown;
+}
+
 /// Returns the refusal of an attempt whose reservation, made at `now`, was not granted: no_capacity for a
 /// cost above a limit (a too_large failure) or a wait beyond `max_wait`, deadline for a wait beyond
 /// `time_left` (the attempt's); the failure is then rate_limited, with the wait it would have had as its
-/// provider_wait. Requires !reservation.granted().
+/// provider_wait. Its limit is the type of the reservation's limited_by() (unknown when it names none, as
+/// for a wait after a 429). Requires !reservation.granted().
 [[nodiscard]] inline Refusal refusal_of(const Reservation& reservation, std::chrono::steady_clock::time_point now,
                                         std::optional<std::chrono::milliseconds> time_left,
                                         std::optional<std::chrono::milliseconds> max_wait) noexcept {
+  const std::optional<Dimension> limited_by = reservation.limited_by();
+  const LimitType limit = limited_by ? limit_type_of(*limited_by) : LimitType::unknown;
   if (reservation.status() == ReservationStatus::too_large)
-    return Refusal{StopReason::no_capacity, Failure::of(FailureKind::too_large, Sent::not_sent)};
+    return Refusal{StopReason::no_capacity, Failure::of(FailureKind::too_large, Sent::not_sent), limit};
   Failure failure = Failure::of(FailureKind::rate_limited, Sent::not_sent);
   failure.provider_wait = reservation.wait_after(now);
-  return Refusal{reason_for_wait(time_left, max_wait), failure};
+  return Refusal{reason_for_wait(time_left, max_wait), failure, limit};
 }
 
 }  // namespace llmretry

@@ -112,13 +112,14 @@ class ObservedCall {
     return Admission<Ticket>::go(Ticket{*this, attempt.number});
   }
 
-  /// Reports the call's end now, with status to_string(report.reason), and a rate-limit hit when the
-  /// deployment's pacing refused it for want of capacity. Call it from CallOptions::on_give_up (see
-  /// observe()): it then also reports a call whose first attempt this guard never saw.
+  /// Reports the call's end now, with status to_string(report.reason), and a rate-limit hit of
+  /// report.limit when a pacing guard refused it for want of capacity (Deployment::pace names the rate
+  /// limit's dimension or the concurrency limit, redis::RateLimiter::pace the dimension). Call it from
+  /// CallOptions::on_give_up (see observe()): it then also reports a call whose first attempt this guard never saw.
   void gave_up(const GiveUp& report) noexcept {
     if (last_ == Last::succeeded) finish();  // a call that succeeded gives up no more: the one before
     if (report.reason == StopReason::no_capacity && report.failure.kind == FailureKind::rate_limited)
-      tell([&](Observer& observer) { observer.rate_limited(target_, LimitType::unknown); });
+      tell([&](Observer& observer) { observer.rate_limited(target_, report.limit); });
     end(to_string(report.reason));
   }
 

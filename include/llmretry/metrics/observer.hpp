@@ -24,24 +24,9 @@ struct Queue {
   std::string task_type;  ///< such as "chat" or "embeddings"
 };
 
-/// Which limit a rate-limit hit ran into: the label `limit_type`.
-enum class LimitType {
-  requests,     ///< requests per minute (or per day)
-  tokens,       ///< tokens per minute (or per day)
-  concurrency,  ///< requests in flight
-  unknown,      ///< the answer did not say
-};
-
-/// Returns the label value of a limit type: "requests", "tokens", "concurrency" or "unknown".
-[[nodiscard]] constexpr const char* to_string(LimitType type) noexcept {
-  switch (type) {
-    case LimitType::requests: return "requests";
-    case LimitType::tokens: return "tokens";
-    case LimitType::concurrency: return "concurrency";
-    case LimitType::unknown: break;
-  }
-  return "unknown";
-}
+/// Which limit a rate-limit hit ran into: the label `limit_type` (to_string(LimitType)).
+using llmretry::LimitType;
+using llmretry::to_string;
 
 /// Receives the events of calls. Every function does nothing by default: override those you count.
 /// Implementations must be safe to call from several threads at once.
