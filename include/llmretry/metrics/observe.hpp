@@ -214,9 +214,7 @@ class ObservedCall {
 ///   call_with_retry(call, policy, observed, options);
 ///
 /// `observer` must outlive the guard.
-[[nodiscard]] inline ObservedCall observe(Observer& observer, Target target) {
-  return ObservedCall(observer, std::move(target));
-}
+[[nodiscard]] inline ObservedCall observe(Observer& observer, Target target) { return {observer, std::move(target)}; }
 
 /// Returns the guard of observe(observer, target) that also reports the tokens of `estimate` reserved for
 /// each attempt sent (pass the Cost given to Deployment::pace, or nullopt) and, after a success, the tokens
@@ -224,7 +222,7 @@ class ObservedCall {
 /// json::usage_of; empty, nullopt or no tokens: nothing reported).
 [[nodiscard]] inline ObservedCall observe(Observer& observer, Target target, std::optional<Cost> estimate,
                                           UsageReader read_usage = {}) {
-  return ObservedCall(observer, std::move(target), estimate, std::move(read_usage));
+  return {observer, std::move(target), estimate, std::move(read_usage)};
 }
 
 /// Returns a FallbackOptions::on_move that reports each move of call_with_fallback as
