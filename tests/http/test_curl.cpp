@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -972,4 +973,30 @@ TEST_CASE("provider answers recognised over the wire") {
     CHECK_FALSE(limits.tokens.remaining);
     CHECK(limits.requests.remaining == -1);
   }
+}
+
+TEST_CASE("a Session makes attempt after attempt on one handle, none inheriting the options of the one before") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::stream({"a", "b"}))
+      .then(LoopbackProvider::rate_limit_exceeded("requests", 20ms))
+      .then(LoopbackProvider::chat_completion("whole"));
+  llmretry::curl::Session session;
+  const llmretry::curl::Request request{"POST", provider.base_url() + "/v1/chat/completions", {}, "{}"};
+  llmretry::curl::Options options;
+  std::vector<std::string> events;
+  const std::function<void(const llmretry::SseEvent&)> on_event = [&](const llmretry::SseEvent& event) {
+    events.push_back(event.data);
+  };
+  llmretry::StreamGuard guard;
+  CHECK(session.perform(request, options, {{"X-First", "1"}}, &on_event, &guard).body.empty());
+  CHECK(events.size() == 3);
+  CHECK_THROWS_AS(session.perform(request, options), llmretry::RateLimited);
+  const auto whole = session.perform(request, options);
+  CHECK(whole.status == 200);
+  CHECK_THAT(whole.body, llmretry_catch::contains("whole"));
+  CHECK(events.size() == 3);
+  const auto received = provider.requests();
+  REQUIRE(received.size() == 3);
+  CHECK(received[0].header("X-First") == std::string("1"));
+  CHECK_FALSE(received[2].header("X-First").has_value());
 }

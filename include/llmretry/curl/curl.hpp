@@ -418,12 +418,43 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
 /// throws, unchanged. Exception texts never contain the values of options.secret_headers.
 inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
                         const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr,
-                        std::optional<std::chrono::milliseconds> time_left = std::nullopt) {
+                        std::optional<std::chrono::milliseconds> time_left = std::nullopt);
+
+/// A libcurl handle kept from one attempt to the next, so that they reuse its open connections (HTTP
+/// keep-alive), its DNS and TLS session caches: one per thread, never used by two threads at once.
+class Session {
+ public:
+  /// Throws ProviderError when libcurl cannot be initialised or make a handle.
+  Session() {
+    detail::global_init();
+    handle_.reset(curl_easy_init());
+    if (!handle_) throw ProviderError("curl_easy_init failed", Failure{});
+  }
+
+  /// Makes one attempt as the free function perform does (same arguments, returns and throws), on this
+  /// session's handle.
+  Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
+                   const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr,
+                   std::optional<std::chrono::milliseconds> time_left = std::nullopt);
+
+ private:
+  std::unique_ptr<CURL, detail::EasyDeleter> handle_;
+};
+
+inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers,
+                        const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard,
+                        std::optional<std::chrono::milliseconds> time_left) {
+  (void)detail::attempt_timeout(options, time_left);  // checked before a handle is made
+  Session session;
+  return session.perform(request, options, extra_headers, on_event, guard, time_left);
+}
+
+inline Response Session::perform(const Request& request, const Options& options, const HeaderList& extra_headers,
+                                 const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard,
+                                 std::optional<std::chrono::milliseconds> time_left) {
   const auto timeout = detail::attempt_timeout(options, time_left);
-  detail::global_init();
-  const std::unique_ptr<CURL, detail::EasyDeleter> easy(curl_easy_init());
-  if (!easy) throw ProviderError("curl_easy_init failed", Failure{});
-  CURL* handle = easy.get();
+  CURL* handle = handle_.get();
+  curl_easy_reset(handle);  // the options of the last attempt go; its connections and caches stay
   detail::Transfer transfer(handle, options);
   if (on_event != nullptr && guard != nullptr) {
     transfer.on_event = on_event;
