@@ -2,9 +2,11 @@
 // `<!-- compiled: NAME -->` into readme/NAME.inc, included below after the stand-ins it names.
 #include <llmretry/fallback.hpp>
 #include <llmretry/json/routing_policy.hpp>
+#include <llmretry/json/usage.hpp>
 #include <llmretry/llmretry.hpp>
 #include <llmretry/testing.hpp>
 
+#include <chrono>
 #include <functional>
 #include <initializer_list>
 #include <stdexcept>
@@ -126,4 +128,42 @@ TEST_CASE("README: many calls at once", "[readme]") {
   CHECK(fleet::ask(shared, "Summarise", "the ticket") == "openai/gpt-5.5 answers the ticket");
   CHECK(fleet::sent.front() == "anthropic/claude-sonnet-4.6");
   CHECK(fleet::sent.back() == "openai/gpt-5.5");
+}
+
+namespace metrics {
+
+// Stand-ins for the application: its policy (short waits), and its client, which answers 503 once, then
+// an answer whose body reports the usage.
+llmretry::RetryPolicy policy() {
+  llmretry::RetryPolicy policy;
+  policy.base = std::chrono::milliseconds{1};
+  return policy;
+}
+struct Answer {
+  std::string body;
+};
+int completions = 0;
+Answer complete(const std::string& /*prompt*/) {
+  if (++completions == 1) throw llmretry::ProviderError("overloaded", 503);
+  return {R"({"usage": {"prompt_tokens": 12, "completion_tokens": 30}})"};
+}
+
+#include "readme/metrics.inc"
+
+}  // namespace metrics
+
+TEST_CASE("README: metrics", "[readme]") {
+  using llmretry_catch::contains;
+  CHECK(metrics::answer("hello") == R"({"usage": {"prompt_tokens": 12, "completion_tokens": 30}})");
+  llmretry::DeploymentOptions options;
+  options.name = "openai/gpt-4o-mini";
+  llmretry::Deployment deployment(options);
+  CHECK(metrics::summarise(deployment, "Summarise the ticket").body.size() > 0);
+  const std::string text = metrics::metrics().prometheus_text();
+  CHECK_THAT(text, contains("llm_requests_total{provider=\"openai\",model=\"gpt-5.5\",status=\"success\"} 1\n"));
+  CHECK_THAT(text,
+             contains("llm_retries_total{provider=\"openai\",model=\"gpt-5.5\",error_type=\"server_error\"} 1\n"));
+  CHECK_THAT(text, contains("llm_requests_total{provider=\"openai\",model=\"gpt-4o-mini\",status=\"success\"} 1\n"));
+  CHECK_THAT(text, contains("llm_tokens_reserved_total{provider=\"openai\",model=\"gpt-4o-mini\"} 305\n"));
+  CHECK_THAT(text, contains("llm_tokens_used_total{provider=\"openai\",model=\"gpt-4o-mini\"} 42\n"));
 }

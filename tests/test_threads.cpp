@@ -127,3 +127,32 @@ TEST_CASE("Many threads share a retry budget, circuit breakers, pacing and a fal
   CHECK(deployment.concurrency()->in_use() == 0);
   CHECK(budget.stats().first_attempts >= threads * calls);
 }
+
+TEST_CASE("Many threads report calls to one metrics::Registry while it is scraped") {
+  llmretry::metrics::Registry registry;
+  llmretry::testing::SimulatedProvider provider{"rate_limit_ms:1*200", "server_error*100"};
+  llmretry::testing::FakeSleep sleep;
+  llmretry::RetryPolicy policy;  // every call retries until the script's failures run out
+  policy.max_attempts = 1000;
+  policy.base = std::chrono::milliseconds{1};
+  policy.cap = std::chrono::milliseconds{1};
+  policy.max_total_wait = std::chrono::hours{1};
+  std::atomic<std::size_t> scraped{0};
+  on_threads([&](int t) {
+    const llmretry::metrics::Queue queue{"interactive", t % 2 == 0 ? "chat" : "embeddings"};
+    for (int i = 0; i < calls_per_thread; ++i) {
+      registry.queue_entered(queue);
+      registry.queue_left(queue, std::chrono::milliseconds{i});
+      llmretry::call_with_retry([&] { return provider.call([] { return 1; }); }, policy, sleep,
+                                llmretry::metrics::observe(registry, {"openai", "gpt-5.5"}));
+      if (i % 20 == 0) scraped += registry.prometheus_text().size();
+    }
+  });
+  const std::string text = registry.prometheus_text();
+  CHECK(scraped > 0);
+  CHECK(text.find("llm_requests_total{provider=\"openai\",model=\"gpt-5.5\",status=\"success\"} 800\n") !=
+        std::string::npos);
+  CHECK(text.find("error_type=\"rate_limited\"} 200\n") != std::string::npos);
+  CHECK(text.find("error_type=\"server_error\"} 100\n") != std::string::npos);
+  CHECK(text.find("llm_queue_depth{priority=\"interactive\",task_type=\"chat\"} 0\n") != std::string::npos);
+}

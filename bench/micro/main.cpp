@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   reporter.compare("rate_limiter/reserve_settle", "mutex_bucket/acquire");
   reporter.compare("rate_limiter/reserve_settle/contended/threads:2", "mutex_bucket/acquire/contended/threads:2");
   reporter.compare("call_with_retry/budget_breaker_pacing", "direct_call/throwing_call");
+  reporter.compare("call_with_retry/observe", "call_with_retry/throwing_call");
   reporter.compare("strptime_timegm/imf_fixdate", "parse_retry_after/imf_fixdate");
   reporter.compare("strptime_timegm/rfc850", "parse_retry_after/rfc850");
   reporter.compare("strptime_timegm/asctime", "parse_retry_after/asctime");

@@ -22,6 +22,7 @@
 #include "http/rate_limits.hpp"
 #include "http/sse.hpp"
 #include "http/stream.hpp"
+#include "metrics.hpp"
 #include "policy.hpp"
 #include "random.hpp"
 #include "result.hpp"

@@ -1,0 +1,229 @@
+#ifndef LLMRETRY_METRICS_OBSERVE_HPP
+#define LLMRETRY_METRICS_OBSERVE_HPP
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "../admission/limits.hpp"
+#include "../attempt.hpp"
+#include "../decision.hpp"
+#include "../failure.hpp"
+#include "../fallback.hpp"
+#include "../guard.hpp"
+#include "../retry.hpp"
+#include "observer.hpp"
+
+/// Reporting the calls of call_with_retry to a metrics::Observer with one more argument: the guard
+/// observe(observer, target), and report_moves for the fallbacks of call_with_fallback.
+
+namespace llmretry::metrics {
+
+/// The usage reader of an observed call that reads none.
+struct NoUsageReader {};
+
+/// The guard of one call to `target` (see guard.hpp) that reports what it sees to an Observer; made by
+/// observe(). It sees each attempt's admission and outcome, and reports:
+/// - retried(target, failure of the attempt before, attempt number - 1) for each attempt after the
+///   first, once its outcome is known (an attempt admitted but not sent is not a resend);
+/// - rate_limited(target, LimitType::unknown) for each attempt that failed with FailureKind::rate_limited
+///   (a failure does not say which limit was hit);
+/// - tokens_reserved(target, estimate.tokens()) for each attempt sent, when made with an estimate (the
+///   Cost given to Deployment::pace);
+/// - tokens_used(target, usage.tokens()) after a success, when made with a usage reader that finds the
+///   usage in the answer;
+/// - request_finished(target, status) once per call: "success" when the last attempt succeeded; the
+///   stop reason (to_string(StopReason)) when gave_up() was told it; otherwise "gave_up" after a failed
+///   attempt, or "refused" when the last attempt admitted here was not sent (another guard refused it,
+///   or the call's deadline came during the guard's wait).
+/// A guard learns nothing else: it cannot see why the retry loop stopped (the attempts, the wait budget
+/// and the deadline are the loop's) unless told through gave_up(); an attempt refused before this guard
+/// was asked (by an earlier guard in guards(), or a deadline already passed) is unseen, and a call whose
+/// first attempt is unseen reports nothing: put observe() first in guards(). A retry is counted once its
+/// outcome is known, so a call that throws something that is not a std::exception does not count its last
+/// resend.
+///
+/// Holds per-call state: make one per call, as a temporary argument (it lives until the end of the full
+/// expression, after the call returns) or a variable. A variable used for calls one after another reports
+/// each call when the next one starts, and the last one when it is destroyed; it must not be used by two
+/// calls at once. Movable until a call starts (so that guards() can take it); not thread-safe. Its
+/// destructor may report: the observer must not throw then (Registry throws only std::bad_alloc).
+/// call_with_fallback makes each route's guards itself: report its moves with report_moves.
+template <class ReadUsage = NoUsageReader>
+class ObservedCall {
+ public:
+  /// What one attempt holds: tells the call how the attempt ended, or that it was not sent.
+  class Ticket {
+   public:
+    Ticket(ObservedCall& call, int number) noexcept : call_(&call), number_(number) {}
+    Ticket(Ticket&& other) noexcept : call_(std::exchange(other.call_, nullptr)), number_(other.number_) {}
+    Ticket& operator=(Ticket&&) = delete;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket() {
+      if (call_ != nullptr) call_->last_ = Last::not_sent;
+    }
+
+    /// Reports the attempt sent, and the tokens `answer` used when the reader finds them.
+    template <class... Answer>
+    void succeeded(const Answer&... answer) {
+      if (ObservedCall* call = std::exchange(call_, nullptr)) call->succeeded(number_, answer...);
+    }
+    /// Reports the attempt sent, and a rate-limit hit for a 429.
+    void failed(const Failure& failure) {
+      if (ObservedCall* call = std::exchange(call_, nullptr)) call->failed(number_, failure);
+    }
+
+   private:
+    ObservedCall* call_;
+    int number_;
+  };
+
+  /// Reports the calls to `target` to `observer`, which must outlive this guard. `estimate`: the cost
+  /// reserved for each attempt (nullopt: no tokens_reserved). `read_usage(answer)`, when given, returns
+  /// the std::optional<Cost> an answer reports as used (such as json::usage_of(answer.body)).
+  ObservedCall(Observer& observer, Target target, std::optional<Cost> estimate, ReadUsage read_usage)
+      : observer_(&observer), target_(std::move(target)), estimate_(estimate), read_usage_(std::move(read_usage)) {}
+  /// Takes over `other` (which then reports nothing). Requires that no call has started.
+  ObservedCall(ObservedCall&& other) noexcept
+      : observer_(std::exchange(other.observer_, nullptr)),
+        target_(std::move(other.target_)),
+        estimate_(other.estimate_),
+        read_usage_(std::move(other.read_usage_)) {}
+  ObservedCall& operator=(ObservedCall&&) = delete;
+  ObservedCall(const ObservedCall&) = delete;
+  ObservedCall& operator=(const ObservedCall&) = delete;
+  /// Reports the call that has not been reported yet (request_finished).
+  ~ObservedCall() { finish(); }
+
+  /// Admits every attempt at once. The first attempt of a call first reports the call before, if any.
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
+    if (attempt.number == 1) finish();
+    started_ = true;
+    return Admission<Ticket>::go(Ticket{*this, attempt.number});
+  }
+
+  /// Reports the call's end now, with status to_string(report.reason), and a rate-limit hit when the
+  /// deployment's pacing refused it for want of capacity. Call it from CallOptions::on_give_up (see
+  /// observe()): it then also reports a call whose first attempt this guard never saw.
+  void gave_up(const GiveUp& report) {
+    if (observer_ == nullptr) return;
+    if (last_ == Last::succeeded) finish();  // a call that succeeded gives up no more: the one before
+    if (report.reason == StopReason::no_capacity && report.failure.kind == FailureKind::rate_limited)
+      observer_->rate_limited(target_, LimitType::unknown);
+    end(to_string(report.reason));
+  }
+
+  /// Returns the target reported.
+  [[nodiscard]] const Target& target() const noexcept { return target_; }
+
+ private:
+  enum class Last { not_sent, succeeded, failed };
+
+  template <class... Answer>
+  void succeeded(int number, const Answer&... answer) {
+    sent(number);
+    last_ = Last::succeeded;
+    if constexpr (!std::is_same_v<ReadUsage, NoUsageReader>) {
+      static_assert(sizeof...(Answer) == 1, "a usage reader needs a call that returns its answer");
+      if (const std::optional<Cost> usage = read_usage_(answer...)) {
+        if (usage->tokens() > 0) observer_->tokens_used(target_, static_cast<std::uint64_t>(usage->tokens()));
+      }
+    }
+  }
+
+  void failed(int number, const Failure& failure) {
+    sent(number);
+    last_ = Last::failed;
+    last_failure_ = failure;
+    if (failure.kind == FailureKind::rate_limited) observer_->rate_limited(target_, LimitType::unknown);
+  }
+
+  void sent(int number) {
+    if (number > 1 && last_failure_) observer_->retried(target_, *last_failure_, number - 1);
+    if (estimate_ && estimate_->tokens() > 0)
+      observer_->tokens_reserved(target_, static_cast<std::uint64_t>(estimate_->tokens()));
+  }
+
+  void finish() {
+    if (!started_ || observer_ == nullptr) return;
+    switch (last_) {
+      case Last::succeeded: end("success"); break;
+      case Last::failed: end("gave_up"); break;
+      case Last::not_sent: end(to_string(StopReason::refused)); break;
+    }
+  }
+
+  void end(std::string_view status) {
+    observer_->request_finished(target_, status);
+    started_ = false;
+    last_ = Last::not_sent;
+    last_failure_.reset();
+  }
+
+  Observer* observer_;
+  Target target_;
+  std::optional<Cost> estimate_;
+  ReadUsage read_usage_;
+  bool started_ = false;
+  Last last_ = Last::not_sent;
+  std::optional<Failure> last_failure_;
+};
+
+/// Returns the guard that reports one call to `target` to `observer` (see ObservedCall), for
+/// call_with_retry or guards():
+///
+///   call_with_retry(call, policy, metrics::observe(registry, {"openai", "gpt-5.5"}));
+///
+/// For the exact stop reason in llm_requests_total, keep the guard in a variable and tell it:
+///
+///   auto observed = metrics::observe(registry, target);
+///   CallOptions options;
+///   options.on_give_up = [&](const GiveUp& report) { observed.gave_up(report); };
+///   call_with_retry(call, policy, observed, options);
+///
+/// `observer` must outlive the guard.
+[[nodiscard]] inline ObservedCall<> observe(Observer& observer, Target target) {
+  return ObservedCall<>(observer, std::move(target), std::nullopt, NoUsageReader{});
+}
+
+/// Returns the guard of observe(observer, target) that also reports `estimate.tokens()` reserved for each
+/// attempt sent (pass the Cost given to Deployment::pace, or nullopt) and, after a success, the tokens
+/// `read_usage(answer)` finds (a std::optional<Cost>; nullopt or no tokens: nothing reported).
+template <class ReadUsage>
+[[nodiscard]] ObservedCall<std::decay_t<ReadUsage>> observe(Observer& observer, Target target,
+                                                            std::optional<Cost> estimate, ReadUsage&& read_usage) {
+  return ObservedCall<std::decay_t<ReadUsage>>(observer, std::move(target), estimate,
+                                               std::forward<ReadUsage>(read_usage));
+}
+
+/// Returns the guard of observe(observer, target) that also reports `estimate.tokens()` reserved for each
+/// attempt sent.
+[[nodiscard]] inline ObservedCall<> observe(Observer& observer, Target target, const Cost& estimate) {
+  return ObservedCall<>(observer, std::move(target), estimate, NoUsageReader{});
+}
+
+/// Returns a FallbackOptions::on_move that reports each move of call_with_fallback as
+/// fell_back(from, to, reason), the targets being the provider and model of the routes of `chain` the move
+/// names, then calls `then` (when not empty). `observer` and `chain` must outlive it.
+[[nodiscard]] inline std::function<void(const Move&)> report_moves(Observer& observer, const FallbackChain& chain,
+                                                                   std::function<void(const Move&)> then = {}) {
+  return [&observer, &chain, then = std::move(then)](const Move& move) {
+    const Route* from = nullptr;
+    const Route* to = nullptr;
+    for (const Route& route : chain.routes()) {
+      if (route.name == move.from) from = &route;
+      if (route.name == move.to) to = &route;
+    }
+    if (from != nullptr && to != nullptr)
+      observer.fell_back(Target{from->provider, from->model}, Target{to->provider, to->model}, move.reason);
+    if (then) then(move);
+  };
+}
+
+}  // namespace llmretry::metrics
+
+#endif  // LLMRETRY_METRICS_OBSERVE_HPP
