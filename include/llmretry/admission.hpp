@@ -11,6 +11,7 @@
 #include "admission/pressure.hpp"
 #include "admission/rate_limiter.hpp"
 #include "admission/retry_budget.hpp"
+#include "admission/settlement.hpp"
 #include "admission/tokens.hpp"
 
 #endif  // LLMRETRY_ADMISSION_HPP

@@ -7,8 +7,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
-#include <type_traits>
 #include <utility>
 
 #include "../attempt.hpp"
@@ -19,6 +17,7 @@
 #include "concurrency.hpp"
 #include "limits.hpp"
 #include "rate_limiter.hpp"
+#include "settlement.hpp"
 
 namespace llmretry {
 
@@ -42,21 +41,8 @@ struct DeploymentOptions {
   std::function<std::chrono::steady_clock::time_point()> clock;
   /// Reads the actual usage from a successful answer's body (such as llmretry::json::usage_of), so that
   /// the reservation is settled with it; empty: the estimate stays charged.
-  std::function<std::optional<Cost>(std::string_view body)> read_usage;
+  UsageReader read_usage;
 };
-
-namespace detail {
-template <class T, class = void>
-struct has_body : std::false_type {};
-template <class T>
-struct has_body<T, std::void_t<decltype(std::string_view(std::declval<const T&>().body))>> : std::true_type {};
-template <class T, class = void>
-struct has_headers : std::false_type {};
-template <class T>
-struct has_headers<T, std::void_t<decltype(parse_rate_limits(std::declval<const T&>().headers,
-                                                             std::chrono::system_clock::time_point{}))>>
-    : std::true_type {};
-}  // namespace detail
 
 /// One deployment's pacing, shared by every call to it: a RateLimiter (requests and tokens per minute,
 /// per day...), an optional ConcurrencyLimit, and what the provider taught it. Create one per (provider,
@@ -119,12 +105,10 @@ class Deployment {
       }
       if (options_.learning == Learning::adaptive) limiter_.slow_down(now);
     }
-    if (failure.sent == Sent::not_sent) {
-      limiter_.cancel(reservation);
-    } else if (failure.sent == Sent::refused) {
-      limiter_.settle(reservation, Cost{reservation.cost().requests, 0, 0}, now);
+    if (const std::optional<Cost> charged = charge_after(failure, reservation.cost())) {
+      limiter_.settle(reservation, *charged, now);
     } else {
-      limiter_.settle(reservation, reservation.cost(), now);
+      limiter_.cancel(reservation);
     }
   }
 
@@ -184,11 +168,8 @@ class Deployment::Pacing {
     /// Settles with the answer's usage and learns from its rate-limit headers.
     template <class Answer>
     void succeeded(const Answer& answer) {
-      std::optional<Cost> usage;
+      const std::optional<Cost> usage = reported_usage(answer, deployment_->options().read_usage);
       std::optional<RateLimits> reported;
-      if constexpr (detail::has_body<Answer>::value) {
-        if (deployment_->options().read_usage) usage = deployment_->options().read_usage(std::string_view(answer.body));
-      }
       if constexpr (detail::has_headers<Answer>::value)
         reported = parse_rate_limits(answer.headers, std::chrono::system_clock::now());
       deployment_->succeeded(reservation_, usage, reported ? &*reported : nullptr, deployment_->now());
@@ -224,23 +205,13 @@ class Deployment::Pacing {
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
     const time_point now = deployment_->now();
     Reservation reservation = deployment_->reserve(estimate_, now, attempt.time_left);
-    switch (reservation.status()) {
-      case ReservationStatus::granted: {
-        const auto wait = reservation.wait_after(now);
-        std::optional<std::chrono::milliseconds> slot_wait = deployment_->options().max_queue_wait;
-        if (slot_wait) slot_wait = std::max(std::chrono::milliseconds::zero(), *slot_wait - wait);
-        return Admission<Ticket>::go(Ticket{*deployment_, std::move(reservation), slot_wait}, wait);
-      }
-      case ReservationStatus::too_large:
-        return Admission<Ticket>::refuse(
-            Refusal{StopReason::no_capacity, Failure::of(FailureKind::too_large, Sent::not_sent)});
-      case ReservationStatus::too_long: break;
-    }
-    Failure failure = Failure::of(FailureKind::rate_limited, Sent::not_sent);
-    failure.provider_wait = reservation.wait_after(now);
-    const auto& max_queue_wait = deployment_->options().max_queue_wait;
-    const bool deadline = attempt.time_left && (!max_queue_wait || *attempt.time_left <= *max_queue_wait);
-    return Admission<Ticket>::refuse(Refusal{deadline ? StopReason::deadline : StopReason::no_capacity, failure});
+    if (!reservation.granted())
+      return Admission<Ticket>::refuse(
+          refusal_of(reservation, now, attempt.time_left, deployment_->options().max_queue_wait));
+    const auto wait = reservation.wait_after(now);
+    std::optional<std::chrono::milliseconds> slot_wait = deployment_->options().max_queue_wait;
+    if (slot_wait) slot_wait = std::max(std::chrono::milliseconds::zero(), *slot_wait - wait);
+    return Admission<Ticket>::go(Ticket{*deployment_, std::move(reservation), slot_wait}, wait);
   }
 
  private:

@@ -12,10 +12,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../admission/limits.hpp"
 #include "../admission/rate_limiter.hpp"
+#include "../admission/settlement.hpp"
+#include "../attempt.hpp"
+#include "../guard.hpp"
 #include "connection.hpp"
 
 namespace llmretry::redis {
@@ -183,6 +187,14 @@ class RateLimiter {
   /// Returns the limits it paces with.
   [[nodiscard]] const Limits& limits() const noexcept { return limits_; }
 
+  class Pacing;
+  /// Returns the guard that paces one call of estimated cost `estimate` (see estimate_cost) through this
+  /// limiter, for call_with_retry: an attempt waits at most `max_wait` (empty: as long as its deadline
+  /// allows), and a success is settled with the usage `read_usage` finds in the answer (empty: the
+  /// estimate stays charged). The limiter must outlive the guard, and the guard its tickets.
+  [[nodiscard]] Pacing pace(const Cost& estimate, std::optional<std::chrono::milliseconds> max_wait = std::nullopt,
+                            UsageReader read_usage = {});
+
  private:
   /// Returns the microseconds `units` of `limit` take to refill.
   static std::int64_t refill_us(std::int64_t units, const Limit& limit) noexcept {
@@ -206,6 +218,113 @@ class RateLimiter {
   Limits limits_;
   std::string linger_;  ///< the longest period in ms: how long the hash outlives its last TAT
 };
+
+/// The guard of one call through a redis::RateLimiter (made by RateLimiter::pace). Before each attempt it
+/// reserves the estimate on the server (the wait is slept by call_with_retry); after it, it settles as
+/// Deployment::Pacing does: a success with the usage the answer reports, a failure with what charge_after
+/// keeps, an attempt never sent (its ticket destroyed without news) gives everything back. It learns nothing
+/// else from the answer (rate-limit headers, a 429's wait): only the shared state paces. Refuses with
+/// StopReason::no_capacity a cost above a limit or a wait beyond max_wait, and with StopReason::deadline a
+/// wait beyond the attempt's time left.
+///
+/// Redis failing never throws through it. In admit it fails closed: the attempt is refused with
+/// StopReason::refused and a failure of nothing sent (FailureKind::connection, or timeout when the server did
+/// not answer in time, unknown for an error reply), and error() keeps the redis::Error. In a ticket (settle,
+/// cancel) the failure is kept in error() and the reservation stays charged until it refills.
+class RateLimiter::Pacing {
+ public:
+  /// What one attempt holds: its reservation, settled or given back however the attempt ends.
+  class Ticket {
+   public:
+    Ticket(Pacing& pacing, Reservation reservation) noexcept : pacing_(&pacing), reservation_(std::move(reservation)) {}
+    Ticket(Ticket&& other) noexcept : pacing_(other.pacing_), reservation_(std::move(other.reservation_)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    /// Gives back what an attempt that heard neither success nor failure holds.
+    ~Ticket() {
+      pacing_->guarded([&] { pacing_->limiter_->cancel(reservation_); });
+    }
+
+    /// Settles with the usage the answer reports (the estimate without). Throws what the usage reader throws.
+    template <class Answer>
+    void succeeded(const Answer& answer) {
+      const Cost usage = reported_usage(answer, pacing_->read_usage_).value_or(reservation_.cost());
+      pacing_->guarded([&] { pacing_->limiter_->settle(reservation_, usage, std::chrono::steady_clock::now()); });
+    }
+    /// Settles a call that returned nothing: the estimate stays charged.
+    void succeeded() {
+      pacing_->guarded(
+          [&] { pacing_->limiter_->settle(reservation_, reservation_.cost(), std::chrono::steady_clock::now()); });
+    }
+    /// Settles with what the failure kept charged (see charge_after).
+    void failed(const Failure& failure) {
+      pacing_->guarded([&] {
+        if (const std::optional<Cost> charged = charge_after(failure, reservation_.cost()))
+          pacing_->limiter_->settle(reservation_, *charged, std::chrono::steady_clock::now());
+        else pacing_->limiter_->cancel(reservation_);
+      });
+    }
+
+   private:
+    Pacing* pacing_;
+    Reservation reservation_;
+  };
+
+  Pacing(RateLimiter& limiter, const Cost& estimate, std::optional<std::chrono::milliseconds> max_wait,
+         UsageReader read_usage) noexcept
+      : limiter_(&limiter), estimate_(estimate), max_wait_(max_wait), read_usage_(std::move(read_usage)) {}
+
+  /// Reserves the estimate for the attempt on the server. Returns the ticket and the wait until capacity
+  /// comes, or the refusal (see the class).
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
+    std::optional<std::chrono::milliseconds> longest = max_wait_;
+    if (attempt.time_left) longest = longest ? std::min(*longest, *attempt.time_left) : attempt.time_left;
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<Reservation> reservation;
+    guarded([&] { reservation.emplace(limiter_->reserve(estimate_, now, longest)); });
+    if (!reservation) return Admission<Ticket>::refuse(Refusal{StopReason::refused, failure_of(error_->kind())});
+    if (!reservation->granted())
+      return Admission<Ticket>::refuse(refusal_of(*reservation, now, attempt.time_left, max_wait_));
+    const auto wait = reservation->wait_after(now);
+    return Admission<Ticket>::go(Ticket{*this, *std::move(reservation)}, wait);
+  }
+
+  /// Returns the last failure of Redis met by this call's admissions and settlements, or nullopt.
+  [[nodiscard]] const std::optional<Error>& error() const noexcept { return error_; }
+
+ private:
+  /// Returns the failure of an attempt refused because Redis failed with `kind`: nothing was sent.
+  static constexpr Failure failure_of(ErrorKind kind) noexcept {
+    switch (kind) {
+      case ErrorKind::connection: return Failure::connection_failed(Sent::not_sent);
+      case ErrorKind::timeout: return Failure::timed_out(Sent::not_sent);
+      case ErrorKind::reply: break;
+    }
+    return Failure::of(FailureKind::unknown, Sent::not_sent);
+  }
+
+  /// Runs `operation`, keeping the redis::Error it throws in error_ instead.
+  template <class Operation>
+  void guarded(Operation&& operation) {
+    try {
+      std::forward<Operation>(operation)();
+    } catch (const Error& error) {
+      error_ = error;
+    }
+  }
+
+  RateLimiter* limiter_;
+  Cost estimate_;
+  std::optional<std::chrono::milliseconds> max_wait_;
+  UsageReader read_usage_;
+  std::optional<Error> error_;
+};
+
+inline RateLimiter::Pacing RateLimiter::pace(const Cost& estimate, std::optional<std::chrono::milliseconds> max_wait,
+                                             UsageReader read_usage) {
+  return Pacing{*this, estimate, max_wait, std::move(read_usage)};
+}
 
 }  // namespace llmretry::redis
 

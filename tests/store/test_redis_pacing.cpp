@@ -1,0 +1,203 @@
+// redis::RateLimiter::pace: the guard of call_with_retry on a limit shared through a real redis-server.
+// call_with_retry sleeps through testing::FakeSleep, so the waits it is given are recorded, not slept: the
+// server's clock barely moves and each wait is checked against the limit's spacing, give or take the time
+// the test takes. Limits are per hour (one unit every few seconds) for that reason.
+#include <llmretry/redis/rate_limiter.hpp>
+#include <llmretry/retry.hpp>
+#include <llmretry/testing/fake_sleep.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "llmretry_catch.hpp"
+#include "redis_fixture.hpp"
+
+using namespace std::chrono_literals;
+using llmretry::AttemptRefused;
+using llmretry::call_with_retry;
+using llmretry::Cost;
+using llmretry::Dimension;
+using llmretry::Limit;
+using llmretry::Limits;
+using llmretry::RetryPolicy;
+using llmretry::StopReason;
+using llmretry::redis::RateLimiter;
+using std::chrono::milliseconds;
+
+namespace {
+
+Limits only(Dimension dimension, std::int64_t per_hour, std::optional<std::int64_t> burst = {}) {
+  Limits limits;
+  limits[dimension] = Limit{per_hour, 1h, burst};
+  return limits;
+}
+
+Cost tokens(std::int64_t input, std::int64_t output = 0) { return Cost{1, input, output}; }
+
+/// True when `wait` is `expected`, give or take the time the test takes (the server's clock runs).
+bool about(milliseconds wait, milliseconds expected) { return wait > expected - 500ms && wait < expected + 500ms; }
+
+/// An answer with a body, as curl::Response has: its usage is the number of output tokens it holds.
+struct Answer {
+  std::string body;
+};
+
+std::optional<Cost> output_tokens(std::string_view body) { return Cost{1, 0, std::stoll(std::string(body))}; }
+
+/// Returns the wait before now with the limiter's state as it is (reserves and gives back at once).
+milliseconds wait_for(RateLimiter& limiter, const Cost& cost) {
+  const auto now = std::chrono::steady_clock::now();
+  auto reservation = limiter.reserve(cost, now);
+  limiter.cancel(reservation);
+  return reservation.wait_after(now);
+}
+
+struct Fixture {
+  llmretry::redis::Connection connection{redis_fixture::unique_options()};
+  llmretry::testing::FakeSleep sleep;
+};
+
+}  // namespace
+
+TEST_CASE("redis pacing: call_with_retry waits for the shared limit before each call", "[redis][pacing]") {
+  Fixture f;
+  RateLimiter limiter(f.connection, "paced", only(Dimension::requests_per_minute, 360, 1));  // one every 10 s
+  int calls = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto waited_before = f.sleep.total();
+    CHECK(call_with_retry([&] { return ++calls; }, RetryPolicy{}, limiter.pace(Cost{}), f.sleep) == i + 1);
+    INFO("call " << i << " waited " << (f.sleep.total() - waited_before).count() << " ms");
+    CHECK(about(f.sleep.total() - waited_before, 10s * i));  // each reserved after the one before
+  }
+  CHECK(calls == 3);
+}
+
+TEST_CASE("redis pacing: a wait beyond max_wait or the deadline is refused and holds nothing", "[redis][pacing]") {
+  Fixture f;
+  RateLimiter limiter(f.connection, "refused", only(Dimension::requests_per_minute, 360, 1));
+  int calls = 0;
+  const auto call = [&] { return ++calls; };
+  REQUIRE(call_with_retry(call, RetryPolicy{}, limiter.pace(Cost{}), f.sleep) == 1);
+  SECTION("max_wait") {
+    try {
+      (void)call_with_retry(call, RetryPolicy{}, limiter.pace(Cost{}, 5s), f.sleep);
+      FAIL("the call was admitted");
+    } catch (const AttemptRefused& refused) {
+      CHECK(refused.reason() == StopReason::no_capacity);
+      CHECK(refused.failure().kind == llmretry::FailureKind::rate_limited);
+      REQUIRE(refused.failure().provider_wait);
+      CHECK(about(*refused.failure().provider_wait, 10s));
+    }
+  }
+  SECTION("deadline") {
+    llmretry::CallOptions options;
+    options.deadline = std::chrono::steady_clock::now() + 3s;
+    try {
+      (void)call_with_retry(call, RetryPolicy{}, limiter.pace(Cost{}, 60s), f.sleep, options);
+      FAIL("the call was admitted");
+    } catch (const AttemptRefused& refused) {
+      CHECK(refused.reason() == StopReason::deadline);
+    }
+  }
+  CHECK(calls == 1);
+  CHECK(f.sleep.total() == 0ms);
+  CHECK(about(wait_for(limiter, Cost{}), 10s));  // the refused call left no trace
+}
+
+TEST_CASE("redis pacing: the ticket settles with the answer's usage, or gives back what was not used",
+          "[redis][pacing]") {
+  Fixture f;
+  // 10 tokens a second, 10,000 at once.
+  RateLimiter limiter(f.connection, "settle", only(Dimension::tokens_per_minute, 36000, 10000));
+  const Cost estimate = tokens(2000, 8000);  // prompt + max_tokens
+  SECTION("a success is charged what the answer used") {
+    const auto answer = call_with_retry([] { return Answer{"1000"}; }, RetryPolicy{},
+                                        limiter.pace(estimate, std::nullopt, output_tokens), f.sleep);
+    CHECK(answer.body == "1000");
+    CHECK(wait_for(limiter, tokens(9000)) == 0ms);  // 1,000 used of 10,000
+    CHECK(about(wait_for(limiter, tokens(10000)), 100s));
+  }
+  SECTION("without a usage reader the estimate stays charged") {
+    (void)call_with_retry([] { return Answer{"1000"}; }, RetryPolicy{}, limiter.pace(estimate), f.sleep);
+    CHECK(about(wait_for(limiter, tokens(1000)), 100s));
+  }
+  SECTION("an attempt admitted but never sent gives everything back") {
+    auto pacing = limiter.pace(estimate);
+    {
+      auto admission = pacing.admit(llmretry::Attempt{});
+      REQUIRE(admission.admitted());
+    }
+    CHECK(wait_for(limiter, tokens(10000)) == 0ms);
+  }
+  SECTION("a 429 keeps the request, not the tokens") {
+    RateLimiter both(f.connection, "both", [] {
+      Limits limits = only(Dimension::tokens_per_minute, 36000, 10000);
+      limits[Dimension::requests_per_minute] = Limit{360, 1h, 2};
+      return limits;
+    }());
+    int calls = 0;
+    const auto answer = call_with_retry(
+        [&] {
+          if (++calls == 1)
+            throw llmretry::ProviderError(
+                "429", llmretry::Failure::of(llmretry::FailureKind::rate_limited, llmretry::Sent::refused));
+          return Answer{"0"};
+        },
+        RetryPolicy{}, both.pace(estimate, std::nullopt, output_tokens), f.sleep);
+    CHECK(calls == 2);
+    CHECK(wait_for(both, Cost{0, 10000, 0}) == 0ms);  // no tokens kept by either attempt
+    CHECK(about(wait_for(both, Cost{}), 10s));        // both requests kept: the burst of 2 is used
+  }
+}
+
+TEST_CASE("redis pacing: Redis gone, attempts are refused (fail closed) and nothing throws", "[redis][pacing]") {
+  llmretry::testing::RedisServer server;
+  auto options = server.connection_options();
+  options.connect_timeout = options.command_timeout = 300ms;
+  llmretry::redis::Connection connection(options);
+  RateLimiter limiter(connection, "gone", only(Dimension::tokens_per_minute, 36000));
+  llmretry::testing::FakeSleep sleep;
+  int calls = 0;
+  const auto call = [&] {
+    ++calls;
+    return Answer{"10"};
+  };
+  for (int i = 0; i < 3; ++i)
+    (void)call_with_retry(call, RetryPolicy{}, limiter.pace(tokens(10), std::nullopt, output_tokens), sleep);
+
+  auto pacing = limiter.pace(tokens(10), std::nullopt, output_tokens);
+  std::optional<llmretry::Admission<RateLimiter::Pacing::Ticket>> admitted;
+  admitted.emplace(pacing.admit(llmretry::Attempt{}));
+  REQUIRE(admitted->admitted());
+  server.kill();
+
+  SECTION("admit refuses") {
+    for (int i = 0; i < 3; ++i) {
+      auto refused_pacing = limiter.pace(tokens(10));
+      try {
+        (void)call_with_retry(call, RetryPolicy{}, refused_pacing, sleep);
+        FAIL("the call was admitted");
+      } catch (const AttemptRefused& refused) {
+        CHECK(refused.reason() == StopReason::refused);
+        CHECK(refused.failure().sent == llmretry::Sent::not_sent);
+        CHECK(refused.failure().kind == llmretry::FailureKind::connection);
+      }
+      REQUIRE(refused_pacing.error());
+      CHECK(refused_pacing.error()->operation() == "rate limiter reserve");
+    }
+    CHECK(calls == 3);
+  }
+  SECTION("a ticket that cannot settle keeps the error and does not throw") {
+    CHECK_NOTHROW(admitted->ticket().succeeded(Answer{"5"}));
+    REQUIRE(pacing.error());
+    CHECK(pacing.error()->operation() == "rate limiter settle");
+  }
+  SECTION("a ticket that cannot give back is destroyed quietly") {
+    CHECK_NOTHROW(admitted.reset());
+    REQUIRE(pacing.error());
+    CHECK(pacing.error()->operation() == "rate limiter cancel");
+  }
+}
