@@ -584,3 +584,25 @@ TEST_CASE("a stream cut after its first event is not retried: the client sees it
   CHECK(provider.request_count() == 1);
   CHECK(relay.client().Get("/healthz")->status == 200);
 }
+
+#if LLMRETRY_RELAY_REDIS
+TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on one is replayed by the other") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  Relay a("redis_a", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis", url});
+  Relay b("redis_b", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis", url});
+  a.started();
+  b.started();
+  const std::string key = "shared-" + std::to_string(::getpid());
+  const auto first = post(a, "/v1/chat/completions", chat(), {{"Idempotency-Key", key}});
+  CHECK(first->status == 200);
+  const auto replay = post(b, "/v1/chat/completions", chat(), {{"Idempotency-Key", key}});
+  CHECK(replay->status == 200);
+  CHECK(replay->get_header_value("Idempotent-Replayed") == "true");
+  CHECK(replay->body == first->body);
+  CHECK(post(b, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", key}})->status == 422);
+  CHECK(provider.request_count() == 1);
+}
+#endif
