@@ -122,6 +122,12 @@ class Forwarder {
       observer_.fell_back(target(chain, move.from, in), target(chain, move.to, in), move.reason);
     };
     options.on_give_up = [&](const llmretry::FallbackGiveUp& report) { gave_up = report; };
+    const auto sleep = [&](std::chrono::milliseconds wait) {
+      const bool waiting_for_capacity = !std::exchange(backoff, false);
+      if (waiting_for_capacity) observer_.queue_entered(queue);
+      std::this_thread::sleep_for(wait);
+      if (waiting_for_capacity) observer_.queue_left(queue, wait);
+    };
     const auto call = [&](const llmretry::Route& route, const llmretry::Attempt& attempt) {
       current = &route;
       const Upstream& upstream = chain.upstream_of(route);
@@ -133,9 +139,13 @@ class Forwarder {
       if (!upstream.api_key.empty()) request.headers.emplace_back("Authorization", "Bearer " + upstream.api_key);
       if (!in.idempotency_key.empty()) request.headers.emplace_back("Idempotency-Key", in.idempotency_key);
       if (on_event != nullptr) request.headers.emplace_back("Accept", "text/event-stream");
-      try {
+      const auto send = [&] {
         return session->perform(request, curl_options_, {}, on_event, on_event != nullptr ? &stream : nullptr,
                                 attempt.time_left);
+      };
+      try {
+        if (upstream.shared) return upstream.shared(in.estimate, attempt, sleep, send);
+        return send();
       } catch (const llmretry::StreamInterrupted& error) {
         throw StreamCut(error.what());  // not a provider error: neither retried nor moved to a fallback
       } catch (const llmretry::ProviderError& error) {
@@ -147,12 +157,6 @@ class Forwarder {
     const auto on_retry = [&](int attempt, const llmretry::Failure& failure, std::chrono::milliseconds) {
       backoff = true;
       observer_.retried(target(*current, in), failure, attempt);
-    };
-    const auto sleep = [&](std::chrono::milliseconds wait) {
-      const bool waiting_for_capacity = !std::exchange(backoff, false);
-      if (waiting_for_capacity) observer_.queue_entered(queue);
-      std::this_thread::sleep_for(wait);
-      if (waiting_for_capacity) observer_.queue_left(queue, wait);
     };
 
     try {
@@ -220,9 +224,12 @@ class Forwarder {
       answer.headers.emplace_back("Content-Type", "application/json");
       return answer;
     };
-    if (reason == StopReason::no_capacity) {
-      observer_.rate_limited(at, failure.provider_wait ? llmretry::metrics::LimitType::unknown
-                                                       : llmretry::metrics::LimitType::concurrency);
+    const bool shared_limit_refused = upstream == nullptr && failure.kind == llmretry::FailureKind::rate_limited &&
+                                      failure.sent == llmretry::Sent::not_sent;
+    if (reason == StopReason::no_capacity || shared_limit_refused) {
+      if (reason == StopReason::no_capacity)  // a shared limit's refusal was counted when it was thrown
+        observer_.rate_limited(at, failure.provider_wait ? llmretry::metrics::LimitType::unknown
+                                                         : llmretry::metrics::LimitType::concurrency);
       const auto wait = failure.provider_wait.value_or(std::chrono::seconds{1});
       const auto seconds = std::max<std::int64_t>(1, (wait.count() + 999) / 1000);
       Answer answer = refuse(429,

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -31,6 +32,9 @@
 #include "routes.hpp"
 #include "security.hpp"
 #include "server.hpp"
+#if LLMRETRY_RELAY_REDIS
+#include "shared_limit.hpp"
+#endif
 
 namespace {
 
@@ -85,7 +89,8 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
   app.add_option("--max-body", options.max_body, "largest request body in bytes (default 1048576)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
-  app.add_option("--redis", options.redis, "redis://HOST[:PORT]: share the idempotency keys through Redis");
+  app.add_option("--redis", options.redis,
+                 "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
   app.add_option("--config", options.config,
                  "JSON model table: per model its upstream, key variable, limits, fallback");
   try {
@@ -117,36 +122,51 @@ std::pair<std::string, int> listen_address(const std::string& listen) {
   return {host, std::stoi(port)};
 }
 
-/// Returns the idempotency store: in memory, or on the Redis server of --redis.
-std::unique_ptr<llmretry::store::IdempotencyStore> idempotency_store(const Options& options) {
-  if (options.redis.empty()) return std::make_unique<llmretry::store::MemoryIdempotencyStore>();
+/// What the relay keeps in Redis with --redis: the idempotency keys, and the limits of the upstreams that
+/// have some, shared by every relay on the same server.
+class RedisState {
+ public:
+  /// Connects to the server of `url` ("redis://HOST[:PORT]"). Throws UsageError for a bad URL.
+  explicit RedisState(const std::string& url) {
 #if LLMRETRY_RELAY_REDIS
-  llmretry::redis::Options redis;
-  try {
-    redis = llmretry::redis::options_from_url(options.redis);
-  } catch (const std::invalid_argument& error) {
-    throw UsageError(std::string("--redis: ") + error.what());
-  }
-  /// One connection per process: redis::Connection serialises its commands.
-  struct RedisStore final : llmretry::store::IdempotencyStore {
-    explicit RedisStore(const llmretry::redis::Options& redis) : connection(redis), store(connection) {}
-    llmretry::store::ClaimResult claim(std::string_view key, std::string_view fingerprint,
-                                       std::string_view token) override {
-      return store.claim(key, fingerprint, token);
+    llmretry::redis::Options redis;
+    try {
+      redis = llmretry::redis::options_from_url(url);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string("--redis: ") + error.what());
     }
-    bool complete(std::string_view key, std::string_view token, const llmretry::store::StoredResponse& r) override {
-      return store.complete(key, token, r);
-    }
-    bool release(std::string_view key, std::string_view token) override { return store.release(key, token); }
-    bool renew(std::string_view key, std::string_view token) override { return store.renew(key, token); }
-    llmretry::redis::Connection connection;
-    llmretry::redis::IdempotencyStore store;
-  };
-  return std::make_unique<RedisStore>(redis);
+    connection_ = std::make_unique<llmretry::redis::Connection>(redis);
+    idempotency_ = std::make_unique<llmretry::redis::IdempotencyStore>(*connection_);
 #else
-  throw UsageError("--redis: this build has no Redis support");
+    throw UsageError("--redis " + url + ": this build has no Redis support");
 #endif
-}
+  }
+
+  llmretry::store::IdempotencyStore& idempotency() { return *idempotency_; }
+
+  /// Returns what shares each upstream's limits through a redis::RateLimiter, waiting at most `max_wait`.
+  relay::ShareLimits share_limits(std::chrono::milliseconds max_wait) {
+#if LLMRETRY_RELAY_REDIS
+    return [this, max_wait](const std::string& name, const llmretry::Limits& limits) -> relay::SharedAttempt {
+      auto limit = std::make_shared<relay::SharedLimit>(*connection_, name, limits, max_wait);
+      return [limit](const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
+                     const std::function<void(std::chrono::milliseconds)>& sleep,
+                     const std::function<llmretry::curl::Response()>& send) {
+        return limit->through(estimate, attempt, sleep, send);
+      };
+    };
+#else
+    static_cast<void>(max_wait);
+    return {};
+#endif
+  }
+
+ private:
+#if LLMRETRY_RELAY_REDIS
+  std::unique_ptr<llmretry::redis::Connection> connection_;
+#endif
+  std::unique_ptr<llmretry::store::IdempotencyStore> idempotency_;
+};
 
 int run(const Options& options) {
   const auto [host, port] = listen_address(options.listen);
@@ -160,15 +180,18 @@ int run(const Options& options) {
   if (upstream.empty()) upstream = environment("OPENAI_BASE_URL");
   if (upstream.empty()) upstream = "https://api.openai.com/v1";
   const relay::Environment env = [](const std::string& name) { return environment(name); };
+  std::optional<RedisState> redis;
+  if (!options.redis.empty()) redis.emplace(options.redis);
+  const relay::ShareLimits share = redis ? redis->share_limits(options.pace.max_wait) : relay::ShareLimits{};
   std::optional<relay::Routes> routes;
   try {
     if (options.config.empty()) {
       if (environment("OPENAI_API_KEY").empty() && upstream.find("api.openai.com") != std::string::npos)
         throw UsageError("OPENAI_API_KEY is not set");
-      routes.emplace(upstream, options.fallbacks, options.pace, env);
+      routes.emplace(upstream, options.fallbacks, options.pace, env, share);
     } else {
       if (!options.fallbacks.empty()) throw UsageError("--fallback: with --config, each model names its fallback");
-      routes.emplace(relay::read_config(options.config), upstream, options.pace, env);
+      routes.emplace(relay::read_config(options.config), upstream, options.pace, env, share);
     }
   } catch (const relay::ConfigError& error) {
     throw UsageError(error.what());
@@ -177,12 +200,13 @@ int run(const Options& options) {
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
-  const auto idempotency = idempotency_store(options);
+  llmretry::store::MemoryIdempotencyStore memory_idempotency;
+  llmretry::store::IdempotencyStore& idempotency = redis ? redis->idempotency() : memory_idempotency;
 
   llmretry::metrics::Registry registry;
   const relay::Forwarder forwarder(registry, std::chrono::minutes{10});
   relay::Server relay_server(
-      *routes, forwarder, *idempotency, registry,
+      *routes, forwarder, idempotency, registry,
       {[&registry] { return registry.prometheus_text(); }, std::string(llmretry::metrics::prometheus_content_type)},
       settings);
 

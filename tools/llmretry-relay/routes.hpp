@@ -6,6 +6,8 @@
 #include <llmretry/admission/circuit_breaker.hpp>
 #include <llmretry/admission/deployment.hpp>
 #include <llmretry/admission/retry_budget.hpp>
+#include <llmretry/attempt.hpp>
+#include <llmretry/curl/curl.hpp>
 #include <llmretry/fallback.hpp>
 #include <llmretry/json/usage.hpp>
 
@@ -35,6 +37,16 @@ struct Pace {
   std::chrono::milliseconds max_wait{8000};  ///< the longest wait for capacity before a refusal
 };
 
+/// Makes one attempt through a limit shared with other relays: given the attempt's estimate, the attempt,
+/// how to sleep a wait, and how to send it; returns what sending returned (see SharedLimit::through).
+using SharedAttempt =
+    std::function<llmretry::curl::Response(const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
+                                           const std::function<void(std::chrono::milliseconds)>& sleep,
+                                           const std::function<llmretry::curl::Response()>& send)>;
+
+/// Returns the SharedAttempt of the limiter named `name` with `limits`; empty when nothing is shared.
+using ShareLimits = std::function<SharedAttempt(const std::string& name, const llmretry::Limits& limits)>;
+
 /// One upstream: where its requests go, with which key, and what guards them.
 struct Upstream {
   std::string name;      ///< the route's name: the model of the table, or "upstream", "fallback-1"...
@@ -43,6 +55,7 @@ struct Upstream {
   std::string model;     ///< the model the body is sent with; empty: the client's own
   std::unique_ptr<llmretry::Deployment> deployment;
   std::unique_ptr<llmretry::CircuitBreaker> breaker;
+  SharedAttempt shared;  ///< its limits shared with other relays; empty: none
 };
 
 /// A fallback chain and the upstream of each of its routes (same order).
@@ -70,8 +83,10 @@ class Routes {
  public:
   /// Every model goes to `upstream`, then to the `fallbacks` in order, all with the key in
   /// OPENAI_API_KEY and the same pacing.
+  /// `share`: shares the limits of each upstream that has some with other relays (empty: none).
   Routes(const std::string& upstream, const std::vector<std::string>& fallbacks, const Pace& pace,
-         const Environment& environment) {
+         const Environment& environment, const ShareLimits& share = {})
+      : share_(share) {
     const std::string key = environment("OPENAI_API_KEY");
     std::vector<llmretry::Route> routes;
     std::vector<const Upstream*> used;
@@ -86,7 +101,9 @@ class Routes {
 
   /// Each model of `table` goes to its row's upstream (`upstream` when the row names none), then along its
   /// fallbacks; `pace` gives what a row does not. Throws SetupError when a row's key variable is not set.
-  Routes(const ModelTable& table, const std::string& upstream, const Pace& pace, const Environment& environment) {
+  Routes(const ModelTable& table, const std::string& upstream, const Pace& pace, const Environment& environment,
+         const ShareLimits& share = {})
+      : share_(share) {
     std::map<std::string, const Upstream*> by_name;
     for (const auto& [name, row] : table) {
       Pace row_pace = pace;
@@ -121,8 +138,8 @@ class Routes {
   [[nodiscard]] const std::vector<std::unique_ptr<Upstream>>& upstreams() const noexcept { return upstreams_; }
 
  private:
-  static std::unique_ptr<Upstream> upstream_named(const std::string& name, const std::string& base_url,
-                                                  const std::string& key, const std::string& model, const Pace& pace) {
+  std::unique_ptr<Upstream> upstream_named(const std::string& name, const std::string& base_url, const std::string& key,
+                                           const std::string& model, const Pace& pace) const {
     auto upstream = std::make_unique<Upstream>();
     upstream->name = name;
     upstream->base_url = base_url;
@@ -135,6 +152,9 @@ class Routes {
     };
     if (pace.rpm) deployment.limits[llmretry::Dimension::requests_per_minute] = per_second(*pace.rpm);
     if (pace.tpm) deployment.limits[llmretry::Dimension::tokens_per_minute] = per_second(*pace.tpm);
+    if (share_ && std::any_of(deployment.limits.by_dimension.begin(), deployment.limits.by_dimension.end(),
+                              [](const auto& limit) { return limit.has_value(); }))
+      upstream->shared = share_(name + "@" + base_url, deployment.limits);
     deployment.concurrency = pace.concurrency;
     deployment.max_queue_wait = pace.max_wait;
     deployment.read_usage = [](std::string_view body) { return llmretry::json::usage_of(body); };
@@ -166,6 +186,7 @@ class Routes {
     return route;
   }
 
+  ShareLimits share_;
   llmretry::RetryBudget budget_;
   std::vector<std::unique_ptr<Upstream>> upstreams_;
   std::map<std::string, Chain, std::less<>> by_model_;

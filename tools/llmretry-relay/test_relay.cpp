@@ -605,4 +605,25 @@ TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on o
   CHECK(post(b, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", key}})->status == 422);
   CHECK(provider.request_count() == 1);
 }
+
+TEST_CASE("two relays on one Redis share their limits: what one used, the other cannot") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  const std::vector<std::string> arguments{"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--rpm",
+                                           "1",        "--max-wait",  "100ms",      "--redis",           url};
+  Relay a("shared_limit_a", arguments);
+  Relay b("shared_limit_b", arguments);
+  a.started();
+  b.started();
+  CHECK(post(a, "/v1/chat/completions", chat())->status == 200);
+  // b has used nothing of its own, but the one request a minute is spent.
+  const auto refused = post(b, "/v1/chat/completions", chat());
+  CHECK(refused->status == 429);
+  CHECK(error_of(refused->body).at("code") == "provider_wait_too_long");
+  REQUIRE(refused->has_header("Retry-After"));
+  CHECK(std::stoi(refused->get_header_value("Retry-After")) > 8);
+  CHECK(provider.request_count() == 1);
+}
 #endif
