@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -429,4 +430,26 @@ TEST_CASE("the rate-limited mode holds under concurrent clients") {
   CHECK(server.refused() == too_many);
   CHECK(ok >= 5);
   CHECK(ok <= 5 + static_cast<int>(seconds) + 1);
+}
+
+TEST_CASE("the loopback provider serves as many connections at once as it has threads") {
+  constexpr int clients = 24;  // more than cpp-httplib's default of 8 threads on a small machine
+  auto server = std::make_unique<LoopbackProvider>(0, static_cast<std::size_t>(clients));
+  for (int i = 0; i < clients; ++i) server->then(LoopbackProvider::hang(30s));  // each holds its thread
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i)
+    threads.emplace_back([&, base_url = server->base_url()] {
+      httplib::Client client(base_url);
+      client.set_read_timeout(60s);
+      if (client.Post("/v1/chat/completions", "{}", "application/json")) ++answered;
+    });
+  // Every request arrives while the others hang; with fewer threads, some would wait for a thread.
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (server->request_count() < clients && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(10ms);
+  CHECK(server->request_count() == clients);
+  server.reset();  // cuts the hangs short: every client gets its answer
+  for (auto& thread : threads) thread.join();
+  CHECK(answered == clients);
 }

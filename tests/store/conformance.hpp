@@ -307,6 +307,27 @@ TEMPLATE_TEST_CASE("queue: ack, retry_later, bury and extend need the holder's t
     CHECK_FALSE(queue->ack("job", job->token));
     CHECK(queue->ack("job", again->token));
   }
+  SECTION("reclaim: every taken job is ready again at once, its token void; delayed jobs stay delayed") {
+    REQUIRE(queue->enqueue({"later", "p", 0, short_time}));
+    REQUIRE(queue->enqueue({"second", "p", 0, 0ms}));
+    const auto second = queue->take();
+    REQUIRE(second);
+    CHECK(queue->reclaim() == 2);
+    CHECK(queue->reclaim() == 0);
+    const auto counts = queue->counts();
+    CHECK(counts.ready == 2);
+    CHECK(counts.delayed == 1);
+    CHECK(counts.taken == 0);
+    CHECK_FALSE(queue->ack("job", job->token));
+    CHECK_FALSE(queue->ack("second", second->token));
+    std::set<std::string> taken;
+    for (auto again = queue->take(); again; again = queue->take()) {
+      CHECK(again->attempts == 2);
+      CHECK(queue->ack(again->id, again->token));
+      taken.insert(again->id);
+    }
+    CHECK(taken == std::set<std::string>{"job", "second"});
+  }
   SECTION("extend keeps it") {
     fixture.advance(short_time / 2);
     CHECK(queue->extend("job", job->token));

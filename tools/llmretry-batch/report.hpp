@@ -26,6 +26,7 @@ class Stats {
   std::atomic<std::int64_t> tokens_reserved{0};    ///< the estimates of the requests sent
   std::atomic<std::int64_t> tokens_used{0};        ///< the usage the answers reported
   std::atomic<std::int64_t> resumed_in_flight{0};  ///< lines an earlier run left in flight, sent again
+  std::atomic<std::int64_t> reclaimed{0};          ///< jobs an earlier run held when it stopped, ready at once
 
   /// Counts a retry after a failure of kind `kind`.
   void retried(const char* kind) { add(retries_, kind); }
@@ -93,10 +94,12 @@ inline void print_summary(const Stats& stats, const llmretry::Deployment& deploy
               static_cast<long long>(total), static_cast<long long>(done_before),
               static_cast<long long>(stats.answered.load()), static_cast<long long>(stats.failed.load()),
               stats.stops().c_str());
-  std::printf("requests: %lld sent, %lld answered 429 (%.2f %%), %lld left in flight by an earlier run\n",
-              static_cast<long long>(requests), static_cast<long long>(stats.rate_limited.load()),
-              requests > 0 ? 100.0 * static_cast<double>(stats.rate_limited) / static_cast<double>(requests) : 0.0,
-              static_cast<long long>(stats.resumed_in_flight.load()));
+  std::printf(
+      "requests: %lld sent, %lld answered 429 (%.2f %%), %lld left in flight by an earlier run (%lld of its jobs "
+      "reclaimed)\n",
+      static_cast<long long>(requests), static_cast<long long>(stats.rate_limited.load()),
+      requests > 0 ? 100.0 * static_cast<double>(stats.rate_limited) / static_cast<double>(requests) : 0.0,
+      static_cast<long long>(stats.resumed_in_flight.load()), static_cast<long long>(stats.reclaimed.load()));
   std::printf("retries: %s\n", stats.retries().c_str());
   std::printf("tokens: %lld reserved, %lld used\n", static_cast<long long>(stats.tokens_reserved.load()),
               static_cast<long long>(stats.tokens_used.load()));

@@ -94,11 +94,15 @@ class Runner {
     }
   }
 
-  /// Enqueues the pending requests and runs the workers until every one has its line. Throws the first
+  /// Makes the jobs an earlier run held ready again (JobQueue::reclaim: the caller holds the output file's
+  /// lock), enqueues the pending requests and runs the workers until every one has its line. Throws the first
   /// error of a store or a file (the run stops; what is written stays valid for a rerun).
   void run() {
     {
       const auto stores = open_stores_();
+      // This run holds the output file's lock, so no other run uses its queue: a job taken there was taken
+      // by a run that stopped, and is ready again now rather than after the visibility timeout.
+      stats_.reclaimed += static_cast<std::int64_t>(stores->queue().reclaim());
       for (const Line& line : lines_)
         (void)stores->queue().enqueue({line.request.key, {}, 0, std::chrono::milliseconds::zero()});
     }

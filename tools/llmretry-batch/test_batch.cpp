@@ -1,7 +1,12 @@
 // End to end: the rate-limited loopback provider runs in this process, llmretry-batch as a child process
 // pointed at it with OPENAI_BASE_URL. Every line is answered once, 429s stay rare, a rerun sends nothing,
-// and a run killed with SIGKILL and run again answers no line twice and sends no completed request again.
+// and a run killed with SIGKILL and run again answers no line twice and sends no completed request again;
+// the same with the queue and operations table in Redis (--redis, a redis-server started by the test).
 #include <llmretry/testing/loopback/provider.hpp>
+#if LLMRETRY_BATCH_TEST_REDIS
+#include <llmretry/redis/connection.hpp>
+#include <llmretry/testing/redis_server.hpp>
+#endif
 
 #include <nlohmann/json.hpp>
 
@@ -279,3 +284,100 @@ TEST_CASE("a request that fails for good goes to the errors file with the stop r
   CHECK(rerun.wait() == 1);  // answered in the errors file: not sent again
   CHECK(provider.request_count() == 1);
 }
+
+#if LLMRETRY_BATCH_TEST_REDIS
+namespace {
+
+/// Returns "redis://127.0.0.1:PORT" for `server`.
+std::string url_of(const llmretry::testing::RedisServer& server) {
+  return "redis://127.0.0.1:" + std::to_string(server.port());
+}
+
+/// Returns how many jobs are taken (held by a worker) in every batch queue on `server`.
+long long taken_jobs(const llmretry::testing::RedisServer& server) {
+  llmretry::redis::Connection connection(server.connection_options());
+  const auto keys = connection.command("keys", {"KEYS", "llmretry:queue:*:taken"});
+  long long taken = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    taken += connection.command("zcard", {"ZCARD", keys[i].text()}).integer();
+  return taken;
+}
+
+}  // namespace
+
+TEST_CASE("--redis: every line answered once, a rerun sends nothing", "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("redis");
+  const std::string input = write_input(dir, 300);
+  const std::vector<std::string> arguments{
+      input, (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
+  Child first(arguments, provider.base_url(), dir);
+  REQUIRE(first.wait() == 0);
+  INFO(first.out() << first.err());
+  check_answered_once(dir, 300);
+  CHECK(provider.served() == 300);
+  CHECK(taken_jobs(server) == 0);
+
+  const std::size_t sent = provider.request_count();
+  Child rerun(arguments, provider.base_url(), dir);
+  CHECK(rerun.wait() == 0);
+  CHECK(provider.request_count() == sent);
+  CHECK(rerun.out().find("requests: 0 sent") != std::string::npos);
+}
+
+TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line once, no completed request resent",
+          "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("redis_killed");
+  const std::string input = write_input(dir, 400);
+  const std::vector<std::string> arguments{
+      input, (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
+  Child first(arguments, provider.base_url(), dir);
+  while (line_count(dir / "output.jsonl") < 100) std::this_thread::sleep_for(2ms);
+  first.kill_now();
+  const std::size_t sent_before = provider.request_count();
+  // The jobs the dead run held: without reclaiming them, the rerun would wait 90 s (the visibility timeout).
+  const long long held = taken_jobs(server);
+  std::set<std::string> completed;
+  std::map<std::string, std::string> key_of;
+  for (const auto& request : batch::read_input(input, provider.base_url())) key_of[request.custom_id] = request.key;
+  for (const auto& line : lines_of(dir / "output.jsonl")) completed.insert(key_of.at(line.at("custom_id")));
+
+  Child rerun(arguments, provider.base_url(), dir);
+  CHECK(rerun.wait() == 0);
+  INFO(rerun.out() << rerun.err());
+  check_answered_once(dir, 400);
+  CHECK(rerun.out().find("(" + std::to_string(held) + " of its jobs reclaimed)") != std::string::npos);
+  const auto resent = keys_received(provider, sent_before);
+  std::size_t resent_completed = 0;
+  for (const auto& key : resent) resent_completed += completed.count(key);
+  std::printf("llmretry-batch --redis killed after %zu lines, holding %lld jobs; rerun: %zu requests\n%s",
+              completed.size(), held, resent.size(), rerun.out().c_str());
+  CHECK(resent_completed == 0);
+  CHECK(std::set<std::string>(resent.begin(), resent.end()).size() == 400 - completed.size());
+  CHECK(taken_jobs(server) == 0);
+}
+
+TEST_CASE("--redis: a second llmretry-batch on the same output is refused while the first runs", "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("redis_two");
+  const auto second_dir = work_dir("redis_two_second");  // its own stdout and stderr
+  const std::string input = write_input(dir, 300);
+  const std::vector<std::string> arguments{
+      input, (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
+  Child first(arguments, provider.base_url(), dir);
+  while (line_count(dir / "output.jsonl") < 1) std::this_thread::sleep_for(2ms);  // it holds the lock
+  Child second(arguments, provider.base_url(), second_dir);
+  CHECK(second.wait() == 2);
+  CHECK_THAT(second.err(), llmretry_catch::contains("output.jsonl: in use by another llmretry-batch"));
+  REQUIRE(first.wait() == 0);
+  check_answered_once(dir, 300);
+  CHECK(provider.served() == 300);
+}
+#endif

@@ -76,6 +76,13 @@ elseif operation == 'take' then
       return {id, job[1], tonumber(job[2]), attempts + 1}
     end
   end
+elseif operation == 'reclaim' then
+  local ids = redis.call('ZRANGE', taken_key, 0, -1)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', taken_key, id)
+    make_ready(id)
+  end
+  return #ids
 elseif operation == 'counts' then
   return {redis.call('ZCARD', ready_key), redis.call('ZCARD', delayed_key), redis.call('ZCARD', taken_key),
           redis.call('ZCARD', dead_key)}
@@ -159,6 +166,10 @@ class JobQueue final : public store::JobQueue {
   [[nodiscard]] bool extend(std::string_view id, std::string_view token) override {
     const std::string visibility = std::to_string(options_.visibility_timeout.count());
     return run("queue extend", {"extend", job_prefix_, id, token, visibility}).integer() == 1;
+  }
+
+  std::size_t reclaim() override {
+    return static_cast<std::size_t>(run("queue reclaim", {"reclaim", job_prefix_}).integer());
   }
 
   [[nodiscard]] store::QueueCounts counts() override {

@@ -102,6 +102,10 @@ class JobQueue {
   [[nodiscard]] virtual bool bury(std::string_view id, std::string_view token) = 0;
   /// Starts the visibility timeout of a taken job again. Returns false when `token` no longer holds it.
   [[nodiscard]] virtual bool extend(std::string_view id, std::string_view token) = 0;
+  /// Makes every taken job ready again now, as if its visibility timeout had passed: their holders'
+  /// tokens no longer hold them. For a queue's only user starting after the one before it died (it need
+  /// not wait the visibility timeout); never while another worker may hold a job. Returns how many.
+  virtual std::size_t reclaim() = 0;
   /// Returns how many jobs are ready, delayed, taken and dead (due jobs not yet promoted count as delayed
   /// or taken).
   [[nodiscard]] virtual QueueCounts counts() = 0;
@@ -193,6 +197,13 @@ class MemoryJobQueue final : public JobQueue {
     return true;
   }
 
+  std::size_t reclaim() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t count = taken_.size();
+    promote(taken_, TimePoint::max());
+    return count;
+  }
+
   [[nodiscard]] QueueCounts counts() override {
     const std::lock_guard<std::mutex> lock(mutex_);
     return {ready_.size(), delayed_.size(), taken_.size(), dead_.size()};
@@ -241,13 +252,16 @@ class MemoryJobQueue final : public JobQueue {
   /// Moves the due delayed jobs and the taken jobs whose timeout passed to ready; a taken job also loses its
   /// token, so that its late worker can no longer ack it.
   void promote(TimePoint now) {
-    for (auto* timed : {&delayed_, &taken_}) {
-      while (!timed->empty() && timed->begin()->first <= now) {
-        Record& record = jobs_.at(timed->begin()->second);
-        timed->erase(timed->begin());
-        record.job.token.clear();
-        make_ready(record);
-      }
+    promote(delayed_, now);
+    promote(taken_, now);
+  }
+  /// Moves the jobs of `timed` (delayed_ or taken_) due at `now` to ready, without their tokens.
+  void promote(std::multimap<TimePoint, std::string>& timed, TimePoint now) {
+    while (!timed.empty() && timed.begin()->first <= now) {
+      Record& record = jobs_.at(timed.begin()->second);
+      timed.erase(timed.begin());
+      record.job.token.clear();
+      make_ready(record);
     }
   }
 

@@ -72,10 +72,19 @@ class LoopbackProvider {
   /// The limits of the rate-limited mode.
   using Limits = LoopbackLimits;
 
-  /// Binds 127.0.0.1 on `port` (0: a port the system chooses) and starts serving.
+  /// Binds 127.0.0.1 on `port` (0: a port the system chooses) and starts serving, `threads` connections at
+  /// once (each one kept alive holds a thread; 0: cpp-httplib's default, 8 on a small machine), with a
+  /// listen queue as long as the system allows, so that many clients connecting at once are not delayed.
   /// Throws std::runtime_error when it cannot bind.
-  explicit LoopbackProvider(int port = 0) {
+  explicit LoopbackProvider(int port = 0, std::size_t threads = 0) {
     server_.set_keep_alive_timeout(1);
+    server_.set_keep_alive_max_count(1000000);  // as a provider does: a connection serves many requests
+    server_.set_tcp_nodelay(true);              // each answer goes out at once, never held back to wait for an ACK
+    if (threads > 0) server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    server_.set_socket_options([this](socket_t socket) {
+      httplib::default_socket_options(socket);
+      listening_ = socket;
+    });
     const auto handler = [this](const httplib::Request& request, httplib::Response& response) {
       answer(request, response);
     };
@@ -85,6 +94,7 @@ class LoopbackProvider {
     server_.Delete(".*", handler);
     port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1") : (server_.bind_to_port("127.0.0.1", port) ? port : 0);
     if (port_ <= 0) throw std::runtime_error("loopback provider: cannot bind 127.0.0.1:" + std::to_string(port));
+    ::listen(listening_, SOMAXCONN);  // again: cpp-httplib listens with a queue of 5
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // stop() only stops a server that is running: wait for it, so that the destructor cannot miss it.
     for (int i = 0; i < 5000 && !server_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds{1});
@@ -360,6 +370,7 @@ class LoopbackProvider {
   }
 
   httplib::Server server_;
+  socket_t listening_ = INVALID_SOCKET;  ///< the server's listening socket, once bound
   std::thread thread_;
   int port_ = 0;
   mutable std::mutex mutex_;
