@@ -223,6 +223,7 @@ int run(const Options& options) {
     std::cerr << "llmretry-relay: cannot listen on " << options.listen << '\n';
     return 1;
   }
+  relay_server.deepen_listen_queue();
   std::thread serving([&server] { server.listen_after_bind(); });
   while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds{1});
   const bool ipv6 = host.find(':') != std::string::npos;

@@ -11,6 +11,7 @@
 #include <llmretry/store/idempotency_store.hpp>
 
 #include <httplib.h>
+#include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -56,6 +57,12 @@ class Server {
         metrics_(std::move(metrics)),
         settings_(std::move(settings)) {}
 
+  /// Makes the listen queue of the server set up by install, once bound, as long as the system allows
+  /// (cpp-httplib asks for 5): hundreds of clients connecting at once are not made to wait a SYN retry.
+  void deepen_listen_queue() const {
+    if (listening_ != INVALID_SOCKET) ::listen(listening_, SOMAXCONN);
+  }
+
   /// Sets up `server`: its thread pool, timeouts, body limit, and handlers.
   void install(httplib::Server& server) {
     const std::size_t threads = settings_.threads;
@@ -65,6 +72,11 @@ class Server {
     server.set_keep_alive_max_count(100'000);
     server.set_keep_alive_timeout(5);
     server.set_payload_max_length(settings_.max_body);
+    server.set_tcp_nodelay(true);  // each answer goes out at once, never held back to wait for an ACK
+    server.set_socket_options([this](socket_t socket) {
+      httplib::default_socket_options(socket);
+      listening_ = socket;
+    });
     server.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
       if (settings_.client_key.empty() || request.path == "/healthz")
         return httplib::Server::HandlerResponse::Unhandled;
@@ -279,6 +291,7 @@ class Server {
   llmretry::metrics::Observer& observer_;
   MetricsPage metrics_;
   ServerSettings settings_;
+  socket_t listening_ = INVALID_SOCKET;  ///< the listening socket, once bound
 };
 
 }  // namespace relay
