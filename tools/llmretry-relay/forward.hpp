@@ -179,8 +179,10 @@ class Forwarder {
           gave_up ? gave_up->last.failure : llmretry::failure_of(error).value_or(llmretry::Failure{});
       const std::string stop = gave_up ? llmretry::to_string(gave_up->last.reason) : "failed";
       observer_.request_finished(at, stop);
-      return give_up_answer(gave_up ? std::optional(gave_up->last.reason) : std::nullopt, failure, stop,
-                            llmretry::curl::response_of(error), at);
+      Answer answer = give_up_answer(gave_up ? std::optional(gave_up->last.reason) : std::nullopt, failure, stop,
+                                     llmretry::curl::response_of(error), at);
+      redact_keys(chain, answer.body);  // an upstream may echo its key in an error body: it goes no further
+      return answer;
     }
   }
 
@@ -200,6 +202,16 @@ class Forwarder {
     for (const auto& route : chain.chain.routes())
       if (route.name == name) return target(route, in);
     return {std::string(name), in.model};
+  }
+
+  /// Replaces in `body` every key of the upstreams of `chain` by "[redacted]".
+  static void redact_keys(const Chain& chain, std::string& body) {
+    for (const Upstream* upstream : chain.upstreams) {
+      const std::string& key = upstream->api_key;
+      if (key.empty()) continue;
+      for (auto at = body.find(key); at != std::string::npos; at = body.find(key, at))
+        body.replace(at, key.size(), "[redacted]");
+    }
   }
 
   /// Returns the upstream's answer as the client gets it.

@@ -259,13 +259,23 @@ TEST_CASE("a primary failing with 5xx falls back to the --fallback URL") {
 
 TEST_CASE("the client's own 4xx comes back as the upstream sent it, unretried; a give-up on 5xx is a 502") {
   LoopbackProvider provider;
-  provider.then(LoopbackProvider::context_length_exceeded());
+  ScriptedResponse refused_key;  // as a provider does, it echoes the key it refused
+  refused_key.status = 401;
+  refused_key.body = std::string(R"({"error":{"message":"Incorrect API key provided: )") + upstream_key +
+                     R"(","code":"invalid_api_key"}})";
+  provider.then(refused_key);
   Relay relay("client_error", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
   relay.started();
+  const auto echoed = post(relay, "/v1/chat/completions", chat());
+  CHECK(echoed->status == 401);
+  CHECK(echoed->body.find(upstream_key) == std::string::npos);
+  CHECK_THAT(echoed->body, llmretry_catch::contains("Incorrect API key provided: [redacted]"));
+
+  provider.then(LoopbackProvider::context_length_exceeded());
   const auto answer = post(relay, "/v1/chat/completions", chat());
   CHECK(answer->status == 400);
   CHECK(error_of(answer->body).at("code") == "context_length_exceeded");
-  CHECK(provider.request_count() == 1);
+  CHECK(provider.request_count() == 2);
 
   for (int i = 0; i < 3; ++i) provider.then(LoopbackProvider::service_unavailable());
   const auto gave_up = post(relay, "/v1/chat/completions", chat());
