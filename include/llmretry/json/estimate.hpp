@@ -16,8 +16,8 @@ namespace llmretry::json {
 /// Returns the cost to reserve for the request `body` whose text is `text`: its tokens as estimate_tokens
 /// counts them, plus `max_tokens` (or `max_completion_tokens`, or `max_output_tokens`) times `n`; no
 /// output tokens when the body sets no maximum. Counts above 10^9 count as 10^9; a field of the wrong
-/// type is ignored. Never throws.
-[[nodiscard]] inline Cost estimate_of(const nlohmann::json& body, std::string_view text) noexcept {
+/// type is ignored.
+[[nodiscard]] inline Cost estimate_of(const nlohmann::json& body, std::string_view text) {
   const auto count = [&](const char* name) -> std::int64_t {
     if (!body.is_object()) return -1;
     const auto found = body.find(name);
