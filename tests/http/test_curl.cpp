@@ -999,4 +999,12 @@ TEST_CASE("a Session makes attempt after attempt on one handle, none inheriting 
   REQUIRE(received.size() == 3);
   CHECK(received[0].header("X-First") == std::string("1"));
   CHECK_FALSE(received[2].header("X-First").has_value());
+  CHECK_THAT(received[2].header("Accept-Encoding").value_or(""), llmretry_catch::contains("gzip"));
+
+  SECTION("Options::accept_encoding: the encodings asked for") {
+    provider.then(LoopbackProvider::chat_completion("plain"));
+    options.accept_encoding = "identity";
+    CHECK_THAT(session.perform(request, options).body, llmretry_catch::contains("plain"));
+    CHECK(provider.requests().back().header("Accept-Encoding") == std::string("identity"));
+  }
 }

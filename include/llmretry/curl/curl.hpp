@@ -80,7 +80,11 @@ struct Options {
   /// (names case-insensitive; for "Bearer KEY" the key alone is hidden too).
   std::vector<std::string> secret_headers = {"Authorization", "Proxy-Authorization", "api-key", "x-api-key",
                                              "x-goog-api-key"};
-  /// Size limits, counted after decoding (gzip, deflate, br, zstd are asked for and decoded). Passing one
+  /// The content encodings asked for in Accept-Encoding, and decoded: empty, every one libcurl supports
+  /// (gzip, deflate, br, zstd...); "identity", none (for a server on the same machine, where compressing
+  /// costs more than it saves); or a list such as "gzip".
+  std::string accept_encoding;
+  /// Size limits, counted after decoding (the content encodings are decoded). Passing one
   /// fails the attempt as FailureKind::too_large, never retried (the next answer would be as large),
   /// except the error body: past its limit, the error is classified by status and headers alone.
   std::size_t max_body = std::size_t{64} << 20;                      ///< a whole (not streamed) 2xx body: 64 MiB
@@ -403,8 +407,9 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
 }  // namespace detail
 
 /// Makes one attempt of `request` with `extra_headers` added, and returns the 2xx response. Asks for and
-/// decodes every content encoding libcurl supports. The attempt's total timeout is options.timeout,
-/// shortened to `time_left` when set (the time left before the caller's deadline).
+/// decodes the content encodings of options.accept_encoding (by default every one libcurl supports). The
+/// attempt's total timeout is options.timeout, shortened to `time_left` when set (the time left before the
+/// caller's deadline).
 /// With `on_event` and `guard` (a streamed call), a 2xx `text/event-stream` body is parsed as server-sent
 /// events handed to `on_event` one by one, each recorded in `guard`; an error sent inside the stream
 /// (`event: error`, or a data-only event with an `error` object) ends the attempt as a failure classified
@@ -477,7 +482,7 @@ inline Response Session::perform(const Request& request, const Options& options,
   curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
   curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, options.accept_encoding.c_str());
   curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list.get());
   curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text.data());
   curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &detail::on_header);
