@@ -9,6 +9,12 @@
 
 namespace relay {
 
+/// The Content-Type of the JSON the relay sends: "application/json; charset=utf-8" (JSON is UTF-8, RFC
+/// 8259). Spelt with its charset, it is never compressed by cpp-httplib (which compresses the bare
+/// "application/json" for a client that accepts it): between processes of one machine, compressing costs
+/// far more CPU than it saves (brotli, as cpp-httplib uses it, takes milliseconds per answer).
+inline constexpr const char* json_content_type = "application/json; charset=utf-8";
+
 /// An answer of the relay's own: a status and an OpenAI-style error.
 struct Refusal {
   int status;

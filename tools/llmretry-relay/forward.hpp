@@ -97,6 +97,7 @@ class Forwarder {
   Forwarder(llmretry::metrics::Observer& observer, std::chrono::milliseconds attempt_timeout) : observer_(observer) {
     curl_options_.timeout = attempt_timeout;
     curl_options_.connect_timeout = std::chrono::milliseconds{5000};
+    curl_options_.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
     curl_options_.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
   }
 
@@ -233,7 +234,7 @@ class Forwarder {
       Answer answer;
       answer.status = status;
       answer.body = error_body({status, message, type, stop});
-      answer.headers.emplace_back("Content-Type", "application/json");
+      answer.headers.emplace_back("Content-Type", json_content_type);
       return answer;
     };
     const bool shared_limit_refused = upstream == nullptr && failure.kind == llmretry::FailureKind::rate_limited &&

@@ -110,7 +110,7 @@ class Server {
  private:
   static void reply(httplib::Response& response, const Refusal& refusal) {
     response.status = refusal.status;
-    response.set_content(error_body(refusal), "application/json");
+    response.set_content(error_body(refusal), json_content_type);
   }
 
   static void wrong_method(httplib::Response& response, const char* allowed) {
@@ -235,7 +235,7 @@ class Server {
         observer_.request_finished({"relay", in.model}, "replayed");
         response.status = claim.response->status;
         response.set_header("Idempotent-Replayed", "true");
-        response.set_content(claim.response->body, "application/json");
+        response.set_content(claim.response->body, json_content_type);
         return;
       case llmretry::store::ClaimStatus::in_flight:
         observer_.duplicate_suppressed(task);
@@ -277,10 +277,10 @@ class Server {
 
   static void send(httplib::Response& response, Answer answer) {
     response.status = answer.status;
-    std::string content_type = "application/json";
+    std::string content_type = json_content_type;
     for (auto& [name, value] : answer.headers) {
-      if (header_name_is(name, "content-type")) content_type = std::move(value);
-      else response.set_header(name, value);
+      if (!header_name_is(name, "content-type")) response.set_header(name, value);
+      else if (value != "application/json") content_type = std::move(value);
     }
     response.set_content(answer.body, content_type);
   }
