@@ -638,3 +638,19 @@ TEST_CASE("two relays on one Redis share their limits: what one used, the other 
   CHECK(provider.request_count() == 1);
 }
 #endif
+
+TEST_CASE("SIGTERM stops the relay once the requests in flight are answered, with exit status 0") {
+  LoopbackProvider provider;
+  serve_freely(provider, 500ms);
+  Relay relay("sigterm", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  int status = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
+    status = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);  // the request is in flight
+  CHECK(relay.stop() == 0);
+  client.join();
+  CHECK(status == 200);
+}
