@@ -4,6 +4,7 @@
 #include <llmretry/json/routing_policy.hpp>
 #include <llmretry/json/usage.hpp>
 #include <llmretry/llmretry.hpp>
+#include <llmretry/metrics.hpp>
 #include <llmretry/testing.hpp>
 
 #include <chrono>

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <llmretry/llmretry.hpp>
+#include <llmretry/metrics/registry.hpp>
 #include <llmretry/testing.hpp>
 #include <llmretry_catch.hpp>
 

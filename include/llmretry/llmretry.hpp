@@ -3,6 +3,8 @@
 
 /// Everything llmretry offers, in one include. The testing helpers are separate: <llmretry/testing.hpp>;
 /// so are the stores shared by processes, which throw: <llmretry/store/...>;
+/// so is what counts and exports metrics (metrics::Registry, the Prometheus text, the OpenTelemetry
+/// attributes): <llmretry/metrics.hpp>; the events and the observe() guard are here;
 /// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json/error_fields.hpp>,
 /// <llmretry/json/canonical.hpp>, <llmretry/redis/...> and <llmretry/testing/loopback/provider.hpp>.
 
@@ -22,7 +24,7 @@
 #include "http/rate_limits.hpp"
 #include "http/sse.hpp"
 #include "http/stream.hpp"
-#include "metrics.hpp"
+#include "metrics/observe.hpp"
 #include "policy.hpp"
 #include "random.hpp"
 #include "result.hpp"

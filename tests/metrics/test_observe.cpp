@@ -6,6 +6,8 @@
 #include <llmretry/retry.hpp>
 #include <llmretry/testing.hpp>
 
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -165,6 +167,19 @@ TEST_CASE("observe reports the tokens reserved for each attempt sent and those a
                         metrics::observe(recorder, gpt, estimate_cost(100, 50), read_usage)) == "answer");
   CHECK(recorder.events == std::vector<std::string>{"reserved 150", "retried after server_error 1", "reserved 150",
                                                     "used 15", "finished openai/gpt-5.5 success"});
+  SECTION("a usage with negative or huge counts: no overflow") {
+    recorder.events.clear();
+    const auto odd_usage = [](const std::string& answer) -> std::optional<Cost> {
+      if (answer == "negative") return Cost{1, -10, 3};
+      return Cost{1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()};
+    };
+    call_with_retry([] { return std::string("negative"); }, no_jitter(),
+                    metrics::observe(recorder, gpt, std::nullopt, odd_usage));
+    call_with_retry([] { return std::string("huge"); }, no_jitter(),
+                    metrics::observe(recorder, gpt, std::nullopt, odd_usage));
+    CHECK(recorder.events == std::vector<std::string>{"used 3", "finished openai/gpt-5.5 success",
+                                                      "used 18446744073709551614", "finished openai/gpt-5.5 success"});
+  }
   SECTION("an estimate alone") {
     recorder.events.clear();
     call_with_retry([] {}, no_jitter(), metrics::observe(recorder, gpt, estimate_cost(7, 0)));

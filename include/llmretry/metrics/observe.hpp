@@ -31,10 +31,10 @@ struct NoUsageReader {};
 ///   first, once its outcome is known (an attempt admitted but not sent is not a resend);
 /// - rate_limited(target, LimitType::unknown) for each attempt that failed with FailureKind::rate_limited
 ///   (a failure does not say which limit was hit);
-/// - tokens_reserved(target, estimate.tokens()) for each attempt sent, when made with an estimate (the
-///   Cost given to Deployment::pace);
-/// - tokens_used(target, usage.tokens()) after a success, when made with a usage reader that finds the
-///   usage in the answer;
+/// - tokens_reserved(target, the estimate's input plus output tokens) for each attempt sent, when made
+///   with an estimate (the Cost given to Deployment::pace);
+/// - tokens_used(target, the usage's input plus output tokens) after a success, when made with a usage
+///   reader that finds the usage in the answer (a negative count read as 0);
 /// - request_finished(target, status) once per call: "success" when the last attempt succeeded; the
 ///   stop reason (to_string(StopReason)) when gave_up() was told it; otherwise "gave_up" after a failed
 ///   attempt, or "refused" when the last attempt admitted here was not sent (another guard refused it,
@@ -130,7 +130,7 @@ class ObservedCall {
     if constexpr (!std::is_same_v<ReadUsage, NoUsageReader>) {
       static_assert(sizeof...(Answer) == 1, "a usage reader needs a call that returns its answer");
       if (const std::optional<Cost> usage = read_usage_(answer...)) {
-        if (usage->tokens() > 0) observer_->tokens_used(target_, static_cast<std::uint64_t>(usage->tokens()));
+        if (const std::uint64_t tokens = tokens_in(*usage); tokens > 0) observer_->tokens_used(target_, tokens);
       }
     }
   }
@@ -144,8 +144,15 @@ class ObservedCall {
 
   void sent(int number) {
     if (number > 1 && last_failure_) observer_->retried(target_, *last_failure_, number - 1);
-    if (estimate_ && estimate_->tokens() > 0)
-      observer_->tokens_reserved(target_, static_cast<std::uint64_t>(estimate_->tokens()));
+    if (const std::uint64_t tokens = estimate_ ? tokens_in(*estimate_) : 0; tokens > 0)
+      observer_->tokens_reserved(target_, tokens);
+  }
+
+  /// Returns the input plus output tokens of `cost`, a negative count read as 0 (a usage comes from the
+  /// network: no overflow, whatever it says).
+  static std::uint64_t tokens_in(const Cost& cost) noexcept {
+    const auto count = [](std::int64_t n) { return n > 0 ? static_cast<std::uint64_t>(n) : std::uint64_t{0}; };
+    return count(cost.input_tokens) + count(cost.output_tokens);
   }
 
   void finish() {
@@ -190,8 +197,8 @@ class ObservedCall {
   return ObservedCall<>(observer, std::move(target), std::nullopt, NoUsageReader{});
 }
 
-/// Returns the guard of observe(observer, target) that also reports `estimate.tokens()` reserved for each
-/// attempt sent (pass the Cost given to Deployment::pace, or nullopt) and, after a success, the tokens
+/// Returns the guard of observe(observer, target) that also reports the tokens of `estimate` reserved for
+/// each attempt sent (pass the Cost given to Deployment::pace, or nullopt) and, after a success, the tokens
 /// `read_usage(answer)` finds (a std::optional<Cost>; nullopt or no tokens: nothing reported).
 template <class ReadUsage>
 [[nodiscard]] ObservedCall<std::decay_t<ReadUsage>> observe(Observer& observer, Target target,
@@ -200,8 +207,8 @@ template <class ReadUsage>
                                                std::forward<ReadUsage>(read_usage));
 }
 
-/// Returns the guard of observe(observer, target) that also reports `estimate.tokens()` reserved for each
-/// attempt sent.
+/// Returns the guard of observe(observer, target) that also reports the tokens of `estimate` reserved for
+/// each attempt sent.
 [[nodiscard]] inline ObservedCall<> observe(Observer& observer, Target target, const Cost& estimate) {
   return ObservedCall<>(observer, std::move(target), estimate, NoUsageReader{});
 }

@@ -1,14 +1,14 @@
 #ifndef LLMRETRY_METRICS_PROMETHEUS_HPP
 #define LLMRETRY_METRICS_PROMETHEUS_HPP
 
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
-#include <cstdio>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 
 /// The Prometheus text exposition format, version 0.0.4: the pieces of one scrape's text (escaping,
@@ -88,18 +88,15 @@ namespace detail {
 }
 
 /// Returns `value` as Prometheus reads a sample value or a bucket bound: the shortest text that reads
-/// back as the same double ("0.25", "1", "1e+21"), or "+Inf", "-Inf", "NaN".
+/// back as the same double ("0.25", "1", "1e+21"), or "+Inf", "-Inf", "NaN". Needs floating-point
+/// std::to_chars (libstdc++ 11, MSVC 19.24).
 [[nodiscard]] inline std::string format_value(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  char text[32];
-#if defined(__cpp_lib_to_chars)
-  const auto written = std::to_chars(text, text + sizeof text, value);
-  return written.ec == std::errc{} ? std::string(text, written.ptr) : std::string();
-#else
-  const int length = std::snprintf(text, sizeof text, "%.17g", value);
-  return std::string(text, static_cast<std::size_t>(length));
-#endif
+  std::array<char, 32> text{};  // the shortest form of a double takes at most 24 characters
+  const auto written =
+      std::to_chars(text.data(), std::next(text.data(), static_cast<std::ptrdiff_t>(text.size())), value);
+  return {text.data(), written.ptr};
 }
 
 /// One label of a sample line: its name (a valid Prometheus label name) and its value (escaped on writing).
