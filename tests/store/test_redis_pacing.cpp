@@ -2,7 +2,9 @@
 // call_with_retry sleeps through testing::FakeSleep, so the waits it is given are recorded, not slept: the
 // server's clock barely moves and each wait is checked against the limit's spacing, give or take the time
 // the test takes. Limits are per hour (one unit every few seconds) for that reason.
+#include <llmretry/admission/retry_budget.hpp>
 #include <llmretry/redis/rate_limiter.hpp>
+#include <llmretry/result.hpp>
 #include <llmretry/retry.hpp>
 #include <llmretry/testing/fake_sleep.hpp>
 
@@ -66,13 +68,18 @@ TEST_CASE("redis pacing: call_with_retry waits for the shared limit before each 
   Fixture f;
   RateLimiter limiter(f.connection, "paced", only(Dimension::requests_per_minute, 360, 1));  // one every 10 s
   int calls = 0;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 2; ++i) {
     const auto waited_before = f.sleep.total();
     CHECK(call_with_retry([&] { return ++calls; }, RetryPolicy{}, limiter.pace(Cost{}), f.sleep) == i + 1);
     INFO("call " << i << " waited " << (f.sleep.total() - waited_before).count() << " ms");
     CHECK(about(f.sleep.total() - waited_before, 10s * i));  // each reserved after the one before
   }
-  CHECK(calls == 3);
+  // Among other guards (guards() holds the temporary guard for the call).
+  llmretry::RetryBudget budget;
+  const auto waited_before = f.sleep.total();
+  CHECK(call_with_retry([&] { return ++calls; }, RetryPolicy{}, llmretry::guards(budget.guard(), limiter.pace(Cost{})),
+                        f.sleep) == 3);
+  CHECK(about(f.sleep.total() - waited_before, 20s));
 }
 
 TEST_CASE("redis pacing: a wait beyond max_wait or the deadline is refused and holds nothing", "[redis][pacing]") {
@@ -188,6 +195,14 @@ TEST_CASE("redis pacing: Redis gone, attempts are refused (fail closed) and noth
       REQUIRE(refused_pacing.error());
       CHECK(refused_pacing.error()->operation() == "rate limiter reserve");
     }
+    CHECK(calls == 3);
+  }
+  SECTION("a call that returns a result gets a refused result, not an exception") {
+    const auto result = call_with_retry([&]() -> llmretry::Result<int> { return ++calls; }, RetryPolicy{},
+                                        limiter.pace(tokens(10)), sleep);
+    REQUIRE_FALSE(result.has_value());
+    CHECK(result.error().failure.kind == llmretry::FailureKind::connection);
+    CHECK_THAT(result.error().message, llmretry_catch::contains("refused"));
     CHECK(calls == 3);
   }
   SECTION("a ticket that cannot settle keeps the error and does not throw") {

@@ -283,7 +283,7 @@ class RateLimiter::Pacing {
     const auto now = std::chrono::steady_clock::now();
     std::optional<Reservation> reservation;
     guarded([&] { reservation.emplace(limiter_->reserve(estimate_, now, longest)); });
-    if (!reservation) return Admission<Ticket>::refuse(Refusal{StopReason::refused, failure_of(error_->kind())});
+    if (!reservation) return Admission<Ticket>::refuse(Refusal{StopReason::refused, redis_failure(error_->kind())});
     if (!reservation->granted())
       return Admission<Ticket>::refuse(refusal_of(*reservation, now, attempt.time_left, max_wait_));
     const auto wait = reservation->wait_after(now);
@@ -295,7 +295,7 @@ class RateLimiter::Pacing {
 
  private:
   /// Returns the failure of an attempt refused because Redis failed with `kind`: nothing was sent.
-  static constexpr Failure failure_of(ErrorKind kind) noexcept {
+  static constexpr Failure redis_failure(ErrorKind kind) noexcept {
     switch (kind) {
       case ErrorKind::connection: return Failure::connection_failed(Sent::not_sent);
       case ErrorKind::timeout: return Failure::timed_out(Sent::not_sent);

@@ -80,7 +80,10 @@ class LoopbackProvider {
     server_.set_keep_alive_timeout(1);
     server_.set_keep_alive_max_count(1000000);  // as a provider does: a connection serves many requests
     server_.set_tcp_nodelay(true);              // each answer goes out at once, never held back to wait for an ACK
-    if (threads > 0) server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    if (threads > 0) {
+      // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): cpp-httplib takes ownership of the pool
+      server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    }
     server_.set_socket_options([this](socket_t socket) {
       httplib::default_socket_options(socket);
       listening_ = socket;
