@@ -28,9 +28,11 @@ inline bool authorized(std::string_view authorization, std::string_view key) noe
   return equal_in_constant_time(authorization.substr(scheme.size()), key);
 }
 
-/// Returns true when `host` (of --listen) is a loopback address: 127.0.0.0/8, ::1 or "localhost".
+/// Returns true when `host` (of --listen) is a loopback address: an IPv4 literal in 127.0.0.0/8, ::1 or
+/// "localhost" (a name such as "127.example.org" is not).
 inline bool is_loopback(std::string_view host) noexcept {
-  return host == "localhost" || host == "::1" || host == "[::1]" || host.substr(0, 4) == "127.";
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  return host.substr(0, 4) == "127." && host.find_first_not_of("0123456789.") == std::string_view::npos;
 }
 
 /// Returns true when `value` can go into a header sent upstream as is: 1 to 255 visible ASCII characters
