@@ -686,6 +686,20 @@ TEST_CASE("a stream that ends cleanly without its end marker, or inside an event
     CHECK(error.delivered_events() == 2);
     CHECK(server.request_count() == 1);
   }
+  SECTION("OpenAI's Responses API: event: response.completed ends the stream, without data: [DONE]") {
+    auto responses = LoopbackProvider::stream({});
+    responses.chunks = {"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n",
+                        "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n"};
+    auto cut = responses;
+    cut.chunks.pop_back();
+    server.then(responses).then(cut);
+    Call complete(chat_request(server), options_for(Provider::openai));
+    complete.on_event(collected.handler());
+    CHECK(complete().status == 200);
+    Call unfinished(chat_request(server), options_for(Provider::openai));
+    unfinished.on_event(collected.handler());
+    CHECK_THROWS_AS(unfinished(), llmretry::StreamInterrupted);
+  }
   SECTION("a partial last event before any content: retried") {
     auto partial = LoopbackProvider::stream({});
     partial.chunks = {"data: {\"object\":\"chat.completion.chunk\",\"cho"};

@@ -155,12 +155,15 @@ struct ListDeleter {
   void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
 };
 
-/// Returns true when `event` ends a complete stream of `provider`: `data: [DONE]` (OpenAI, Azure),
-/// `event: message_stop` (Anthropic), a chunk with a `finishReason` (Gemini).
+/// Returns true when `event` ends a complete stream of `provider`: `data: [DONE]` (OpenAI, Azure chat
+/// completions), `event: response.completed`, `response.incomplete` or `response.failed` (their Responses
+/// API, which sends no [DONE]), `event: message_stop` (Anthropic), a chunk with a `finishReason` (Gemini).
 inline bool ends_stream(Provider provider, const SseEvent& event) noexcept {
   switch (provider) {
     case Provider::openai:
-    case Provider::azure_openai: return event.data == "[DONE]";
+    case Provider::azure_openai:
+      return event.data == "[DONE]" || event.event == "response.completed" || event.event == "response.incomplete" ||
+             event.event == "response.failed";
     case Provider::anthropic: return event.event == "message_stop";
     case Provider::gemini: return event.data.find("\"finishReason\"") != std::string::npos;
   }
