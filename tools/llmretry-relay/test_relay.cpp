@@ -654,3 +654,28 @@ TEST_CASE("SIGTERM stops the relay once the requests in flight are answered, wit
   client.join();
   CHECK(status == 200);
 }
+
+TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait is answered 429") {
+  LoopbackProvider provider;
+  serve_freely(provider, 400ms);
+  Relay relay("concurrency", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--concurrency", "1",
+                              "--max-wait", "100ms"});
+  relay.started();
+  int first = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
+    first = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);  // the one slot is taken
+  const auto refused = post(relay, "/v1/chat/completions", chat());
+  client.join();
+  CHECK(first == 200);
+  CHECK(refused->status == 429);
+  CHECK(refused->has_header("Retry-After"));
+  CHECK(provider.request_count() == 1);
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(
+                 R"(llm_rate_limit_hits_total{provider="upstream",model="loopback",limit_type="concurrency"} 1)"));
+}
