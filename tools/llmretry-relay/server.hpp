@@ -122,7 +122,7 @@ class Server {
   void handle(const httplib::Request& request, httplib::Response& response) {
     const std::string& path = request.path;
     if (path == "/healthz") {
-      if (request.method != "GET") return wrong_method(response, "GET");
+      if (request.method != "GET" && request.method != "HEAD") return wrong_method(response, "GET");
       response.set_content("ok\n", "text/plain");
       return;
     }
@@ -146,6 +146,11 @@ class Server {
   void forward(const httplib::Request& request, httplib::Response& response) {
     Incoming in;
     in.path = request.path;
+    if (nested_deeper_than(request.body, max_json_depth))
+      return refuse(
+          response, in,
+          bad_request("the body nests arrays and objects deeper than " + std::to_string(max_json_depth) + " levels",
+                      "invalid_body"));
     try {
       in.json = nlohmann::json::parse(request.body);
     } catch (const nlohmann::json::parse_error& error) {

@@ -413,6 +413,11 @@ TEST_CASE("bad input is refused with a clear error, and the relay keeps serving"
   CHECK(array->status == 400);
   CHECK_THAT(error_of(array->body).at("message").get<std::string>(), llmretry_catch::contains("must be a JSON object"));
 
+  const auto deep = post(relay, "/v1/chat/completions", R"({"model": "loopback", "a": )" + std::string(4000, '['),
+                         {{"Idempotency-Key", "deep"}});
+  CHECK(deep->status == 400);
+  CHECK_THAT(error_of(deep->body).at("message").get<std::string>(), llmretry_catch::contains("deeper than 64"));
+
   const auto no_model = post(relay, "/v1/chat/completions", R"({"messages": []})");
   CHECK(no_model->status == 400);
   CHECK(error_of(no_model->body).at("message") == "model: missing");
