@@ -44,31 +44,10 @@ inline bool is_header_token(std::string_view value) noexcept {
   return true;
 }
 
-/// The deepest nesting of arrays and objects accepted in a request body: far beyond what an API request
-/// needs, and shallow enough that no recursive walk of the parsed body (serialising it, for one) can
-/// exhaust a thread's stack.
+/// The deepest nesting of arrays and objects accepted in a request body (see json::nested_deeper_than): far
+/// beyond what an API request needs, and shallow enough that no recursive walk of the parsed body
+/// (serialising it, for one) can exhaust a thread's stack.
 inline constexpr int max_json_depth = 64;
-
-/// Returns true when the JSON text `body` nests arrays and objects deeper than `limit` (brackets inside
-/// strings do not count). Reads a malformed text as far as it goes, without judging it.
-inline bool nested_deeper_than(std::string_view body, int limit) noexcept {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
 
 }  // namespace relay
 

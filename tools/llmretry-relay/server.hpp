@@ -146,7 +146,7 @@ class Server {
   void forward(const httplib::Request& request, httplib::Response& response) {
     Incoming in;
     in.path = request.path;
-    if (nested_deeper_than(request.body, max_json_depth))
+    if (llmretry::json::nested_deeper_than(request.body, max_json_depth))
       return refuse(
           response, in,
           bad_request("the body nests arrays and objects deeper than " + std::to_string(max_json_depth) + " levels",
