@@ -684,3 +684,20 @@ TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait 
              llmretry_catch::contains(
                  R"(llm_rate_limit_hits_total{provider="upstream",model="loopback",limit_type="concurrency"} 1)"));
 }
+
+TEST_CASE("a streamed /v1/responses answer, which ends at event: response.completed, reaches the client whole") {
+  LoopbackProvider provider;
+  ScriptedResponse stream = LoopbackProvider::stream({});
+  stream.chunks = {"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n",
+                   "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n"};
+  provider.then(stream);
+  Relay relay("responses_stream", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const auto result = post(relay, "/v1/responses", body.dump());
+  CHECK(result->status == 200);
+  CHECK(result->body == std::string("event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n") +
+                            "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n");
+  CHECK(provider.request_count() == 1);
+}
