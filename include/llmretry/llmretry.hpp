@@ -16,6 +16,7 @@
 #include "failure.hpp"
 #include "fallback.hpp"
 #include "guard.hpp"
+#include "http/base_url.hpp"
 #include "http/classify.hpp"
 #include "http/headers.hpp"
 #include "http/idempotency.hpp"

@@ -1,7 +1,9 @@
 #include <llmretry/json/canonical.hpp>
 #include <llmretry/store/fingerprint.hpp>
 
+#include <cstddef>
 #include <stdexcept>
+#include <string>
 
 #include "llmretry_catch.hpp"
 
@@ -27,4 +29,20 @@ TEST_CASE("canonical: the same request, whatever its layout, has one fingerprint
 TEST_CASE("canonical refuses what is not JSON", "[json][canonical]") {
   CHECK_THROWS_AS(canonical("{\"a\":"), std::invalid_argument);
   CHECK_THROWS_AS(canonical(""), std::invalid_argument);
+}
+
+TEST_CASE("canonical refuses a body nested deeper than max_canonical_depth, before parsing it", "[json][canonical]") {
+  using llmretry::json::max_canonical_depth;
+  using llmretry::json::nested_deeper_than;
+  const auto nested = [](int depth) {
+    return std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
+  };
+  CHECK(canonical(nested(max_canonical_depth)) == nested(max_canonical_depth));
+  CHECK_THROWS_AS(canonical(nested(max_canonical_depth + 1)), std::invalid_argument);
+  CHECK_THROWS_AS(canonical(std::string(1'000'000, '[')), std::invalid_argument);  // never parsed, never recursed
+
+  CHECK_FALSE(nested_deeper_than(R"({"a":[{"b":[]}]})", 4));
+  CHECK(nested_deeper_than(R"({"a":[{"b":[]}]})", 3));
+  CHECK_FALSE(nested_deeper_than(R"({"a":"[[[[[[\"[[[["})", 1));  // brackets in strings, an escaped quote
+  CHECK_FALSE(nested_deeper_than("[][][][]", 1));
 }

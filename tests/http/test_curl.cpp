@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -685,6 +686,20 @@ TEST_CASE("a stream that ends cleanly without its end marker, or inside an event
     CHECK(error.delivered_events() == 2);
     CHECK(server.request_count() == 1);
   }
+  SECTION("OpenAI's Responses API: event: response.completed ends the stream, without data: [DONE]") {
+    auto responses = LoopbackProvider::stream({});
+    responses.chunks = {"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n",
+                        "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n"};
+    auto cut = responses;
+    cut.chunks.pop_back();
+    server.then(responses).then(cut);
+    Call complete(chat_request(server), options_for(Provider::openai));
+    complete.on_event(collected.handler());
+    CHECK(complete().status == 200);
+    Call unfinished(chat_request(server), options_for(Provider::openai));
+    unfinished.on_event(collected.handler());
+    CHECK_THROWS_AS(unfinished(), llmretry::StreamInterrupted);
+  }
   SECTION("a partial last event before any content: retried") {
     auto partial = LoopbackProvider::stream({});
     partial.chunks = {"data: {\"object\":\"chat.completion.chunk\",\"cho"};
@@ -971,5 +986,39 @@ TEST_CASE("provider answers recognised over the wire") {
     CHECK_FALSE(limits.tokens.limit);
     CHECK_FALSE(limits.tokens.remaining);
     CHECK(limits.requests.remaining == -1);
+  }
+}
+
+TEST_CASE("a Session makes attempt after attempt on one handle, none inheriting the options of the one before") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::stream({"a", "b"}))
+      .then(LoopbackProvider::rate_limit_exceeded("requests", 20ms))
+      .then(LoopbackProvider::chat_completion("whole"));
+  llmretry::curl::Session session;
+  const llmretry::curl::Request request{"POST", provider.base_url() + "/v1/chat/completions", {}, "{}"};
+  llmretry::curl::Options options;
+  std::vector<std::string> events;
+  const std::function<void(const llmretry::SseEvent&)> on_event = [&](const llmretry::SseEvent& event) {
+    events.push_back(event.data);
+  };
+  llmretry::StreamGuard guard;
+  CHECK(session.perform(request, options, {{"X-First", "1"}}, &on_event, &guard).body.empty());
+  CHECK(events.size() == 3);
+  CHECK_THROWS_AS(session.perform(request, options), llmretry::RateLimited);
+  const auto whole = session.perform(request, options);
+  CHECK(whole.status == 200);
+  CHECK_THAT(whole.body, llmretry_catch::contains("whole"));
+  CHECK(events.size() == 3);
+  const auto received = provider.requests();
+  REQUIRE(received.size() == 3);
+  CHECK(received[0].header("X-First") == std::string("1"));
+  CHECK_FALSE(received[2].header("X-First").has_value());
+  CHECK_THAT(received[2].header("Accept-Encoding").value_or(""), llmretry_catch::contains("gzip"));
+
+  SECTION("Options::accept_encoding: the encodings asked for") {
+    provider.then(LoopbackProvider::chat_completion("plain"));
+    options.accept_encoding = "identity";
+    CHECK_THAT(session.perform(request, options).body, llmretry_catch::contains("plain"));
+    CHECK(provider.requests().back().header("Accept-Encoding") == std::string("identity"));
   }
 }

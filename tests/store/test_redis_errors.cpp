@@ -5,6 +5,7 @@
 #include <llmretry/redis/rate_limiter.hpp>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 
 #include "llmretry_catch.hpp"
@@ -146,4 +147,24 @@ TEST_CASE("redis: a shared rate limiter fails closed when the server is gone or 
     server.resume();
     CHECK(limiter.reserve(llmretry::Cost{}, now).granted());
   }
+}
+
+TEST_CASE("options_from_url reads redis://HOST[:PORT] and names what is wrong") {
+  const auto options = llmretry::redis::options_from_url("redis://10.0.0.5:6380");
+  CHECK(options.host == "10.0.0.5");
+  CHECK(options.port == 6380);
+  CHECK(llmretry::redis::options_from_url("redis://cache").port == 6379);
+  const auto message = [](const char* url) {
+    try {
+      (void)llmretry::redis::options_from_url(url);
+    } catch (const std::invalid_argument& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message("http://cache:6379") == "'http://cache:6379' is not redis://HOST[:PORT]");
+  CHECK(message("redis://:6379") == "'redis://:6379' is not redis://HOST[:PORT]");
+  CHECK(message("redis://cache:0") == "'0' is not a port");
+  CHECK(message("redis://cache:99999") == "'99999' is not a port");
+  CHECK(message("redis://cache:x1") == "'x1' is not a port");
 }

@@ -4,6 +4,8 @@
 #define LLMRETRY_BATCH_INPUT_HPP
 
 #include <llmretry/admission/tokens.hpp>
+#include <llmretry/http/base_url.hpp>
+#include <llmretry/json/estimate.hpp>
 #include <llmretry/store/fingerprint.hpp>
 
 #include <nlohmann/json.hpp>
@@ -37,16 +39,6 @@ struct Request {
   llmretry::Cost estimate;
 };
 
-/// Returns `path` (such as "/v1/chat/completions") resolved against `base` (such as
-/// "https://api.openai.com/v1") as the OpenAI SDKs do: a base ending in "/v1" is not doubled.
-inline std::string resolve_url(std::string base, std::string_view path) {
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  constexpr std::string_view version = "/v1";
-  const bool base_has_version = base.size() >= version.size() && base.compare(base.size() - 3, 3, version) == 0;
-  if (base_has_version && (path == version || path.substr(0, 4) == "/v1/")) path.remove_prefix(version.size());
-  return base + std::string(path);
-}
-
 /// Returns the Idempotency-Key of a request: "batch-" and the SHA-256 of its canonical custom_id, method,
 /// url and body, so that a rerun sends the same key and a changed request a new one.
 inline std::string idempotency_key(const nlohmann::json& line) {
@@ -54,27 +46,6 @@ inline std::string idempotency_key(const nlohmann::json& line) {
       {"custom_id", line["custom_id"]}, {"method", line["method"]}, {"url", line["url"]}, {"body", line["body"]}};
   const std::string fingerprint = llmretry::store::fingerprint(identity.dump());
   return "batch-" + fingerprint.substr(fingerprint.find(':') + 1);
-}
-
-/// Returns the unsigned number `value`, at most 10^9 (a larger count is no more meaningful).
-inline std::int64_t bounded(const nlohmann::json& value) {
-  return static_cast<std::int64_t>(std::min<std::uint64_t>(value.get<std::uint64_t>(), 1'000'000'000));
-}
-
-/// Returns the cost to reserve for `body`: its tokens as estimate_tokens counts them, plus `max_tokens` (or
-/// `max_completion_tokens`) times `n`; no output tokens when the body sets no maximum.
-inline llmretry::Cost estimate_of(const nlohmann::json& body, const std::string& text) {
-  std::int64_t max_tokens = 0;
-  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
-    const auto found = body.find(name);
-    if (found != body.end() && found->is_number_unsigned()) {
-      max_tokens = bounded(*found);
-      break;
-    }
-  }
-  const auto n = body.find("n");
-  const std::int64_t choices = n != body.end() && n->is_number_unsigned() ? bounded(*n) : 1;
-  return llmretry::estimate_cost(text, max_tokens, choices);
 }
 
 namespace detail {
@@ -107,12 +78,12 @@ inline Request parse_line(std::string_view text, std::size_t number, const std::
   const auto body = line.find("body");
   if (body == line.end()) throw InputError(where + "body: missing");
   if (!body->is_object()) throw InputError(where + "body: must be a JSON object");
-  request.url = resolve_url(base_url, url);
+  request.url = llmretry::resolve_url(base_url, url);
   request.body = body->dump();
   const auto model = body->find("model");
   if (model != body->end() && model->is_string()) request.model = model->get<std::string>();
   request.key = idempotency_key(line);
-  request.estimate = estimate_of(*body, request.body);
+  request.estimate = llmretry::json::estimate_of(*body, request.body);
   return request;
 }
 

@@ -146,22 +146,11 @@ llmretry::store::JobQueueOptions queue_options() {
 #if LLMRETRY_BATCH_REDIS
 /// Returns the host and port of "redis://HOST[:PORT]". Throws UsageError.
 llmretry::redis::Options redis_options(const std::string& url) {
-  constexpr std::string_view scheme = "redis://";
-  if (url.compare(0, scheme.size(), scheme) != 0) throw UsageError("--redis: '" + url + "' is not redis://HOST[:PORT]");
-  const std::string address = url.substr(scheme.size());
-  llmretry::redis::Options options;
-  const auto colon = address.rfind(':');
-  options.host = address.substr(0, colon);
-  if (colon != std::string::npos) {
-    const std::string port = address.substr(colon + 1);
-    const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535)
-      throw UsageError("--redis: '" + port + "' is not a port");
-    options.port = std::stoi(port);
+  try {
+    return llmretry::redis::options_from_url(url);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string("--redis: ") + error.what());
   }
-  if (options.host.empty() || options.host.find('/') != std::string::npos)
-    throw UsageError("--redis: '" + url + "' is not redis://HOST[:PORT]");
-  return options;
 }
 
 /// One worker's stores in Redis, over a connection of its own.

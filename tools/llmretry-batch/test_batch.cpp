@@ -285,17 +285,6 @@ TEST_CASE("a request that fails for good goes to the errors file with the stop r
   CHECK(provider.request_count() == 1);
 }
 
-TEST_CASE("the base URL is resolved as the OpenAI SDKs do") {
-  CHECK(batch::resolve_url("https://api.openai.com/v1", "/v1/chat/completions") ==
-        "https://api.openai.com/v1/chat/completions");
-  CHECK(batch::resolve_url("https://api.openai.com/v1/", "/v1/embeddings") == "https://api.openai.com/v1/embeddings");
-  CHECK(batch::resolve_url("http://127.0.0.1:8080", "/v1/chat/completions") ==
-        "http://127.0.0.1:8080/v1/chat/completions");
-  CHECK(batch::resolve_url("https://example.org/openai/v1", "/v1/responses") ==
-        "https://example.org/openai/v1/responses");
-  CHECK(batch::resolve_url("https://example.org/v10", "/v1/responses") == "https://example.org/v10/v1/responses");
-}
-
 #if LLMRETRY_BATCH_TEST_REDIS
 namespace {
 

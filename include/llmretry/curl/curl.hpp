@@ -80,7 +80,11 @@ struct Options {
   /// (names case-insensitive; for "Bearer KEY" the key alone is hidden too).
   std::vector<std::string> secret_headers = {"Authorization", "Proxy-Authorization", "api-key", "x-api-key",
                                              "x-goog-api-key"};
-  /// Size limits, counted after decoding (gzip, deflate, br, zstd are asked for and decoded). Passing one
+  /// The content encodings asked for in Accept-Encoding, and decoded: empty, every one libcurl supports
+  /// (gzip, deflate, br, zstd...); "identity", none (for a server on the same machine, where compressing
+  /// costs more than it saves); or a list such as "gzip".
+  std::string accept_encoding;
+  /// Size limits, counted after decoding (the content encodings are decoded). Passing one
   /// fails the attempt as FailureKind::too_large, never retried (the next answer would be as large),
   /// except the error body: past its limit, the error is classified by status and headers alone.
   std::size_t max_body = std::size_t{64} << 20;                      ///< a whole (not streamed) 2xx body: 64 MiB
@@ -151,12 +155,15 @@ struct ListDeleter {
   void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
 };
 
-/// Returns true when `event` ends a complete stream of `provider`: `data: [DONE]` (OpenAI, Azure),
-/// `event: message_stop` (Anthropic), a chunk with a `finishReason` (Gemini).
+/// Returns true when `event` ends a complete stream of `provider`: `data: [DONE]` (OpenAI, Azure chat
+/// completions), `event: response.completed`, `response.incomplete` or `response.failed` (their Responses
+/// API, which sends no [DONE]), `event: message_stop` (Anthropic), a chunk with a `finishReason` (Gemini).
 inline bool ends_stream(Provider provider, const SseEvent& event) noexcept {
   switch (provider) {
     case Provider::openai:
-    case Provider::azure_openai: return event.data == "[DONE]";
+    case Provider::azure_openai:
+      return event.data == "[DONE]" || event.event == "response.completed" || event.event == "response.incomplete" ||
+             event.event == "response.failed";
     case Provider::anthropic: return event.event == "message_stop";
     case Provider::gemini: return event.data.find("\"finishReason\"") != std::string::npos;
   }
@@ -403,8 +410,9 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
 }  // namespace detail
 
 /// Makes one attempt of `request` with `extra_headers` added, and returns the 2xx response. Asks for and
-/// decodes every content encoding libcurl supports. The attempt's total timeout is options.timeout,
-/// shortened to `time_left` when set (the time left before the caller's deadline).
+/// decodes the content encodings of options.accept_encoding (by default every one libcurl supports). The
+/// attempt's total timeout is options.timeout, shortened to `time_left` when set (the time left before the
+/// caller's deadline).
 /// With `on_event` and `guard` (a streamed call), a 2xx `text/event-stream` body is parsed as server-sent
 /// events handed to `on_event` one by one, each recorded in `guard`; an error sent inside the stream
 /// (`event: error`, or a data-only event with an `error` object) ends the attempt as a failure classified
@@ -418,12 +426,43 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
 /// throws, unchanged. Exception texts never contain the values of options.secret_headers.
 inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
                         const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr,
-                        std::optional<std::chrono::milliseconds> time_left = std::nullopt) {
+                        std::optional<std::chrono::milliseconds> time_left = std::nullopt);
+
+/// A libcurl handle kept from one attempt to the next, so that they reuse its open connections (HTTP
+/// keep-alive), its DNS and TLS session caches: one per thread, never used by two threads at once.
+class Session {
+ public:
+  /// Throws ProviderError when libcurl cannot be initialised or make a handle.
+  Session() {
+    detail::global_init();
+    handle_.reset(curl_easy_init());
+    if (!handle_) throw ProviderError("curl_easy_init failed", Failure{});
+  }
+
+  /// Makes one attempt as the free function perform does (same arguments, returns and throws), on this
+  /// session's handle.
+  Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
+                   const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr,
+                   std::optional<std::chrono::milliseconds> time_left = std::nullopt);
+
+ private:
+  std::unique_ptr<CURL, detail::EasyDeleter> handle_;
+};
+
+inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers,
+                        const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard,
+                        std::optional<std::chrono::milliseconds> time_left) {
+  (void)detail::attempt_timeout(options, time_left);  // checked before a handle is made
+  Session session;
+  return session.perform(request, options, extra_headers, on_event, guard, time_left);
+}
+
+inline Response Session::perform(const Request& request, const Options& options, const HeaderList& extra_headers,
+                                 const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard,
+                                 std::optional<std::chrono::milliseconds> time_left) {
   const auto timeout = detail::attempt_timeout(options, time_left);
-  detail::global_init();
-  const std::unique_ptr<CURL, detail::EasyDeleter> easy(curl_easy_init());
-  if (!easy) throw ProviderError("curl_easy_init failed", Failure{});
-  CURL* handle = easy.get();
+  CURL* handle = handle_.get();
+  curl_easy_reset(handle);  // the options of the last attempt go; its connections and caches stay
   detail::Transfer transfer(handle, options);
   if (on_event != nullptr && guard != nullptr) {
     transfer.on_event = on_event;
@@ -446,7 +485,7 @@ inline Response perform(const Request& request, const Options& options, const He
   curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
   curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, options.accept_encoding.c_str());
   curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list.get());
   curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text.data());
   curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &detail::on_header);

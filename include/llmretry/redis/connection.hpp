@@ -32,6 +32,31 @@ struct Options {
   std::string prefix = "llmretry:";                 ///< the stores' keys begin with it
 };
 
+/// Returns the options of the URL "redis://HOST[:PORT]" (the port 6379 when absent), the other fields
+/// left at their defaults. Throws std::invalid_argument naming the URL or the port when it is not of that
+/// form.
+[[nodiscard]] inline Options options_from_url(std::string_view url) {
+  constexpr std::string_view scheme = "redis://";
+  const auto malformed = [&] { return std::invalid_argument("'" + std::string(url) + "' is not redis://HOST[:PORT]"); };
+  if (url.substr(0, scheme.size()) != scheme) throw malformed();
+  const std::string_view address = url.substr(scheme.size());
+  Options options;
+  const auto colon = address.rfind(':');
+  options.host = std::string(address.substr(0, colon));
+  if (colon != std::string_view::npos) {
+    const std::string_view port = address.substr(colon + 1);
+    const bool digits =
+        !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos;
+    int number = 0;
+    for (const char digit : digits ? port : std::string_view{}) number = number * 10 + (digit - '0');
+    if (!digits || number < 1 || number > 65535)
+      throw std::invalid_argument("'" + std::string(port) + "' is not a port");
+    options.port = number;
+  }
+  if (options.host.empty() || options.host.find('/') != std::string::npos) throw malformed();
+  return options;
+}
+
 /// What kind of failure a redis::Error is.
 enum class ErrorKind {
   connection,  ///< could not connect, or the connection broke (refused, reset, closed): the command may

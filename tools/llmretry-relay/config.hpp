@@ -1,0 +1,122 @@
+// The model table of llmretry-relay (--config FILE): per model, its upstream, key, limits and fallback,
+// checked whole at start-up.
+#ifndef LLMRETRY_RELAY_CONFIG_HPP
+#define LLMRETRY_RELAY_CONFIG_HPP
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace relay {
+
+/// A problem with the config file: what() names the file, the model and the field.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One row of the model table.
+struct ModelRow {
+  std::string upstream;     ///< the base URL; empty: the relay's --upstream
+  std::string api_key_env;  ///< the environment variable holding the key; empty: OPENAI_API_KEY
+  std::optional<std::int64_t> rpm;
+  std::optional<std::int64_t> tpm;
+  std::optional<int> concurrency;
+  std::string fallback;  ///< the model of the table to move to; empty: none
+};
+
+/// The model table, by model name.
+using ModelTable = std::map<std::string, ModelRow>;
+
+namespace detail {
+
+/// Returns the whole number `row[field]` in [low, high], or nullopt when absent. Throws ConfigError.
+inline std::optional<std::int64_t> bounded_number(const nlohmann::json& row, const char* field, std::int64_t low,
+                                                  std::int64_t high, const std::string& at) {
+  const auto found = row.find(field);
+  if (found == row.end()) return std::nullopt;
+  const bool whole = found->is_number_integer();
+  if (!whole || found->get<std::int64_t>() < low || found->get<std::int64_t>() > high)
+    throw ConfigError(at + field + ": must be a whole number in [" + std::to_string(low) + ", " + std::to_string(high) +
+                      "]");
+  return found->get<std::int64_t>();
+}
+
+/// Returns the non-empty string `row[field]`, or "" when absent. Throws ConfigError.
+inline std::string optional_string(const nlohmann::json& row, const char* field, const std::string& at) {
+  const auto found = row.find(field);
+  if (found == row.end()) return {};
+  if (!found->is_string() || found->get_ref<const std::string&>().empty())
+    throw ConfigError(at + field + ": must be a non-empty string");
+  return found->get<std::string>();
+}
+
+}  // namespace detail
+
+/// Returns the model table of the JSON `text` read from `file`, such as
+/// {"models": {"deepseek-chat": {"upstream": "https://...", "api_key_env": "DEEPSEEK_KEY", "rpm": 600,
+/// "fallback": "gemini-flash"}}}. Throws ConfigError naming the file, the model and the field: not JSON,
+/// an unknown field, a field of the wrong type or out of range, a fallback naming no model, a cycle.
+inline ModelTable parse_config(const std::string& text, const std::string& file) {
+  const auto document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) throw ConfigError(file + ": not JSON");
+  if (!document.is_object()) throw ConfigError(file + ": must be a JSON object");
+  for (const auto& item : document.items())
+    if (item.key() != "models") throw ConfigError(file + ": " + item.key() + ": unknown field (expected models)");
+  const auto models = document.find("models");
+  if (models == document.end()) throw ConfigError(file + ": models: missing");
+  if (!models->is_object() || models->empty())
+    throw ConfigError(file + ": models: must be a non-empty object of models");
+  ModelTable table;
+  for (const auto& [name, row] : models->items()) {
+    const std::string at = file + ": models." + name + ".";
+    if (!row.is_object()) throw ConfigError(file + ": models." + name + ": must be an object");
+    for (const auto& field : row.items()) {
+      static const std::set<std::string> known{"upstream", "api_key_env", "rpm", "tpm", "concurrency", "fallback"};
+      if (known.count(field.key()) == 0)
+        throw ConfigError(at + field.key() +
+                          ": unknown field (expected upstream, api_key_env, rpm, tpm, concurrency, fallback)");
+    }
+    ModelRow parsed;
+    parsed.upstream = detail::optional_string(row, "upstream", at);
+    parsed.api_key_env = detail::optional_string(row, "api_key_env", at);
+    parsed.rpm = detail::bounded_number(row, "rpm", 1, 1'000'000'000, at);
+    parsed.tpm = detail::bounded_number(row, "tpm", 1, 1'000'000'000'000, at);
+    if (const auto concurrency = detail::bounded_number(row, "concurrency", 1, 100'000, at))
+      parsed.concurrency = static_cast<int>(*concurrency);
+    parsed.fallback = detail::optional_string(row, "fallback", at);
+    table.emplace(name, std::move(parsed));
+  }
+  for (const auto& [name, row] : table) {
+    if (!row.fallback.empty() && table.count(row.fallback) == 0)
+      throw ConfigError(file + ": models." + name + ".fallback: \"" + row.fallback + "\" is not a model of the table");
+  }
+  for (const auto& [name, row] : table) {
+    std::set<std::string> seen{name};
+    for (std::string next = row.fallback; !next.empty(); next = table.at(next).fallback) {
+      if (!seen.insert(next).second)
+        throw ConfigError(file + ": models." + name + ".fallback: the fallbacks make a cycle through \"" + next + "\"");
+    }
+  }
+  return table;
+}
+
+/// Returns the model table of the file `path`. Throws ConfigError when it cannot be read or is invalid.
+inline ModelTable read_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path);
+}
+
+}  // namespace relay
+
+#endif  // LLMRETRY_RELAY_CONFIG_HPP

@@ -1,0 +1,274 @@
+// How llmretry-relay sends one request upstream: call_with_fallback over the model's chain (pacing,
+// circuit breaker and retry budget on each route), the curl adapter on a session kept per thread, and the
+// outcome turned into the answer the client gets; every event told to a metrics::Observer.
+#ifndef LLMRETRY_RELAY_FORWARD_HPP
+#define LLMRETRY_RELAY_FORWARD_HPP
+
+#include <llmretry/curl/curl.hpp>
+#include <llmretry/errors.hpp>
+#include <llmretry/fallback.hpp>
+#include <llmretry/guard.hpp>
+#include <llmretry/http/base_url.hpp>
+#include <llmretry/http/sse.hpp>
+#include <llmretry/http/stream.hpp>
+#include <llmretry/json/error_fields.hpp>
+#include <llmretry/json/usage.hpp>
+#include <llmretry/metrics/observer.hpp>
+#include <llmretry/policy.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "errors.hpp"
+#include "routes.hpp"
+
+namespace relay {
+
+/// A checked request to forward.
+struct Incoming {
+  std::string path;             ///< such as "/v1/chat/completions"
+  std::string body;             ///< as received
+  nlohmann::json json;          ///< the body parsed: an object whose "model" is a string
+  std::string model;            ///< the body's "model"
+  std::string idempotency_key;  ///< sent upstream as Idempotency-Key; empty: none
+  llmretry::Cost estimate;      ///< reserved on each route's Deployment
+};
+
+/// What the client gets.
+struct Answer {
+  int status = 200;
+  llmretry::curl::HeaderList headers;  ///< passed back to the client (Content-Type among them)
+  std::string body;
+  bool storable = false;  ///< a final answer, kept under the request's Idempotency-Key (see README)
+};
+
+/// Returns the label task_type of a route's path: "chat", "responses", "embeddings" (or "other").
+inline const char* task_type(std::string_view path) noexcept {
+  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/responses") return "responses";
+  if (path == "/v1/embeddings") return "embeddings";
+  return "other";
+}
+
+/// Returns true when the header name `name` begins with `lower_prefix` (lower case), ignoring case.
+inline bool header_name_starts(std::string_view name, std::string_view lower_prefix) noexcept {
+  if (name.size() < lower_prefix.size()) return false;
+  for (std::size_t i = 0; i < lower_prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(name[i])) != lower_prefix[i]) return false;
+  return true;
+}
+
+/// Returns true when the header name `name` is `lower` (lower case), ignoring case.
+inline bool header_name_is(std::string_view name, std::string_view lower) noexcept {
+  return name.size() == lower.size() && header_name_starts(name, lower);
+}
+
+/// Returns true for an upstream response header passed back to the client: Content-Type, X-Request-Id,
+/// OpenAI-Processing-Ms, the rate-limit headers (x-ratelimit-*, Retry-After, retry-after-ms). Hop-by-hop
+/// headers, cookies and the rest stay behind.
+inline bool passed_back(std::string_view name) noexcept {
+  return header_name_is(name, "content-type") || header_name_is(name, "x-request-id") ||
+         header_name_is(name, "openai-processing-ms") || header_name_is(name, "retry-after") ||
+         header_name_is(name, "retry-after-ms") || header_name_starts(name, "x-ratelimit-");
+}
+
+/// A stream that broke after its first event reached the client: it cannot be retried.
+struct StreamCut : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Sends requests along their chain. Thread-safe: each thread keeps its own curl session.
+class Forwarder {
+ public:
+  /// Tells `observer` (which must outlive it) every event. `attempt_timeout`: the most one attempt takes.
+  Forwarder(llmretry::metrics::Observer& observer, std::chrono::milliseconds attempt_timeout) : observer_(observer) {
+    curl_options_.timeout = attempt_timeout;
+    curl_options_.connect_timeout = std::chrono::milliseconds{5000};
+    curl_options_.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
+    curl_options_.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
+  }
+
+  /// Returns the answer to `in` through `chain`: the upstream's when it answered (its own 4xx included),
+  /// else the relay's: 429 with Retry-After when no capacity came within the longest wait, 503 when the
+  /// circuit is open or the retry budget is spent, 504 after a timeout, 502 for any other give-up.
+  /// With `on_event` (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
+  /// and the answer's body is empty (never storable); retries and fallbacks happen only before the first
+  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted").
+  Answer forward(const Chain& chain, const Incoming& in,
+                 const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr) const {
+    thread_local std::optional<llmretry::curl::Session> session;
+    if (!session) session.emplace();
+    const llmretry::metrics::Queue queue{"interactive", task_type(in.path)};
+    const llmretry::Route* current = &chain.chain.routes().front();
+    std::optional<llmretry::FallbackGiveUp> gave_up;
+    bool backoff = false;
+    llmretry::StreamGuard stream;
+
+    llmretry::FallbackOptions options;
+    options.estimate = in.estimate;
+    options.on_move = [&](const llmretry::Move& move) {
+      observer_.fell_back(target(chain, move.from, in), target(chain, move.to, in), move.reason);
+    };
+    options.on_give_up = [&](const llmretry::FallbackGiveUp& report) { gave_up = report; };
+    const auto sleep = [&](std::chrono::milliseconds wait) {
+      const bool waiting_for_capacity = !std::exchange(backoff, false);
+      if (waiting_for_capacity) observer_.queue_entered(queue);
+      std::this_thread::sleep_for(wait);
+      if (waiting_for_capacity) observer_.queue_left(queue, wait);
+    };
+    const auto call = [&](const llmretry::Route& route, const llmretry::Attempt& attempt) {
+      current = &route;
+      const Upstream& upstream = chain.upstream_of(route);
+      observer_.tokens_reserved(target(route, in), static_cast<std::uint64_t>(in.estimate.tokens()));
+      llmretry::curl::Request request{"POST",
+                                      llmretry::resolve_url(upstream.base_url, in.path),
+                                      {{"Content-Type", "application/json"}},
+                                      body_for(upstream, in)};
+      if (!upstream.api_key.empty()) request.headers.emplace_back("Authorization", "Bearer " + upstream.api_key);
+      if (!in.idempotency_key.empty()) request.headers.emplace_back("Idempotency-Key", in.idempotency_key);
+      if (on_event != nullptr) request.headers.emplace_back("Accept", "text/event-stream");
+      const auto send = [&] {
+        return session->perform(request, curl_options_, {}, on_event, on_event != nullptr ? &stream : nullptr,
+                                attempt.time_left);
+      };
+      try {
+        if (upstream.shared) return upstream.shared(in.estimate, attempt, sleep, send);
+        return send();
+      } catch (const llmretry::StreamInterrupted& error) {
+        throw StreamCut(error.what());  // not a provider error: neither retried nor moved to a fallback
+      } catch (const llmretry::ProviderError& error) {
+        if (error.failure().kind == llmretry::FailureKind::rate_limited)
+          observer_.rate_limited(target(route, in), llmretry::metrics::LimitType::unknown);
+        throw;
+      }
+    };
+    const auto on_retry = [&](int attempt, const llmretry::Failure& failure, std::chrono::milliseconds) {
+      backoff = true;
+      observer_.retried(target(*current, in), failure, attempt);
+    };
+
+    try {
+      auto routed = llmretry::call_with_fallback(chain.chain, call, policy_, options, on_retry, sleep);
+      const llmretry::metrics::Target answered = target(chain, routed.route, in);
+      if (const auto usage = llmretry::json::usage_of(routed.answer.body))
+        observer_.tokens_used(answered, static_cast<std::uint64_t>(usage->tokens()));
+      observer_.request_finished(answered, "success");
+      return answer_of(std::move(routed.answer), on_event == nullptr);
+    } catch (const StreamCut&) {
+      observer_.request_finished(target(*current, in), "stream_interrupted");
+      Answer answer;
+      answer.status = 502;
+      answer.body =
+          error_body({502, "the upstream's stream broke after it had begun", "upstream_error", "stream_interrupted"});
+      return answer;
+    } catch (const std::exception& error) {
+      const llmretry::metrics::Target at = gave_up ? target(chain, gave_up->route, in) : target(*current, in);
+      const llmretry::Failure failure =
+          gave_up ? gave_up->last.failure : llmretry::failure_of(error).value_or(llmretry::Failure{});
+      const std::string stop = gave_up ? llmretry::to_string(gave_up->last.reason) : "failed";
+      observer_.request_finished(at, stop);
+      Answer answer = give_up_answer(gave_up ? std::optional(gave_up->last.reason) : std::nullopt, failure, stop,
+                                     llmretry::curl::response_of(error), at);
+      redact_keys(chain, answer.body);  // an upstream may echo its key in an error body: it goes no further
+      return answer;
+    }
+  }
+
+ private:
+  /// Returns the body sent to `upstream`: the client's, with the model replaced when the route has its own.
+  static std::string body_for(const Upstream& upstream, const Incoming& in) {
+    if (upstream.model.empty() || upstream.model == in.model) return in.body;
+    nlohmann::json body = in.json;
+    body["model"] = upstream.model;
+    return body.dump();
+  }
+
+  static llmretry::metrics::Target target(const llmretry::Route& route, const Incoming& in) {
+    return {route.provider, route.model.empty() ? in.model : route.model};
+  }
+  static llmretry::metrics::Target target(const Chain& chain, std::string_view name, const Incoming& in) {
+    for (const auto& route : chain.chain.routes())
+      if (route.name == name) return target(route, in);
+    return {std::string(name), in.model};
+  }
+
+  /// Replaces in `body` every key of the upstreams of `chain` by "[redacted]".
+  static void redact_keys(const Chain& chain, std::string& body) {
+    for (const Upstream* upstream : chain.upstreams) {
+      const std::string& key = upstream->api_key;
+      if (key.empty()) continue;
+      for (auto at = body.find(key); at != std::string::npos; at = body.find(key, at))
+        body.replace(at, key.size(), "[redacted]");
+    }
+  }
+
+  /// Returns the upstream's answer as the client gets it.
+  static Answer answer_of(llmretry::curl::Response response, bool storable) {
+    Answer answer;
+    answer.status = response.status;
+    answer.body = std::move(response.body);
+    answer.storable = storable;
+    for (auto& header : response.headers)
+      if (passed_back(header.first)) answer.headers.push_back(std::move(header));
+    return answer;
+  }
+
+  Answer give_up_answer(std::optional<llmretry::StopReason> reason, const llmretry::Failure& failure,
+                        const std::string& stop, const llmretry::curl::Response* upstream,
+                        const llmretry::metrics::Target& at) const {
+    using llmretry::StopReason;
+    const auto refuse = [&](int status, const std::string& message, const char* type) {
+      Answer answer;
+      answer.status = status;
+      answer.body = error_body({status, message, type, stop});
+      answer.headers.emplace_back("Content-Type", json_content_type);
+      return answer;
+    };
+    const bool shared_limit_refused = upstream == nullptr && failure.kind == llmretry::FailureKind::rate_limited &&
+                                      failure.sent == llmretry::Sent::not_sent;
+    if (reason == StopReason::no_capacity || shared_limit_refused) {
+      if (reason == StopReason::no_capacity)  // a shared limit's refusal was counted when it was thrown
+        observer_.rate_limited(at, failure.provider_wait ? llmretry::metrics::LimitType::unknown
+                                                         : llmretry::metrics::LimitType::concurrency);
+      const auto wait = failure.provider_wait.value_or(std::chrono::seconds{1});
+      const auto seconds = std::max<std::int64_t>(1, (wait.count() + 999) / 1000);
+      Answer answer = refuse(429,
+                             "the relay has no capacity upstream within its longest wait (--max-wait); retry after " +
+                                 std::to_string(seconds) + " s",
+                             "rate_limit_error");
+      answer.headers.emplace_back("Retry-After", std::to_string(seconds));
+      return answer;
+    }
+    if (upstream != nullptr && upstream->status >= 400 && upstream->status <= 499) {
+      const int status = upstream->status;
+      const bool final = status != 408 && status != 409 && status != 425 && status != 429;
+      return answer_of(*upstream, final);
+    }
+    const std::string message = "upstream gave up (" + stop + "): " + llmretry::describe(failure);
+    if (reason == StopReason::circuit_open || reason == StopReason::retry_budget)
+      return refuse(503, message, "service_unavailable");
+    if (failure.kind == llmretry::FailureKind::timeout) return refuse(504, message, "upstream_timeout");
+    return refuse(502, message, "upstream_error");
+  }
+
+  llmretry::metrics::Observer& observer_;
+  llmretry::RetryPolicy policy_ = llmretry::RetryPolicy::interactive();
+  llmretry::curl::Options curl_options_;
+};
+
+}  // namespace relay
+
+#endif  // LLMRETRY_RELAY_FORWARD_HPP

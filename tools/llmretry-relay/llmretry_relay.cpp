@@ -1,0 +1,251 @@
+// llmretry-relay: an OpenAI-compatible relay on 127.0.0.1 that paces, retries, falls back and
+// deduplicates the requests of every client of one machine, with /metrics.
+
+#include <llmretry/metrics/registry.hpp>
+#include <llmretry/store/idempotency_store.hpp>
+#if LLMRETRY_RELAY_REDIS
+#include <llmretry/redis/connection.hpp>
+#include <llmretry/redis/idempotency_store.hpp>
+#endif
+
+#include <httplib.h>
+#include <CLI/CLI.hpp>
+
+#include <pthread.h>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.hpp"
+#include "forward.hpp"
+#include "routes.hpp"
+#include "security.hpp"
+#include "server.hpp"
+#if LLMRETRY_RELAY_REDIS
+#include "shared_limit.hpp"
+#endif
+
+namespace {
+
+constexpr const char* description =
+    R"(Serves POST /v1/chat/completions, /v1/responses and /v1/embeddings on --listen and sends each
+request to --upstream (default OPENAI_BASE_URL, else https://api.openai.com/v1) with OPENAI_API_KEY: paced
+under --rpm/--tpm (or the limits the upstream's headers announce), retried (RetryPolicy::interactive()),
+moved to the --fallback URLs in order when the upstream fails or has no capacity, and answered 429 with
+Retry-After when no capacity comes within --max-wait. A request with an Idempotency-Key is sent once: a
+duplicate gets the stored answer (Idempotent-Replayed: true), 409 while the first is in flight, 422 with
+another body. GET /healthz answers "ok", GET /metrics the Prometheus metrics.)";
+
+constexpr const char* footer = R"(
+Environment: OPENAI_BASE_URL, OPENAI_API_KEY (never printed); LLMRETRY_RELAY_CLIENT_KEY, required to
+listen on an address other than loopback: clients then send Authorization: Bearer <it>.
+Exit status: 0 stopped by SIGINT or SIGTERM, 1 failed to serve, 2 bad usage or configuration.)";
+
+/// A problem with the command line, the configuration or the environment: exit status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::string listen = "127.0.0.1:8080";
+  std::string upstream;
+  std::vector<std::string> fallbacks;
+  relay::Pace pace;
+  std::size_t max_body = std::size_t{1} << 20;
+  std::string redis;
+  std::string config;
+};
+
+/// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
+Options parse(int argc, char** argv) {
+  Options options;
+  CLI::App app{description, "llmretry-relay"};
+  app.footer(footer);
+  std::int64_t max_wait_ms = options.pace.max_wait.count();
+  app.add_option("--listen", options.listen, "HOST:PORT to serve on (default 127.0.0.1:8080; port 0: any free one)");
+  app.add_option("--upstream", options.upstream, "base URL of the provider (default OPENAI_BASE_URL)");
+  app.add_option("--fallback", options.fallbacks, "base URL to try when the upstream fails (repeatable, in order)");
+  app.add_option("--rpm", options.pace.rpm, "requests per minute, enforced per second (default: learned)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
+  app.add_option("--tpm", options.pace.tpm, "tokens per minute, enforced per second (default: learned)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
+  app.add_option("--concurrency", options.pace.concurrency, "requests in flight upstream at most (default: no limit)")
+      ->check(CLI::Range(1, 100'000));
+  app.add_option("--max-wait", max_wait_ms,
+                 "longest wait for capacity before a 429: 8s, 500ms, 1m (a bare number: ms; default 8s)")
+      ->transform(CLI::AsNumberWithUnit(std::map<std::string, std::int64_t>{{"ms", 1}, {"s", 1000}, {"m", 60'000}},
+                                        CLI::AsNumberWithUnit::CASE_SENSITIVE))
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
+  app.add_option("--max-body", options.max_body, "largest request body in bytes (default 1048576)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
+  app.add_option("--redis", options.redis,
+                 "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
+  app.add_option("--config", options.config,
+                 "JSON model table: per model its upstream, key variable, limits, fallback");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::ParseError& error) {
+    throw UsageError(error.what());
+  }
+  options.pace.max_wait = std::chrono::milliseconds{max_wait_ms};
+  return options;
+}
+
+std::string environment(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  return value != nullptr ? value : "";
+}
+
+/// Returns the host and port of --listen "HOST:PORT". Throws UsageError.
+std::pair<std::string, int> listen_address(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
+  const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+  if (colon == 0 || !digits || std::stoi(port) > 65535)
+    throw UsageError("--listen: '" + listen + "' is not HOST:PORT (such as 127.0.0.1:8080)");
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, std::stoi(port)};
+}
+
+/// What the relay keeps in Redis with --redis: the idempotency keys, and the limits of the upstreams that
+/// have some, shared by every relay on the same server.
+class RedisState {
+ public:
+  /// Connects to the server of `url` ("redis://HOST[:PORT]"). Throws UsageError for a bad URL.
+  explicit RedisState(const std::string& url) {
+#if LLMRETRY_RELAY_REDIS
+    llmretry::redis::Options redis;
+    try {
+      redis = llmretry::redis::options_from_url(url);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string("--redis: ") + error.what());
+    }
+    connection_ = std::make_unique<llmretry::redis::Connection>(redis);
+    idempotency_ = std::make_unique<llmretry::redis::IdempotencyStore>(*connection_);
+#else
+    throw UsageError("--redis " + url + ": this build has no Redis support");
+#endif
+  }
+
+  llmretry::store::IdempotencyStore& idempotency() { return *idempotency_; }
+
+  /// Returns what shares each upstream's limits through a redis::RateLimiter, waiting at most `max_wait`.
+  relay::ShareLimits share_limits(std::chrono::milliseconds max_wait) {
+#if LLMRETRY_RELAY_REDIS
+    return [this, max_wait](const std::string& name, const llmretry::Limits& limits) -> relay::SharedAttempt {
+      auto limit = std::make_shared<relay::SharedLimit>(*connection_, name, limits, max_wait);
+      return [limit](const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
+                     const std::function<void(std::chrono::milliseconds)>& sleep,
+                     const std::function<llmretry::curl::Response()>& send) {
+        return limit->through(estimate, attempt, sleep, send);
+      };
+    };
+#else
+    static_cast<void>(max_wait);
+    return {};
+#endif
+  }
+
+ private:
+#if LLMRETRY_RELAY_REDIS
+  std::unique_ptr<llmretry::redis::Connection> connection_;
+#endif
+  std::unique_ptr<llmretry::store::IdempotencyStore> idempotency_;
+};
+
+int run(const Options& options) {
+  const auto [host, port] = listen_address(options.listen);
+  relay::ServerSettings settings;
+  settings.max_body = options.max_body;
+  settings.client_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
+  if (!relay::is_loopback(host) && settings.client_key.empty())
+    throw UsageError("--listen " + options.listen +
+                     " is not a loopback address: set LLMRETRY_RELAY_CLIENT_KEY to the key clients must send");
+  std::string upstream = options.upstream;
+  if (upstream.empty()) upstream = environment("OPENAI_BASE_URL");
+  if (upstream.empty()) upstream = "https://api.openai.com/v1";
+  const relay::Environment env = [](const std::string& name) { return environment(name); };
+  std::optional<RedisState> redis;
+  if (!options.redis.empty()) redis.emplace(options.redis);
+  const relay::ShareLimits share = redis ? redis->share_limits(options.pace.max_wait) : relay::ShareLimits{};
+  std::optional<relay::Routes> routes;
+  try {
+    if (options.config.empty()) {
+      if (environment("OPENAI_API_KEY").empty() && upstream.find("api.openai.com") != std::string::npos)
+        throw UsageError("OPENAI_API_KEY is not set");
+      routes.emplace(upstream, options.fallbacks, options.pace, env, share);
+    } else {
+      if (!options.fallbacks.empty()) throw UsageError("--fallback: with --config, each model names its fallback");
+      routes.emplace(relay::read_config(options.config), upstream, options.pace, env, share);
+    }
+  } catch (const relay::ConfigError& error) {
+    throw UsageError(error.what());
+  } catch (const relay::SetupError& error) {
+    throw UsageError(options.config + ": " + error.what());
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+  llmretry::store::MemoryIdempotencyStore memory_idempotency;
+  llmretry::store::IdempotencyStore& idempotency = redis ? redis->idempotency() : memory_idempotency;
+
+  llmretry::metrics::Registry registry;
+  const relay::Forwarder forwarder(registry, std::chrono::minutes{10});
+  relay::Server relay_server(
+      *routes, forwarder, idempotency, registry,
+      {[&registry] { return registry.prometheus_text(); }, std::string(llmretry::metrics::prometheus_content_type)},
+      settings);
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: they inherit it
+
+  httplib::Server server;
+  relay_server.install(server);
+  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    std::cerr << "llmretry-relay: cannot listen on " << options.listen << '\n';
+    return 1;
+  }
+  relay_server.deepen_listen_queue();
+  std::thread serving([&server] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  const bool ipv6 = host.find(':') != std::string::npos;
+  std::printf("listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host.c_str(), ipv6 ? "]" : "", bound);
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  server.stop();  // stops accepting; the requests in flight end first
+  serving.join();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const UsageError& error) {
+    std::cerr << "llmretry-relay: " << error.what() << '\n';
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "llmretry-relay: " << error.what() << '\n';
+    return 1;
+  }
+}

@@ -1,0 +1,198 @@
+// The upstreams of llmretry-relay and the fallback chain of each model: one Deployment (pacing) and one
+// CircuitBreaker per upstream, one RetryBudget shared by all.
+#ifndef LLMRETRY_RELAY_ROUTES_HPP
+#define LLMRETRY_RELAY_ROUTES_HPP
+
+#include <llmretry/admission/circuit_breaker.hpp>
+#include <llmretry/admission/deployment.hpp>
+#include <llmretry/admission/retry_budget.hpp>
+#include <llmretry/attempt.hpp>
+#include <llmretry/curl/curl.hpp>
+#include <llmretry/fallback.hpp>
+#include <llmretry/json/usage.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config.hpp"
+
+namespace relay {
+
+/// How one upstream is paced.
+struct Pace {
+  std::optional<std::int64_t> rpm;           ///< requests per minute, enforced per second; empty: learned
+  std::optional<std::int64_t> tpm;           ///< tokens per minute, enforced per second; empty: learned
+  std::optional<int> concurrency;            ///< requests in flight at most; empty: no limit
+  std::chrono::milliseconds max_wait{8000};  ///< the longest wait for capacity before a refusal
+};
+
+/// Makes one attempt through a limit shared with other relays: given the attempt's estimate, the attempt,
+/// how to sleep a wait, and how to send it; returns what sending returned (see SharedLimit::through).
+using SharedAttempt =
+    std::function<llmretry::curl::Response(const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
+                                           const std::function<void(std::chrono::milliseconds)>& sleep,
+                                           const std::function<llmretry::curl::Response()>& send)>;
+
+/// Returns the SharedAttempt of the limiter named `name` with `limits`; empty when nothing is shared.
+using ShareLimits = std::function<SharedAttempt(const std::string& name, const llmretry::Limits& limits)>;
+
+/// One upstream: where its requests go, with which key, and what guards them.
+struct Upstream {
+  std::string name;      ///< the route's name: the model of the table, or "upstream", "fallback-1"...
+  std::string base_url;  ///< such as "https://api.openai.com/v1"
+  std::string api_key;   ///< sent as "Authorization: Bearer ..."; empty: none. Never printed
+  std::string model;     ///< the model the body is sent with; empty: the client's own
+  std::unique_ptr<llmretry::Deployment> deployment;
+  std::unique_ptr<llmretry::CircuitBreaker> breaker;
+  SharedAttempt shared;  ///< its limits shared with other relays; empty: none
+};
+
+/// A fallback chain and the upstream of each of its routes (same order).
+struct Chain {
+  llmretry::FallbackChain chain;
+  std::vector<const Upstream*> upstreams;
+
+  /// Returns the upstream of `route`, one of chain.routes().
+  const Upstream& upstream_of(const llmretry::Route& route) const {
+    return *upstreams[static_cast<std::size_t>(&route - chain.routes().data())];
+  }
+};
+
+/// A problem with the upstreams' settings (such as a key variable that is not set): exit status 2.
+class SetupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Returns the value of an environment variable, empty when unset.
+using Environment = std::function<std::string(const std::string& name)>;
+
+/// The upstreams and the chain each model goes through. Thread-safe once built (the guards are).
+class Routes {
+ public:
+  /// Every model goes to `upstream`, then to the `fallbacks` in order, all with the key in
+  /// OPENAI_API_KEY and the same pacing.
+  /// `share`: shares the limits of each upstream that has some with other relays (empty: none).
+  Routes(const std::string& upstream, const std::vector<std::string>& fallbacks, const Pace& pace,
+         const Environment& environment, const ShareLimits& share = {})
+      : share_(share) {
+    const std::string key = environment("OPENAI_API_KEY");
+    std::vector<llmretry::Route> routes;
+    std::vector<const Upstream*> used;
+    for (std::size_t i = 0; i <= fallbacks.size(); ++i) {
+      const std::string name = i == 0 ? "upstream" : "fallback-" + std::to_string(i);
+      const Upstream& added = add(upstream_named(name, i == 0 ? upstream : fallbacks[i - 1], key, {}, pace));
+      routes.push_back(route_to(added, i == 0));
+      used.push_back(&added);
+    }
+    any_model_.emplace(Chain{llmretry::FallbackChain(std::move(routes)), std::move(used)});
+  }
+
+  /// Each model of `table` goes to its row's upstream (`upstream` when the row names none), then along its
+  /// fallbacks; `pace` gives what a row does not. Throws SetupError when a row's key variable is not set.
+  Routes(const ModelTable& table, const std::string& upstream, const Pace& pace, const Environment& environment,
+         const ShareLimits& share = {})
+      : share_(share) {
+    std::map<std::string, const Upstream*> by_name;
+    for (const auto& [name, row] : table) {
+      Pace row_pace = pace;
+      if (row.rpm) row_pace.rpm = row.rpm;
+      if (row.tpm) row_pace.tpm = row.tpm;
+      if (row.concurrency) row_pace.concurrency = row.concurrency;
+      const std::string variable = row.api_key_env.empty() ? "OPENAI_API_KEY" : row.api_key_env;
+      const std::string key = environment(variable);
+      if (!row.api_key_env.empty() && key.empty())
+        throw SetupError("models." + name + ".api_key_env: the variable " + variable + " is not set");
+      by_name[name] = &add(upstream_named(name, row.upstream.empty() ? upstream : row.upstream, key, name, row_pace));
+    }
+    for (const auto& [name, row] : table) {
+      std::vector<llmretry::Route> routes;
+      std::vector<const Upstream*> used;
+      for (std::string next = name; !next.empty(); next = table.at(next).fallback) {
+        routes.push_back(route_to(*by_name.at(next), routes.empty()));
+        used.push_back(by_name.at(next));
+      }
+      by_model_.emplace(name, Chain{llmretry::FallbackChain(std::move(routes)), std::move(used)});
+    }
+  }
+
+  /// Returns the chain of `model`, or nullptr when the model table has no such model.
+  [[nodiscard]] const Chain* chain_for(std::string_view model) const {
+    if (any_model_) return &*any_model_;
+    const auto found = by_model_.find(model);
+    return found != by_model_.end() ? &found->second : nullptr;
+  }
+
+  /// Returns every upstream, in the order they were made.
+  [[nodiscard]] const std::vector<std::unique_ptr<Upstream>>& upstreams() const noexcept { return upstreams_; }
+
+ private:
+  std::unique_ptr<Upstream> upstream_named(const std::string& name, const std::string& base_url, const std::string& key,
+                                           const std::string& model, const Pace& pace) const {
+    auto upstream = std::make_unique<Upstream>();
+    upstream->name = name;
+    upstream->base_url = base_url;
+    upstream->api_key = key;
+    upstream->model = model;
+    llmretry::DeploymentOptions deployment;
+    deployment.name = name;
+    const auto per_second = [](std::int64_t per_minute) {
+      return llmretry::Limit::per_minute(per_minute, std::max<std::int64_t>(1, per_minute / 60));
+    };
+    if (pace.rpm) deployment.limits[llmretry::Dimension::requests_per_minute] = per_second(*pace.rpm);
+    if (pace.tpm) deployment.limits[llmretry::Dimension::tokens_per_minute] = per_second(*pace.tpm);
+    if (share_ && std::any_of(deployment.limits.by_dimension.begin(), deployment.limits.by_dimension.end(),
+                              [](const auto& limit) { return limit.has_value(); }))
+      upstream->shared = share_(name + "@" + base_url, deployment.limits);
+    deployment.concurrency = pace.concurrency;
+    deployment.max_queue_wait = pace.max_wait;
+    deployment.read_usage = [](std::string_view body) { return llmretry::json::usage_of(body); };
+    upstream->deployment = std::make_unique<llmretry::Deployment>(std::move(deployment));
+    llmretry::CircuitBreakerOptions breaker;
+    breaker.name = name;
+    upstream->breaker = std::make_unique<llmretry::CircuitBreaker>(std::move(breaker));
+    return upstream;
+  }
+
+  const Upstream& add(std::unique_ptr<Upstream> upstream) {
+    upstreams_.push_back(std::move(upstream));
+    return *upstreams_.back();
+  }
+
+  llmretry::Route route_to(const Upstream& upstream, bool primary) {
+    llmretry::Route route;
+    route.name = upstream.name;
+    route.provider = upstream.name;
+    route.model = upstream.model;
+    if (!primary) {
+      route.when = {llmretry::FallbackReason::provider_5xx, llmretry::FallbackReason::rate_limit_after_retry_budget,
+                    llmretry::FallbackReason::primary_unavailable};
+      if (!upstream.model.empty()) route.when.push_back(llmretry::FallbackReason::context_length_needed);
+    }
+    route.deployment = upstream.deployment.get();
+    route.breaker = upstream.breaker.get();
+    route.budget = &budget_;
+    return route;
+  }
+
+  ShareLimits share_;
+  llmretry::RetryBudget budget_;
+  std::vector<std::unique_ptr<Upstream>> upstreams_;
+  std::map<std::string, Chain, std::less<>> by_model_;
+  std::optional<Chain> any_model_;
+};
+
+}  // namespace relay
+
+#endif  // LLMRETRY_RELAY_ROUTES_HPP

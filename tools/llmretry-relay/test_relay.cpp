@@ -1,0 +1,703 @@
+// End to end: loopback providers run in this process, llmretry-relay as a child process in front of them;
+// the tests talk to the relay over HTTP (and raw sockets for malformed or slow clients).
+#include <llmretry/testing/loopback/provider.hpp>
+#if LLMRETRY_RELAY_REDIS
+#include <llmretry/testing/redis_server.hpp>
+#endif
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <llmretry_catch.hpp>
+
+extern char** environ;
+
+using namespace std::chrono_literals;
+using llmretry::testing::LoopbackProvider;
+using llmretry::testing::ScriptedResponse;
+
+namespace {
+
+/// The upstream key the relay is given: it must never come out of the relay.
+constexpr const char* upstream_key = "sk-upstream-secret-7f3a9c";
+
+/// A fresh directory for one relay's output files, of this process only.
+std::filesystem::path work_dir(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::path(LLMRETRY_RELAY_WORK_DIR) / ("test_work_" + std::to_string(::getpid())) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// llmretry-relay as a child process: started with `arguments` and OPENAI_API_KEY set to upstream_key (and
+/// `environment` added), its stdout and stderr in files. Once it prints its address, port() is set.
+class Relay {
+ public:
+  Relay(const std::string& name, const std::vector<std::string>& arguments,
+        const std::vector<std::string>& environment = {})
+      : dir_(work_dir(name)) {
+    std::vector<std::string> variables;
+    for (char** variable = environ; *variable != nullptr; ++variable) {
+      const std::string text = *variable;
+      if (text.rfind("OPENAI_", 0) != 0 && text.rfind("LLMRETRY_RELAY_", 0) != 0) variables.push_back(text);
+    }
+    variables.push_back(std::string("OPENAI_API_KEY=") + upstream_key);
+    variables.insert(variables.end(), environment.begin(), environment.end());
+    std::vector<std::string> args{LLMRETRY_RELAY_PROGRAM};
+    args.insert(args.end(), arguments.begin(), arguments.end());
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& variable : variables) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+    const std::string out = (dir_ / "stdout.txt").string();
+    const std::string err = (dir_ / "stderr.txt").string();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int error = posix_spawn(&pid_, LLMRETRY_RELAY_PROGRAM, &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE(error == 0);
+  }
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+  Relay(Relay&&) = delete;
+  Relay& operator=(Relay&&) = delete;
+  ~Relay() {
+    if (pid_ == 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+  /// Waits until the relay prints "listening on http://127.0.0.1:PORT" (at most 10 s). Returns *this.
+  Relay& started() {
+    constexpr std::string_view prefix = "listening on http://";
+    for (int i = 0; i < 2000; ++i) {
+      const std::string text = out();
+      const auto at = text.find(prefix);
+      if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
+        const auto colon = text.rfind(':', text.find('\n', at));
+        port_ = std::stoi(text.substr(colon + 1));
+        return *this;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        FAIL("the relay exited at start-up: " << err());
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    FAIL("the relay did not start: " << err());
+    return *this;
+  }
+
+  /// Sends SIGTERM and waits for the relay to end. Returns its exit status (-1 when killed by a signal).
+  int stop() { return wait(SIGTERM); }
+  /// Waits for the relay to end by itself. Returns its exit status (-1 when killed by a signal).
+  int wait(int signal = 0) {
+    if (signal != 0) ::kill(pid_, signal);
+    int status = 0;
+    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    pid_ = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  int port() const { return port_; }
+  httplib::Client client() const {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_read_timeout(30, 0);
+    return client;
+  }
+  std::string out() const { return read_file(dir_ / "stdout.txt"); }
+  std::string err() const { return read_file(dir_ / "stderr.txt"); }
+
+ private:
+  std::filesystem::path dir_;
+  pid_t pid_ = 0;
+  int port_ = 0;
+};
+
+/// Returns a chat completion request body for `model`.
+std::string chat(const std::string& model = "loopback", const std::string& content = "Hello") {
+  return nlohmann::json{{"model", model}, {"max_tokens", 10}, {"messages", {{{"role", "user"}, {"content", content}}}}}
+      .dump();
+}
+
+/// POSTs `body` to `path` of `relay` with `headers`. Returns the response (REQUIREd to have arrived).
+httplib::Result post(const Relay& relay, const std::string& path, const std::string& body,
+                     const httplib::Headers& headers = {}) {
+  auto result = relay.client().Post(path.c_str(), headers, body, "application/json");
+  REQUIRE(result);
+  return result;
+}
+
+/// Returns the "error" object of an OpenAI-style error body.
+nlohmann::json error_of(const std::string& body) {
+  const auto parsed = nlohmann::json::parse(body, nullptr, false);
+  REQUIRE(parsed.is_object());
+  REQUIRE(parsed.contains("error"));
+  return parsed.at("error");
+}
+
+/// Sends `bytes` on a new connection to 127.0.0.1:`port`. Returns the socket (close it).
+int send_raw(int port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::send(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+  return fd;
+}
+
+/// Returns what the server answers on `fd` until it closes the connection or 5 s pass.
+std::string read_raw(int fd) {
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<std::size_t>(n));
+  return answer;
+}
+
+/// A provider that answers every request itself (a chat completion with its usage), with generous limits.
+void serve_freely(LoopbackProvider& provider, std::chrono::milliseconds latency = 0ms) {
+  llmretry::testing::LoopbackLimits limits;
+  limits.requests_per_minute = 600'000;
+  limits.tokens_per_minute = 100'000'000;
+  limits.latency = latency;
+  provider.enforce(limits);
+}
+
+}  // namespace
+
+TEST_CASE("the three routes are forwarded with the relay's key, and the answer comes back") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("routes", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url() + "/v1"});
+  relay.started();
+  for (const std::string path : {"/v1/chat/completions", "/v1/responses", "/v1/embeddings"}) {
+    INFO(path);
+    const auto answer = post(relay, path, chat(), {{"Authorization", "Bearer client-key-not-forwarded"}});
+    CHECK(answer->status == 200);
+    CHECK_THAT(answer->body, llmretry_catch::contains("loopback"));
+    CHECK_THAT(answer->get_header_value("Content-Type"), llmretry_catch::contains("application/json"));
+    CHECK(answer->has_header("x-ratelimit-remaining-requests"));
+    const auto received = provider.requests().back();
+    CHECK(received.path == path);
+    CHECK(received.header("Authorization") == std::string("Bearer ") + upstream_key);
+    CHECK(nlohmann::json::parse(received.body) == nlohmann::json::parse(chat()));
+  }
+  CHECK(relay.stop() == 0);
+  CHECK(relay.out().find(upstream_key) == std::string::npos);
+  CHECK(relay.err().find(upstream_key) == std::string::npos);
+}
+
+TEST_CASE("an upstream 429 with Retry-After is retried: the client sees 200") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::rate_limit_exceeded("requests", 50ms))
+      .then(LoopbackProvider::chat_completion("after the wait"));
+  Relay relay("retry_429", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const auto answer = post(relay, "/v1/chat/completions", chat());
+  CHECK(answer->status == 200);
+  CHECK_THAT(answer->body, llmretry_catch::contains("after the wait"));
+  CHECK(provider.request_count() == 2);
+}
+
+TEST_CASE("a primary failing with 5xx falls back to the --fallback URL") {
+  LoopbackProvider primary;
+  LoopbackProvider fallback;
+  for (int i = 0; i < 3; ++i) primary.then(LoopbackProvider::service_unavailable());
+  fallback.then(LoopbackProvider::chat_completion("from the fallback"));
+  Relay relay("fallback",
+              {"--listen", "127.0.0.1:0", "--upstream", primary.base_url(), "--fallback", fallback.base_url() + "/v1"});
+  relay.started();
+  const auto answer = post(relay, "/v1/chat/completions", chat());
+  CHECK(answer->status == 200);
+  CHECK_THAT(answer->body, llmretry_catch::contains("from the fallback"));
+  CHECK(primary.request_count() >= 1);
+  CHECK(fallback.request_count() == 1);
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(
+                 R"(llm_fallbacks_total{from_provider="upstream",to_provider="fallback-1",reason="provider_5xx"} 1)"));
+}
+
+TEST_CASE("the client's own 4xx comes back as the upstream sent it, unretried; a give-up on 5xx is a 502") {
+  LoopbackProvider provider;
+  ScriptedResponse refused_key;  // as a provider does, it echoes the key it refused
+  refused_key.status = 401;
+  refused_key.body = std::string(R"({"error":{"message":"Incorrect API key provided: )") + upstream_key +
+                     R"(","code":"invalid_api_key"}})";
+  provider.then(refused_key);
+  Relay relay("client_error", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const auto echoed = post(relay, "/v1/chat/completions", chat());
+  CHECK(echoed->status == 401);
+  CHECK(echoed->body.find(upstream_key) == std::string::npos);
+  CHECK_THAT(echoed->body, llmretry_catch::contains("Incorrect API key provided: [redacted]"));
+
+  provider.then(LoopbackProvider::context_length_exceeded());
+  const auto answer = post(relay, "/v1/chat/completions", chat());
+  CHECK(answer->status == 400);
+  CHECK(error_of(answer->body).at("code") == "context_length_exceeded");
+  CHECK(provider.request_count() == 2);
+
+  for (int i = 0; i < 3; ++i) provider.then(LoopbackProvider::service_unavailable());
+  const auto gave_up = post(relay, "/v1/chat/completions", chat());
+  CHECK(gave_up->status == 502);
+  const auto error = error_of(gave_up->body);
+  CHECK(error.at("code") == "attempts_exhausted");
+  CHECK_THAT(error.at("message").get<std::string>(), llmretry_catch::contains("attempts_exhausted"));
+  CHECK(gave_up->body.find(upstream_key) == std::string::npos);
+}
+
+TEST_CASE("Idempotency-Key: a duplicate gets the stored answer, a reuse with another body 422, none: each sent") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("idempotency", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+
+  const auto first = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "order-1"}});
+  CHECK(first->status == 200);
+  CHECK_FALSE(first->has_header("Idempotent-Replayed"));
+  // The same payload, its keys in another order: the same request.
+  const std::string reordered = nlohmann::json::parse(chat()).dump(2);
+  const auto again = post(relay, "/v1/chat/completions", reordered, {{"Idempotency-Key", "order-1"}});
+  CHECK(again->status == 200);
+  CHECK(again->get_header_value("Idempotent-Replayed") == "true");
+  CHECK(again->body == first->body);
+  CHECK(provider.request_count() == 1);
+  CHECK(provider.requests().back().header("Idempotency-Key") == std::string("order-1"));
+
+  const auto other = post(relay, "/v1/chat/completions", chat("loopback", "Another"), {{"Idempotency-Key", "order-1"}});
+  CHECK(other->status == 422);
+  CHECK(error_of(other->body).at("code") == "idempotency_key_reused");
+  CHECK(provider.request_count() == 1);
+
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  CHECK(provider.request_count() == 3);
+  CHECK_FALSE(provider.requests().back().header("Idempotency-Key").has_value());
+
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_duplicate_suppressed_total{task_type="chat"} 1)"));
+}
+
+TEST_CASE("16 concurrent requests with one Idempotency-Key reach the upstream once") {
+  LoopbackProvider provider;
+  serve_freely(provider, 300ms);
+  Relay relay("idempotency_concurrent", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  std::vector<int> statuses(16);
+  std::vector<std::thread> clients;
+  for (std::size_t i = 0; i < statuses.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto result =
+          relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "same"}}, chat(), "application/json");
+      statuses[i] = result ? result->status : -1;
+    });
+  for (auto& client : clients) client.join();
+  CHECK(provider.request_count() == 1);
+  int answered = 0;
+  for (const int status : statuses) {
+    CHECK((status == 200 || status == 409));
+    answered += status == 200 ? 1 : 0;
+  }
+  CHECK(answered >= 1);
+  // Once the first has ended, the key replays.
+  const auto replay = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "same"}});
+  CHECK(replay->get_header_value("Idempotent-Replayed") == "true");
+  CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("a give-up on 5xx frees the Idempotency-Key: the client's retry is sent again") {
+  LoopbackProvider provider;
+  for (int i = 0; i < 3; ++i) provider.then(LoopbackProvider::service_unavailable());
+  provider.then(LoopbackProvider::chat_completion("second try"));
+  Relay relay("idempotency_release", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "k"}})->status == 502);
+  const auto retry = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "k"}});
+  CHECK(retry->status == 200);
+  CHECK_FALSE(retry->has_header("Idempotent-Replayed"));
+  CHECK(provider.request_count() == 4);
+}
+
+TEST_CASE("backpressure: past --rpm and --max-wait the relay answers 429 with Retry-After and keeps serving") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("backpressure",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--rpm", "60", "--max-wait", "100ms"});
+  relay.started();
+  int refused = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto answer = post(relay, "/v1/chat/completions", chat());
+    if (i == 0) CHECK(answer->status == 200);
+    if (answer->status != 429) continue;
+    ++refused;
+    const auto error = error_of(answer->body);
+    CHECK(error.at("code") == "no_capacity");
+    REQUIRE(answer->has_header("Retry-After"));
+    CHECK(std::stoi(answer->get_header_value("Retry-After")) >= 1);
+  }
+  CHECK(refused >= 2);
+  CHECK(provider.request_count() < 4);
+  const auto health = relay.client().Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body, llmretry_catch::contains(
+                                R"(llm_requests_total{provider="upstream",model="loopback",status="no_capacity"} )"));
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(
+                 R"(llm_rate_limit_hits_total{provider="upstream",model="loopback",limit_type="unknown"} )"));
+}
+
+TEST_CASE("bad input is refused with a clear error, and the relay keeps serving") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("bad_input", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--max-body", "4096"});
+  relay.started();
+
+  // A slow client sends half a request and stalls while the others are served.
+  const int slow =
+      send_raw(relay.port(), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{");
+
+  const auto huge = post(relay, "/v1/chat/completions", std::string(10'000, ' '));
+  CHECK(huge->status == 413);
+  CHECK(error_of(huge->body).at("code") == "body_too_large");
+
+  const auto broken = post(relay, "/v1/chat/completions", R"({"model": "loopback", )");
+  CHECK(broken->status == 400);
+  CHECK(error_of(broken->body).at("code") == "invalid_json");
+  CHECK_THAT(error_of(broken->body).at("message").get<std::string>(), llmretry_catch::contains("not valid JSON"));
+
+  const auto array = post(relay, "/v1/chat/completions", "[1, 2]");
+  CHECK(array->status == 400);
+  CHECK_THAT(error_of(array->body).at("message").get<std::string>(), llmretry_catch::contains("must be a JSON object"));
+
+  const auto deep = post(relay, "/v1/chat/completions", R"({"model": "loopback", "a": )" + std::string(4000, '['),
+                         {{"Idempotency-Key", "deep"}});
+  CHECK(deep->status == 400);
+  CHECK_THAT(error_of(deep->body).at("message").get<std::string>(), llmretry_catch::contains("deeper than 64"));
+
+  const auto no_model = post(relay, "/v1/chat/completions", R"({"messages": []})");
+  CHECK(no_model->status == 400);
+  CHECK(error_of(no_model->body).at("message") == "model: missing");
+  const auto number_model = post(relay, "/v1/chat/completions", R"({"model": 4})");
+  CHECK(number_model->status == 400);
+  CHECK(error_of(number_model->body).at("code") == "invalid_model");
+
+  const auto unknown = post(relay, "/v1/models/delete", chat());
+  CHECK(unknown->status == 404);
+  const auto wrong_method = relay.client().Get("/v1/chat/completions");
+  REQUIRE(wrong_method);
+  CHECK(wrong_method->status == 405);
+  CHECK(wrong_method->get_header_value("Allow") == "POST");
+
+  // A CR inside a header value: refused, and nothing of it reaches the upstream.
+  const std::string body = chat();
+  const int injected = send_raw(relay.port(),
+                                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\rX-Injected: 1\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " +
+                                    std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  const std::string injected_answer = read_raw(injected);
+  ::close(injected);
+  CHECK(injected_answer.rfind("HTTP/1.1 400", 0) == 0);
+  const auto bad_key = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "has space"}});
+  CHECK(bad_key->status == 400);
+  CHECK(error_of(bad_key->body).at("code") == "invalid_idempotency_key");
+  for (const auto& request : provider.requests()) {
+    CHECK_FALSE(request.header("X-Injected").has_value());
+    CHECK_FALSE(request.header("Idempotency-Key").has_value());
+  }
+  CHECK(provider.request_count() == 0);
+
+  const auto health = relay.client().Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  ::close(slow);
+  CHECK(relay.stop() == 0);
+}
+
+TEST_CASE("beyond loopback a client key is required: without it the relay refuses to start, with it clients need it") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay refused("open_without_key", {"--listen", "0.0.0.0:0", "--upstream", provider.base_url()});
+  CHECK(refused.wait() == 2);
+  CHECK_THAT(refused.err(), llmretry_catch::contains("LLMRETRY_RELAY_CLIENT_KEY"));
+
+  Relay relay("open_with_key", {"--listen", "0.0.0.0:0", "--upstream", provider.base_url()},
+              {"LLMRETRY_RELAY_CLIENT_KEY=client-key-42"});
+  relay.started();
+  const auto missing = post(relay, "/v1/chat/completions", chat());
+  CHECK(missing->status == 401);
+  CHECK(error_of(missing->body).at("code") == "invalid_api_key");
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer client-key-41"}})->status == 401);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "client-key-42"}})->status == 401);
+  CHECK(relay.client().Get("/metrics")->status == 401);
+  const auto right = post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer client-key-42"}});
+  CHECK(right->status == 200);
+  CHECK(provider.request_count() == 1);
+  CHECK(provider.requests().back().header("Authorization") == std::string("Bearer ") + upstream_key);
+  CHECK(relay.client().Get("/healthz")->status == 200);
+  const auto metrics = relay.client().Get("/metrics", {{"Authorization", "Bearer client-key-42"}});
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+  CHECK(metrics->body.find(upstream_key) == std::string::npos);
+  CHECK(relay.stop() == 0);
+  CHECK(relay.out().find(upstream_key) == std::string::npos);
+  CHECK(relay.err().find(upstream_key) == std::string::npos);
+}
+
+TEST_CASE("/metrics counts the traffic with its labels") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::rate_limit_exceeded("requests", 20ms))
+      .then(LoopbackProvider::chat_completion("one", {10, 5}))
+      .then(LoopbackProvider::chat_completion("two", {10, 5}));
+  Relay relay("metrics", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "m"}})->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "m"}})->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", "{")->status == 400);
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+  CHECK_THAT(metrics->get_header_value("Content-Type"), llmretry_catch::contains("text/plain; version=0.0.4"));
+  const std::string& text = metrics->body;
+  INFO(text);
+  CHECK_THAT(
+      text, llmretry_catch::contains(R"(llm_requests_total{provider="upstream",model="loopback",status="success"} 2)"));
+  CHECK_THAT(text,
+             llmretry_catch::contains(R"(llm_requests_total{provider="relay",model="loopback",status="replayed"} 1)"));
+  CHECK_THAT(text, llmretry_catch::contains(R"(llm_requests_total{provider="relay",model="",status="rejected"} 1)"));
+  CHECK_THAT(text, llmretry_catch::contains(
+                       R"(llm_retries_total{provider="upstream",model="loopback",error_type="rate_limited"} 1)"));
+  CHECK_THAT(text, llmretry_catch::contains(
+                       R"(llm_rate_limit_hits_total{provider="upstream",model="loopback",limit_type="unknown"} 1)"));
+  CHECK_THAT(text, llmretry_catch::contains(R"(llm_tokens_used_total{provider="upstream",model="loopback"} 30)"));
+  CHECK_THAT(text, llmretry_catch::contains(R"(llm_duplicate_suppressed_total{task_type="chat"} 1)"));
+  CHECK_THAT(text, llmretry_catch::contains(R"(llm_tokens_reserved_total{provider="upstream",model="loopback"} )"));
+}
+
+TEST_CASE("a config file routes each model to its upstream and falls back to the model it names") {
+  LoopbackProvider primary;
+  LoopbackProvider backup;
+  for (int i = 0; i < 3; ++i) primary.then(LoopbackProvider::service_unavailable());
+  backup.then(LoopbackProvider::chat_completion("from the backup model"));
+  const auto dir = work_dir("config_file");
+  const std::string path = (dir / "relay.json").string();
+  std::ofstream(path) << nlohmann::json{
+      {"models",
+       {{"main-model", {{"upstream", primary.base_url() + "/v1"}, {"rpm", 6000}, {"fallback", "backup-model"}}},
+        {"backup-model", {{"upstream", backup.base_url()}, {"api_key_env", "BACKUP_KEY"}, {"concurrency", 4}}}}}};
+  Relay relay("config_relay", {"--listen", "127.0.0.1:0", "--config", path}, {"BACKUP_KEY=sk-backup-key-1"});
+  relay.started();
+  const auto answer = post(relay, "/v1/chat/completions", chat("main-model"));
+  CHECK(answer->status == 200);
+  CHECK_THAT(answer->body, llmretry_catch::contains("from the backup model"));
+  REQUIRE(backup.request_count() == 1);
+  const auto sent = backup.requests().front();
+  CHECK(nlohmann::json::parse(sent.body).at("model") == "backup-model");
+  CHECK(sent.header("Authorization") == std::string("Bearer sk-backup-key-1"));
+  CHECK(primary.requests().front().header("Authorization") == std::string("Bearer ") + upstream_key);
+
+  const auto unknown = post(relay, "/v1/chat/completions", chat("not-in-table"));
+  CHECK(unknown->status == 404);
+  CHECK(error_of(unknown->body).at("code") == "model_not_found");
+  CHECK(relay.err().find("sk-backup-key-1") == std::string::npos);
+}
+
+TEST_CASE("\"stream\": true is passed through as server-sent events, chunk by chunk; retried before the first") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::service_unavailable());
+  ScriptedResponse stream = LoopbackProvider::stream({"Hel", "lo", "!"});
+  stream.chunk_interval = 100ms;
+  provider.then(stream);
+  Relay relay("stream", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  std::vector<std::string> pieces;
+  auto client = relay.client();
+  const auto result = client.Post("/v1/chat/completions", {}, body.dump(), "application/json");
+  REQUIRE(result);
+  CHECK(result->status == 200);
+  CHECK_THAT(result->get_header_value("Content-Type"), llmretry_catch::contains("text/event-stream"));
+  CHECK_THAT(result->body, llmretry_catch::contains(R"("content":"Hel")"));
+  CHECK_THAT(result->body, llmretry_catch::contains("data: [DONE]\n\n"));
+  CHECK(provider.request_count() == 2);
+
+  // The events reach the client as they come: one piece each, not the whole answer at the end.
+  provider.then(stream);
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.body = body.dump();
+  request.set_header("Content-Type", "application/json");
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    pieces.emplace_back(data, size);
+    return true;
+  };
+  httplib::Response response;
+  httplib::Error error = httplib::Error::Success;
+  REQUIRE(client.send(request, response, error));
+  CHECK(response.status == 200);
+  CHECK(pieces.size() >= 2);  // events that arrive together may be written together
+  CHECK_THAT(pieces.front(), llmretry_catch::contains(R"("content":"Hel")"));
+  CHECK(pieces.front().find("[DONE]") == std::string::npos);
+}
+
+TEST_CASE("a stream cut after its first event is not retried: the client sees it end early") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::stream_cut({"partial"}));
+  Relay relay("stream_cut", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const auto result = relay.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  // The client gets the event, then the connection closes without the end of the chunked body.
+  if (result) CHECK(result->body.find("[DONE]") == std::string::npos);
+  CHECK(provider.request_count() == 1);
+  CHECK(relay.client().Get("/healthz")->status == 200);
+}
+
+#if LLMRETRY_RELAY_REDIS
+TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on one is replayed by the other") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  Relay a("redis_a", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis", url});
+  Relay b("redis_b", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis", url});
+  a.started();
+  b.started();
+  const std::string key = "shared-" + std::to_string(::getpid());
+  const auto first = post(a, "/v1/chat/completions", chat(), {{"Idempotency-Key", key}});
+  CHECK(first->status == 200);
+  const auto replay = post(b, "/v1/chat/completions", chat(), {{"Idempotency-Key", key}});
+  CHECK(replay->status == 200);
+  CHECK(replay->get_header_value("Idempotent-Replayed") == "true");
+  CHECK(replay->body == first->body);
+  CHECK(post(b, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", key}})->status == 422);
+  CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("two relays on one Redis share their limits: what one used, the other cannot") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  const std::vector<std::string> arguments{"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--rpm",
+                                           "1",        "--max-wait",  "100ms",      "--redis",           url};
+  Relay a("shared_limit_a", arguments);
+  Relay b("shared_limit_b", arguments);
+  a.started();
+  b.started();
+  CHECK(post(a, "/v1/chat/completions", chat())->status == 200);
+  // b has used nothing of its own, but the one request a minute is spent.
+  const auto refused = post(b, "/v1/chat/completions", chat());
+  CHECK(refused->status == 429);
+  CHECK(error_of(refused->body).at("code") == "provider_wait_too_long");
+  REQUIRE(refused->has_header("Retry-After"));
+  CHECK(std::stoi(refused->get_header_value("Retry-After")) > 8);
+  CHECK(provider.request_count() == 1);
+}
+#endif
+
+TEST_CASE("SIGTERM stops the relay once the requests in flight are answered, with exit status 0") {
+  LoopbackProvider provider;
+  serve_freely(provider, 500ms);
+  Relay relay("sigterm", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  int status = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
+    status = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);  // the request is in flight
+  CHECK(relay.stop() == 0);
+  client.join();
+  CHECK(status == 200);
+}
+
+TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait is answered 429") {
+  LoopbackProvider provider;
+  serve_freely(provider, 400ms);
+  Relay relay("concurrency", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--concurrency", "1",
+                              "--max-wait", "100ms"});
+  relay.started();
+  int first = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
+    first = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);  // the one slot is taken
+  const auto refused = post(relay, "/v1/chat/completions", chat());
+  client.join();
+  CHECK(first == 200);
+  CHECK(refused->status == 429);
+  CHECK(refused->has_header("Retry-After"));
+  CHECK(provider.request_count() == 1);
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(
+                 R"(llm_rate_limit_hits_total{provider="upstream",model="loopback",limit_type="concurrency"} 1)"));
+}
+
+TEST_CASE("a streamed /v1/responses answer, which ends at event: response.completed, reaches the client whole") {
+  LoopbackProvider provider;
+  ScriptedResponse stream = LoopbackProvider::stream({});
+  stream.chunks = {"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n",
+                   "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n"};
+  provider.then(stream);
+  Relay relay("responses_stream", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const auto result = post(relay, "/v1/responses", body.dump());
+  CHECK(result->status == 200);
+  CHECK(result->body == std::string("event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n") +
+                            "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n");
+  CHECK(provider.request_count() == 1);
+}
