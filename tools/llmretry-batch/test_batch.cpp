@@ -11,9 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -21,16 +18,14 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <child_process.hpp>
 #include <llmretry_catch.hpp>
 
 #include "input.hpp"
-
-extern char** environ;
 
 using namespace std::chrono_literals;
 using llmretry::testing::LoopbackLimits;
@@ -67,61 +62,17 @@ std::string write_input(const std::filesystem::path& dir, int count) {
   return path;
 }
 
-/// A child process running llmretry-batch, its output and errors in files.
-class Child {
+/// llmretry-batch as a child process, OPENAI_BASE_URL set to `base_url` (unset when empty), its output
+/// and errors in files of `dir`.
+class Child : public llmretry_test::ChildProcess {
  public:
-  /// Starts llmretry-batch with `arguments`, OPENAI_BASE_URL set to `base_url` (unset when empty).
   Child(const std::vector<std::string>& arguments, const std::string& base_url, const std::filesystem::path& dir)
-      : stdout_path_((dir / "stdout.txt").string()), stderr_path_((dir / "stderr.txt").string()) {
-    std::vector<std::string> environment;
-    for (char** variable = environ; *variable != nullptr; ++variable) {
-      const std::string text = *variable;
-      if (text.rfind("OPENAI_", 0) != 0) environment.push_back(text);
-    }
-    if (!base_url.empty()) environment.push_back("OPENAI_BASE_URL=" + base_url);
-    std::vector<std::string> args{LLMRETRY_BATCH_PROGRAM};
-    args.insert(args.end(), arguments.begin(), arguments.end());
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (auto& variable : environment) envp.push_back(variable.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, stdout_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int error = posix_spawn(&pid_, LLMRETRY_BATCH_PROGRAM, &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(error == 0);
-  }
+      : ChildProcess(
+            LLMRETRY_BATCH_PROGRAM, arguments, dir, {"OPENAI_"},
+            base_url.empty() ? std::vector<std::string>{} : std::vector<std::string>{"OPENAI_BASE_URL=" + base_url}) {}
 
-  /// Waits for it to end. Returns its exit status (-1 when killed by a signal).
-  int wait() {
-    int status = 0;
-    REQUIRE(waitpid(pid_, &status, 0) == pid_);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
   /// Kills it with SIGKILL and waits for it.
-  void kill_now() {
-    ::kill(pid_, SIGKILL);
-    CHECK(wait() == -1);
-  }
-
-  std::string out() const { return read(stdout_path_); }
-  std::string err() const { return read(stderr_path_); }
-
- private:
-  static std::string read(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
-  pid_t pid_ = 0;
-  std::string stdout_path_;
-  std::string stderr_path_;
+  void kill_now() { CHECK(wait(SIGKILL) == -1); }
 };
 
 /// Returns the parsed lines of a JSONL file (none when it does not exist).

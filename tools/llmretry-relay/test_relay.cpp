@@ -11,9 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,14 +20,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <child_process.hpp>
 #include <llmretry_catch.hpp>
-
-extern char** environ;
 
 using namespace std::chrono_literals;
 using llmretry::testing::LoopbackProvider;
@@ -49,55 +45,14 @@ std::filesystem::path work_dir(const std::string& name) {
   return dir;
 }
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 /// llmretry-relay as a child process: started with `arguments` and OPENAI_API_KEY set to upstream_key (and
 /// `environment` added), its stdout and stderr in files. Once it prints its address, port() is set.
-class Relay {
+class Relay : public llmretry_test::ChildProcess {
  public:
   Relay(const std::string& name, const std::vector<std::string>& arguments,
         const std::vector<std::string>& environment = {})
-      : dir_(work_dir(name)) {
-    std::vector<std::string> variables;
-    for (char** variable = environ; *variable != nullptr; ++variable) {
-      const std::string text = *variable;
-      if (text.rfind("OPENAI_", 0) != 0 && text.rfind("LLMRETRY_RELAY_", 0) != 0) variables.push_back(text);
-    }
-    variables.push_back(std::string("OPENAI_API_KEY=") + upstream_key);
-    variables.insert(variables.end(), environment.begin(), environment.end());
-    std::vector<std::string> args{LLMRETRY_RELAY_PROGRAM};
-    args.insert(args.end(), arguments.begin(), arguments.end());
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (auto& variable : variables) envp.push_back(variable.data());
-    envp.push_back(nullptr);
-    const std::string out = (dir_ / "stdout.txt").string();
-    const std::string err = (dir_ / "stderr.txt").string();
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int error = posix_spawn(&pid_, LLMRETRY_RELAY_PROGRAM, &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(error == 0);
-  }
-  Relay(const Relay&) = delete;
-  Relay& operator=(const Relay&) = delete;
-  Relay(Relay&&) = delete;
-  Relay& operator=(Relay&&) = delete;
-  ~Relay() {
-    if (pid_ == 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
+      : ChildProcess(LLMRETRY_RELAY_PROGRAM, arguments, work_dir(name), {"OPENAI_", "LLMRETRY_RELAY_"},
+                     with_upstream_key(environment)) {}
 
   /// Waits until the relay prints "listening on http://127.0.0.1:PORT" (at most 10 s). Returns *this.
   Relay& started() {
@@ -110,11 +65,7 @@ class Relay {
         port_ = std::stoi(text.substr(colon + 1));
         return *this;
       }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = 0;
-        FAIL("the relay exited at start-up: " << err());
-      }
+      if (ended()) FAIL("the relay exited at start-up: " << err());
       std::this_thread::sleep_for(5ms);
     }
     FAIL("the relay did not start: " << err());
@@ -123,14 +74,6 @@ class Relay {
 
   /// Sends SIGTERM and waits for the relay to end. Returns its exit status (-1 when killed by a signal).
   int stop() { return wait(SIGTERM); }
-  /// Waits for the relay to end by itself. Returns its exit status (-1 when killed by a signal).
-  int wait(int signal = 0) {
-    if (signal != 0) ::kill(pid_, signal);
-    int status = 0;
-    REQUIRE(waitpid(pid_, &status, 0) == pid_);
-    pid_ = 0;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
 
   int port() const { return port_; }
   httplib::Client client() const {
@@ -138,12 +81,13 @@ class Relay {
     client.set_read_timeout(30, 0);
     return client;
   }
-  std::string out() const { return read_file(dir_ / "stdout.txt"); }
-  std::string err() const { return read_file(dir_ / "stderr.txt"); }
 
  private:
-  std::filesystem::path dir_;
-  pid_t pid_ = 0;
+  static std::vector<std::string> with_upstream_key(std::vector<std::string> environment) {
+    environment.insert(environment.begin(), std::string("OPENAI_API_KEY=") + upstream_key);
+    return environment;
+  }
+
   int port_ = 0;
 };
 

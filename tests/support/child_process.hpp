@@ -1,0 +1,110 @@
+#ifndef LLMRETRY_TESTS_CHILD_PROCESS_HPP
+#define LLMRETRY_TESTS_CHILD_PROCESS_HPP
+
+// A program under test run as a child process (POSIX), for the end-to-end tests of the tools.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <llmretry_catch.hpp>
+
+extern char** environ;
+
+namespace llmretry_test {
+
+/// Returns the whole content of the file at `path` (empty when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// A child process: `program` run with `arguments`, in this process's environment without the variables
+/// whose names start with one of `removed_prefixes`, plus `added` ("NAME=value" each); its stdout and stderr
+/// go to stdout.txt and stderr.txt in `dir`. Killed with SIGKILL when destroyed while it runs.
+class ChildProcess {
+ public:
+  /// Starts it. REQUIREs that it started.
+  ChildProcess(const std::string& program, const std::vector<std::string>& arguments, std::filesystem::path dir,
+               const std::vector<std::string_view>& removed_prefixes = {}, const std::vector<std::string>& added = {})
+      : dir_(std::move(dir)) {
+    std::vector<std::string> variables;
+    for (char** variable = environ; *variable != nullptr; ++variable) {
+      const std::string text = *variable;
+      bool removed = false;
+      for (const auto prefix : removed_prefixes) removed = removed || text.rfind(prefix, 0) == 0;
+      if (!removed) variables.push_back(text);
+    }
+    variables.insert(variables.end(), added.begin(), added.end());
+    std::vector<std::string> args{program};
+    args.insert(args.end(), arguments.begin(), arguments.end());
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& variable : variables) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+    const std::string out_path = (dir_ / "stdout.txt").string();
+    const std::string err_path = (dir_ / "stderr.txt").string();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int error = posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE(error == 0);
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ChildProcess(ChildProcess&&) = delete;
+  ChildProcess& operator=(ChildProcess&&) = delete;
+  ~ChildProcess() {
+    if (pid_ == 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+  /// Sends `signal` (none when 0), then waits for it to end. Returns its exit status (-1 when a signal
+  /// ended it). REQUIREs that it was running.
+  int wait(int signal = 0) {
+    REQUIRE(pid_ != 0);
+    if (signal != 0) ::kill(pid_, signal);
+    int status = 0;
+    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    pid_ = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  /// Returns true once it has ended (then wait() may no longer be called).
+  bool ended() {
+    if (pid_ == 0) return true;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    pid_ = 0;
+    return true;
+  }
+
+  /// Returns what it wrote to stdout so far.
+  std::string out() const { return read_file(dir_ / "stdout.txt"); }
+  /// Returns what it wrote to stderr so far.
+  std::string err() const { return read_file(dir_ / "stderr.txt"); }
+
+ private:
+  std::filesystem::path dir_;
+  pid_t pid_ = 0;
+};
+
+}  // namespace llmretry_test
+
+#endif  // LLMRETRY_TESTS_CHILD_PROCESS_HPP
