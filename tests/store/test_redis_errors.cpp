@@ -149,22 +149,53 @@ TEST_CASE("redis: a shared rate limiter fails closed when the server is gone or 
   }
 }
 
-TEST_CASE("options_from_url reads redis://HOST[:PORT] and names what is wrong") {
-  const auto options = llmretry::redis::options_from_url("redis://10.0.0.5:6380");
+TEST_CASE("options_from_url reads redis://HOST[:PORT] and names what is wrong, never quoting the URL") {
+  using llmretry::redis::options_from_url;
+  const auto options = options_from_url("redis://10.0.0.5:6380");
   CHECK(options.host == "10.0.0.5");
   CHECK(options.port == 6380);
-  CHECK(llmretry::redis::options_from_url("redis://cache").port == 6379);
+  CHECK(options_from_url("redis://cache").port == 6379);
+  SECTION("an IPv6 address loses its brackets") {
+    const auto ipv6 = options_from_url("redis://[::1]:6380");
+    CHECK(ipv6.host == "::1");
+    CHECK(ipv6.port == 6380);
+    CHECK(options_from_url("redis://[fe80::1]").host == "fe80::1");
+    CHECK(options_from_url("redis://[fe80::1]").port == 6379);
+  }
   const auto message = [](const char* url) {
     try {
-      (void)llmretry::redis::options_from_url(url);
+      (void)options_from_url(url);
     } catch (const std::invalid_argument& error) {
       return std::string(error.what());
     }
     return std::string("no error");
   };
-  CHECK(message("http://cache:6379") == "'http://cache:6379' is not redis://HOST[:PORT]");
-  CHECK(message("redis://:6379") == "'redis://:6379' is not redis://HOST[:PORT]");
-  CHECK(message("redis://cache:0") == "'0' is not a port");
-  CHECK(message("redis://cache:99999") == "'99999' is not a port");
-  CHECK(message("redis://cache:x1") == "'x1' is not a port");
+  SECTION("a user or password is refused, and the message does not show it") {
+    for (const char* url :
+         {"redis://:hunter22@cache:6379", "redis://default:hunter22@cache", "redis://hunter22@cache"}) {
+      CAPTURE(url);
+      const std::string text = message(url);
+      CHECK_THAT(text, llmretry_catch::contains("has a user or password"));
+      CHECK_THAT(text, !llmretry_catch::contains("hunter22"));
+    }
+  }
+  SECTION("each malformed URL gets its reason, without the URL") {
+    CHECK(message("http://cache:6379") == "the Redis URL does not begin with redis:// (expected redis://HOST[:PORT])");
+    CHECK_THAT(message("redis://:6379"), llmretry_catch::contains("has no host"));
+    CHECK_THAT(message("redis://"), llmretry_catch::contains("has no host"));
+    CHECK_THAT(message("redis://[]:6379"), llmretry_catch::contains("has no host"));
+    CHECK_THAT(message("redis://cache:0"), llmretry_catch::contains("has a port that is not a number from 1 to 65535"));
+    CHECK_THAT(message("redis://cache:99999"), llmretry_catch::contains("not a number from 1 to 65535"));
+    CHECK_THAT(message("redis://cache:x1"), llmretry_catch::contains("not a number from 1 to 65535"));
+    CHECK_THAT(message("redis://cache:"), llmretry_catch::contains("not a number from 1 to 65535"));
+    CHECK_THAT(message("redis://cache:6379/0"), llmretry_catch::contains("has a path"));
+    CHECK_THAT(message("redis://cache?db=1"), llmretry_catch::contains("has a path"));
+    CHECK_THAT(message("redis://[::1:6379"), llmretry_catch::contains("without its closing ']'"));
+    CHECK_THAT(message("redis://[::1]6379"), llmretry_catch::contains("text after its IPv6 address"));
+    CHECK_THAT(message("redis://::1:6379"), llmretry_catch::contains("outside brackets"));
+    for (const char* url : {"redis://secret-host:65536", "redis://secret-host/x", "redis://[secret-host"}) {
+      CAPTURE(url);
+      CHECK_THAT(message(url), !llmretry_catch::contains("secret-host"));
+    }
+  }
 }

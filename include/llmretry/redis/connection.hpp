@@ -33,27 +33,43 @@ struct Options {
 };
 
 /// Returns the options of the URL "redis://HOST[:PORT]" (the port 6379 when absent), the other fields
-/// left at their defaults. Throws std::invalid_argument naming the URL or the port when it is not of that
-/// form.
+/// left at their defaults. HOST is a name, an IPv4 address or an IPv6 address in brackets
+/// ("redis://[::1]:6379", whose host is "::1"). Throws std::invalid_argument naming what is wrong when the
+/// URL is not of that form; the message never quotes the URL, which may hold a password: a user or
+/// password ("redis://:PASSWORD@HOST") is refused, since the connection sends no AUTH.
 [[nodiscard]] inline Options options_from_url(std::string_view url) {
   constexpr std::string_view scheme = "redis://";
-  const auto malformed = [&] { return std::invalid_argument("'" + std::string(url) + "' is not redis://HOST[:PORT]"); };
-  if (url.substr(0, scheme.size()) != scheme) throw malformed();
+  const auto malformed = [](const std::string& problem) {
+    return std::invalid_argument("the Redis URL " + problem + " (expected redis://HOST[:PORT])");
+  };
+  if (url.substr(0, scheme.size()) != scheme) throw malformed("does not begin with redis://");
   const std::string_view address = url.substr(scheme.size());
+  if (address.find('@') != std::string_view::npos)
+    throw malformed("has a user or password, which is not supported: the connection sends no AUTH");
+  if (address.find_first_of("/?#") != std::string_view::npos)
+    throw malformed("has a path, query or fragment, which is not supported");
   Options options;
-  const auto colon = address.rfind(':');
-  options.host = std::string(address.substr(0, colon));
-  if (colon != std::string_view::npos) {
-    const std::string_view port = address.substr(colon + 1);
-    const bool digits =
-        !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos;
-    int number = 0;
-    for (const char digit : digits ? port : std::string_view{}) number = number * 10 + (digit - '0');
-    if (!digits || number < 1 || number > 65535)
-      throw std::invalid_argument("'" + std::string(port) + "' is not a port");
-    options.port = number;
+  std::string_view host = address;
+  std::string_view rest;  // what follows the host: empty or ":PORT"
+  if (!address.empty() && address.front() == '[') {
+    const auto close = address.find(']');
+    if (close == std::string_view::npos) throw malformed("has an IPv6 address without its closing ']'");
+    host = address.substr(1, close - 1);
+    rest = address.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') throw malformed("has text after its IPv6 address");
+  } else if (const auto colon = address.find(':'); colon != std::string_view::npos) {
+    host = address.substr(0, colon);
+    rest = address.substr(colon);
+    if (rest.find(':', 1) != std::string_view::npos)
+      throw malformed("has an IPv6 address outside brackets (write redis://[::1]:6379)");
   }
-  if (options.host.empty() || options.host.find('/') != std::string::npos) throw malformed();
+  if (host.empty()) throw malformed("has no host");
+  options.host = std::string(host);
+  if (!rest.empty()) {
+    const auto port = llmretry::detail::parse_digits(rest.substr(1));
+    if (!port || *port < 1 || *port > 65535) throw malformed("has a port that is not a number from 1 to 65535");
+    options.port = static_cast<int>(*port);
+  }
   return options;
 }
 
