@@ -45,4 +45,8 @@ TEST_CASE("canonical refuses a body nested deeper than max_canonical_depth, befo
   CHECK(nested_deeper_than(R"({"a":[{"b":[]}]})", 3));
   CHECK_FALSE(nested_deeper_than(R"({"a":"[[[[[[\"[[[["})", 1));  // brackets in strings, an escaped quote
   CHECK_FALSE(nested_deeper_than("[][][][]", 1));
+  // a closing bracket with nothing open counts for nothing: it cannot hide the nesting after it
+  CHECK(nested_deeper_than("]]][[[", 2));
+  CHECK(nested_deeper_than(std::string(1000, '}') + std::string(513, '{'), max_canonical_depth));
+  CHECK_FALSE(nested_deeper_than("]]][[", 2));
 }

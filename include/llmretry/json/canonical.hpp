@@ -14,7 +14,8 @@
 namespace llmretry::json {
 
 /// Returns true when the JSON text `text` nests arrays and objects deeper than `limit` (brackets inside
-/// strings do not count). Reads a malformed text as far as it goes, without judging it. Never throws.
+/// strings do not count). Reads a malformed text as far as it goes, without judging it: a closing bracket
+/// with nothing open counts for nothing. Never throws.
 [[nodiscard]] constexpr bool nested_deeper_than(std::string_view text, int limit) noexcept {
   int depth = 0;
   bool in_string = false;
@@ -27,7 +28,7 @@ namespace llmretry::json {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > limit) return true;
-    } else if (c == ']' || c == '}') {
+    } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
   }
