@@ -736,6 +736,60 @@ TEST_CASE("a stream that ends cleanly without its end marker, or inside an event
   }
 }
 
+TEST_CASE("OpenAI's Responses API: response.failed is a failure, response.incomplete a finished answer") {
+  LoopbackProvider server;
+  Collected collected;
+  Run run;
+  const std::string created = "event: response.created\ndata: {\"response\":{\"status\":\"in_progress\"}}\n\n";
+  const std::string delta = "event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n";
+  const auto failed = [](const std::string& code) {
+    return "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\","
+           "\"error\":{\"code\":\"" +
+           code + "\",\"message\":\"m\"}}}\n\n";
+  };
+  auto responses = LoopbackProvider::stream({});
+  SECTION("after content: StreamInterrupted, caused by the error in response.error") {
+    responses.chunks = {created, delta, failed("server_error")};
+    server.then(responses).then(LoopbackProvider::stream({"never"}));
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event(collected.handler());
+    const auto error = expect_throw<llmretry::StreamInterrupted>(run, call);
+    CHECK(error.cause().kind == FailureKind::server_error);
+    CHECK(error.delivered_events() == 2);  // response.failed itself is not content
+    CHECK(collected.data.size() == 2);
+    CHECK(server.request_count() == 1);
+  }
+  SECTION("before any content: classified and retried like any other failure") {
+    responses.chunks = {failed("rate_limit_exceeded")};
+    auto completed = LoopbackProvider::stream({});
+    completed.chunks = {delta, "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n"};
+    server.then(responses).then(completed);
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event(collected.handler());
+    CHECK(run(call).status == 200);
+    CHECK(server.request_count() == 2);
+    Call unread(chat_request(server), [] {
+      auto options = options_for(Provider::azure_openai);
+      options.read_error = nullptr;  // without the error's strings, still a failure
+      return options;
+    }());
+    server.then(responses);
+    unread.on_event(collected.handler());
+    CHECK_THROWS_AS(unread(), llmretry::ProviderError);
+  }
+  SECTION("response.incomplete ends a stream that succeeded; the handler reads why it was cut") {
+    responses.chunks = {created, delta,
+                        "event: response.incomplete\ndata: {\"response\":{\"status\":\"incomplete\","
+                        "\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}\n\n"};
+    server.then(responses);
+    Call call(chat_request(server), options_for(Provider::openai));
+    call.on_event(collected.handler());
+    CHECK(run(call).status == 200);
+    REQUIRE(collected.data.size() == 3);
+    CHECK_THAT(collected.data.back(), llmretry_catch::contains("max_output_tokens"));
+  }
+}
+
 TEST_CASE("idle_timeout cuts a stream that goes silent, well before the total timeout") {
   LoopbackProvider server;
   auto slow = LoopbackProvider::stream({"a", "b"});

@@ -30,12 +30,21 @@ TEST_CASE("error_fields reads every provider's error body") {
       CHECK(fields.code.empty());  // a number, not a string
     }
   }
+  SECTION("OpenAI's Responses API: the response.failed stream event") {
+    const auto fields =
+        error_fields(R"({"type":"response.failed","sequence_number":3,"response":{"id":"resp_1","status":"failed",)"
+                     R"("error":{"code":"server_error","message":"The model failed to generate a response."}}})");
+    CHECK(fields.code == "server_error");
+    CHECK(fields.message == "The model failed to generate a response.");
+  }
 }
 
 TEST_CASE("error_fields ignores what it does not understand") {
   for (const char* body :
        {"", "not json", "{\"error\": \"text\"}", "[]", "42", "{\"error\": {\"code\": null, \"details\": 3}}",
-        "{\"error\": {\"details\": [1, {\"@type\": 2}]}}", "{\"error\": {\"code\": \"x\""}) {
+        "{\"error\": {\"details\": [1, {\"@type\": 2}]}}", "{\"error\": {\"code\": \"x\"",
+        R"({"type":"response.completed","response":{"status":"completed","error":null}})", R"({"response":"text"})",
+        R"({"error":null,"response":{"error":{"code":"server_error"}}})"}) {
     INFO(body);
     const auto fields = error_fields(body);
     CHECK(fields.empty());

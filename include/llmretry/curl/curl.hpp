@@ -156,14 +156,14 @@ struct ListDeleter {
 };
 
 /// Returns true when `event` ends a complete stream of `provider`: `data: [DONE]` (OpenAI, Azure chat
-/// completions), `event: response.completed`, `response.incomplete` or `response.failed` (their Responses
-/// API, which sends no [DONE]), `event: message_stop` (Anthropic), a chunk with a `finishReason` (Gemini).
+/// completions), `event: response.completed` or `response.incomplete` (their Responses API, which sends no
+/// [DONE]; `response.failed` is an error, see Transfer::error_in), `event: message_stop` (Anthropic), a chunk
+/// with a `finishReason` (Gemini).
 inline bool ends_stream(Provider provider, const SseEvent& event) noexcept {
   switch (provider) {
     case Provider::openai:
     case Provider::azure_openai:
-      return event.data == "[DONE]" || event.event == "response.completed" || event.event == "response.incomplete" ||
-             event.event == "response.failed";
+      return event.data == "[DONE]" || event.event == "response.completed" || event.event == "response.incomplete";
     case Provider::anthropic: return event.event == "message_stop";
     case Provider::gemini: return event.data.find("\"finishReason\"") != std::string::npos;
   }
@@ -213,11 +213,12 @@ struct Transfer {
     return *events;
   }
 
-  /// Returns the strings of an error sent inside the stream: an `event: error`, or a data-only event whose
-  /// JSON has an `error` object (read with Options::read_error); nullopt for content.
+  /// Returns the strings of an error sent inside the stream: an `event: error`, an `event: response.failed`
+  /// (the Responses API: its error in `response.error`), or a data-only event whose JSON has an `error`
+  /// object (read with Options::read_error); nullopt for content.
   std::optional<ErrorFields> error_in(const SseEvent& event) const {
     const auto& read = options->read_error;
-    if (event.event == "error") return read ? read(event.data) : ErrorFields{};
+    if (event.event == "error" || event.event == "response.failed") return read ? read(event.data) : ErrorFields{};
     if (!read || event.data.find("\"error\"") == std::string::npos) return std::nullopt;
     ErrorFields fields = read(event.data);
     if (fields.empty()) return std::nullopt;
@@ -415,9 +416,13 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
 /// caller's deadline).
 /// With `on_event` and `guard` (a streamed call), a 2xx `text/event-stream` body is parsed as server-sent
 /// events handed to `on_event` one by one, each recorded in `guard`; an error sent inside the stream
-/// (`event: error`, or a data-only event with an `error` object) ends the attempt as a failure classified
-/// for options.provider, and so does a stream that ends without its end marker (see curl::Call) or
-/// inside an event. Any other body (a server that does not stream) is returned whole in the body.
+/// (`event: error`, the Responses API's `event: response.failed`, or a data-only event with an `error`
+/// object) ends the attempt as a failure classified for options.provider, and so does a stream that ends
+/// without its end marker (see curl::Call) or inside an event. The Responses API's `event:
+/// response.incomplete` ends a stream that succeeded: the answer is whole but was cut short (by
+/// `max_output_tokens` or a content filter, read `response.incomplete_details.reason` in the handler, which
+/// receives the event); another attempt would cut it the same way. Any other body (a server that does not
+/// stream) is returned whole in the body.
 /// Throws: std::invalid_argument when a timeout in `options` or `time_left` is not positive, or for a GET
 /// or HEAD with a body; otherwise through throw_provider_error, the exception carrying the response
 /// (WithResponse): RateLimited, ProviderTimeout, ConnectionError or ProviderError as the failure's kind

@@ -30,7 +30,9 @@ inline void copy_string(const nlohmann::json& object, const char* key, std::stri
 /// - Gemini / Vertex: `{"error": {"status": "RESOURCE_EXHAUSTED", "details": [{"@type":
 ///   "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}, {"@type":
 ///   "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": ..., "quotaMetric": ...}]}]}}`,
-///   also inside a one-element array.
+///   also inside a one-element array;
+/// - OpenAI's Responses API stream event `response.failed`: `{"type": "response.failed", "response":
+///   {"error": {"code": "server_error", "message": ...}}}`.
 /// `error.message` is read too (into ErrorFields::message).
 /// Fields that are absent or not strings stay empty; never throws on the document's shape.
 /// (A template only so that a string argument picks the overload below.)
@@ -39,8 +41,11 @@ ErrorFields error_fields(const Json& body) {
   ErrorFields fields;
   const nlohmann::json& root = body.is_array() && !body.empty() ? body.front() : body;
   if (!root.is_object()) return fields;
-  const auto error = root.find("error");
-  if (error == root.end() || !error->is_object()) return fields;
+  const auto response = root.find("response");
+  const nlohmann::json& holder =
+      !root.contains("error") && response != root.end() && response->is_object() ? *response : root;
+  const auto error = holder.find("error");
+  if (error == holder.end() || !error->is_object()) return fields;
   detail::copy_string(*error, "code", fields.code);
   detail::copy_string(*error, "type", fields.type);
   detail::copy_string(*error, "status", fields.status);
