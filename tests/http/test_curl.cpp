@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -1075,4 +1076,28 @@ TEST_CASE("a Session makes attempt after attempt on one handle, none inheriting 
     CHECK_THAT(session.perform(request, options).body, llmretry_catch::contains("plain"));
     CHECK(provider.requests().back().header("Accept-Encoding") == std::string("identity"));
   }
+}
+
+TEST_CASE("after an attempt, returned or thrown, its handle keeps none of its options") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::chat_completion("once"));
+  llmretry::curl::detail::global_init();
+  const std::unique_ptr<CURL, llmretry::curl::detail::EasyDeleter> handle(curl_easy_init());
+  REQUIRE(handle);
+  const std::string url = provider.base_url() + "/v1/chat/completions";
+  SECTION("returned") {
+    const llmretry::curl::detail::ResetOnExit reset(handle.get());
+    curl_easy_setopt(handle.get(), CURLOPT_URL, url.c_str());
+  }
+  SECTION("thrown") {
+    CHECK_THROWS_AS(
+        [&] {
+          const llmretry::curl::detail::ResetOnExit reset(handle.get());
+          curl_easy_setopt(handle.get(), CURLOPT_URL, url.c_str());
+          throw std::runtime_error("the attempt failed");
+        }(),
+        std::runtime_error);
+  }
+  CHECK(curl_easy_perform(handle.get()) == CURLE_URL_MALFORMAT);  // no URL set any more
+  CHECK(provider.request_count() == 0);
 }

@@ -155,6 +155,22 @@ struct ListDeleter {
   void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
 };
 
+/// Resets the options of `handle` (curl_easy_reset: its connections and caches stay) when it goes out of
+/// scope, so that a handle kept for the next attempt never points at the locals of one that has returned
+/// or thrown (its callbacks' data, header list, error buffer, request body). Requires `handle` to outlive it.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(CURL* handle) noexcept : handle_(handle) {}
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+  ResetOnExit(ResetOnExit&&) = delete;
+  ResetOnExit& operator=(ResetOnExit&&) = delete;
+  ~ResetOnExit() { curl_easy_reset(handle_); }
+
+ private:
+  CURL* handle_;
+};
+
 /// Returns true when `event` ends a complete stream of `provider`: `data: [DONE]` (OpenAI, Azure chat
 /// completions), `event: response.completed` or `response.incomplete` (their Responses API, which sends no
 /// [DONE]; `response.failed` is an error, see Transfer::error_in), `event: message_stop` (Anthropic), a chunk
@@ -467,7 +483,6 @@ inline Response Session::perform(const Request& request, const Options& options,
                                  std::optional<std::chrono::milliseconds> time_left) {
   const auto timeout = detail::attempt_timeout(options, time_left);
   CURL* handle = handle_.get();
-  curl_easy_reset(handle);  // the options of the last attempt go; its connections and caches stay
   detail::Transfer transfer(handle, options);
   if (on_event != nullptr && guard != nullptr) {
     transfer.on_event = on_event;
@@ -486,6 +501,7 @@ inline Response Session::perform(const Request& request, const Options& options,
   add("Expect:");  // no 100-continue round trip before the body
 
   std::array<char, CURL_ERROR_SIZE> error_text{};
+  const detail::ResetOnExit reset(handle);  // before the locals it points at go: declared after them
   curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
