@@ -43,6 +43,7 @@ struct Incoming {
   std::string body;             ///< as received
   nlohmann::json json;          ///< the body parsed: an object whose "model" is a string
   std::string model;            ///< the body's "model"
+  std::string model_label;      ///< its value in the metrics' model label (bounded: see ModelLabels)
   std::string idempotency_key;  ///< sent upstream as Idempotency-Key; empty: none
   llmretry::Cost estimate;      ///< reserved on each route's Deployment
 };
@@ -197,12 +198,12 @@ class Forwarder {
   }
 
   static llmretry::metrics::Target target(const llmretry::Route& route, const Incoming& in) {
-    return {route.provider, route.model.empty() ? in.model : route.model};
+    return {route.provider, route.model.empty() ? in.model_label : route.model};
   }
   static llmretry::metrics::Target target(const Chain& chain, std::string_view name, const Incoming& in) {
     for (const auto& route : chain.chain.routes())
       if (route.name == name) return target(route, in);
-    return {std::string(name), in.model};
+    return {std::string(name), in.model_label};
   }
 
   /// Replaces in `body` every key of the upstreams of `chain` by "[redacted]".

@@ -65,6 +65,7 @@ struct Options {
   std::size_t max_body = std::size_t{1} << 20;
   std::string redis;
   std::string config;
+  std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -93,6 +94,10 @@ Options parse(int argc, char** argv) {
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
   app.add_option("--config", options.config,
                  "JSON model table: per model its upstream, key variable, limits, fallback");
+  std::int64_t lease_ms = options.idempotency_lease.count();
+  app.add_option("--idempotency-lease", lease_ms, "the idempotency claims' lease in ms (for tests)")
+      ->check(CLI::Range(std::int64_t{30}, std::int64_t{86'400'000}))
+      ->group("");  // hidden: the default suits every deployment
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -102,6 +107,7 @@ Options parse(int argc, char** argv) {
     throw UsageError(error.what());
   }
   options.pace.max_wait = std::chrono::milliseconds{max_wait_ms};
+  options.idempotency_lease = std::chrono::milliseconds{lease_ms};
   return options;
 }
 
@@ -126,8 +132,9 @@ std::pair<std::string, int> listen_address(const std::string& listen) {
 /// have some, shared by every relay on the same server.
 class RedisState {
  public:
-  /// Connects to the server of `url` ("redis://HOST[:PORT]"). Throws UsageError for a bad URL.
-  explicit RedisState(const std::string& url) {
+  /// Connects to the server of `url` ("redis://HOST[:PORT]"); its idempotency claims have `idempotency`.
+  /// Throws UsageError for a bad URL.
+  RedisState(const std::string& url, const llmretry::store::IdempotencyOptions& idempotency) {
 #if LLMRETRY_RELAY_REDIS
     llmretry::redis::Options redis;
     try {
@@ -136,8 +143,9 @@ class RedisState {
       throw UsageError(std::string("--redis: ") + error.what());
     }
     connection_ = std::make_unique<llmretry::redis::Connection>(redis);
-    idempotency_ = std::make_unique<llmretry::redis::IdempotencyStore>(*connection_);
+    idempotency_ = std::make_unique<llmretry::redis::IdempotencyStore>(*connection_, idempotency);
 #else
+    static_cast<void>(idempotency);
     throw UsageError("--redis " + url + ": this build has no Redis support");
 #endif
   }
@@ -180,8 +188,11 @@ int run(const Options& options) {
   if (upstream.empty()) upstream = environment("OPENAI_BASE_URL");
   if (upstream.empty()) upstream = "https://api.openai.com/v1";
   const relay::Environment env = [](const std::string& name) { return environment(name); };
+  llmretry::store::IdempotencyOptions idempotency_options;
+  idempotency_options.lease = options.idempotency_lease;
+  settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
-  if (!options.redis.empty()) redis.emplace(options.redis);
+  if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options);
   const relay::ShareLimits share = redis ? redis->share_limits(options.pace.max_wait) : relay::ShareLimits{};
   std::optional<relay::Routes> routes;
   try {
@@ -200,7 +211,7 @@ int run(const Options& options) {
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
-  llmretry::store::MemoryIdempotencyStore memory_idempotency;
+  llmretry::store::MemoryIdempotencyStore memory_idempotency(idempotency_options);
   llmretry::store::IdempotencyStore& idempotency = redis ? redis->idempotency() : memory_idempotency;
 
   llmretry::metrics::Registry registry;
@@ -239,6 +250,9 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a peer that went away (hiredis writes without MSG_NOSIGNAL) must fail, not kill the relay:
+  // ignored before any thread starts, which all inherit it.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     return run(parse(argc, argv));
   } catch (const UsageError& error) {

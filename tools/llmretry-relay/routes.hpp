@@ -134,6 +134,9 @@ class Routes {
     return found != by_model_.end() ? &found->second : nullptr;
   }
 
+  /// Returns true when a model table lists the models served, false when every model is.
+  [[nodiscard]] bool has_model_table() const noexcept { return !any_model_; }
+
   /// Returns every upstream, in the order they were made.
   [[nodiscard]] const std::vector<std::unique_ptr<Upstream>>& upstreams() const noexcept { return upstreams_; }
 

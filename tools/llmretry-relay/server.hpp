@@ -25,6 +25,8 @@
 
 #include "errors.hpp"
 #include "forward.hpp"
+#include "lease_renewer.hpp"
+#include "model_labels.hpp"
 #include "routes.hpp"
 #include "security.hpp"
 #include "stream.hpp"
@@ -37,6 +39,11 @@ struct ServerSettings {
   std::string client_key;  ///< required as "Authorization: Bearer ..." on every route but /healthz; empty: none
   std::chrono::seconds io_timeout{10};  ///< the most a client may take to send a request or read an answer
   std::size_t threads = 512;            ///< requests served at once (each waits for its upstream)
+  /// The lease of the idempotency store's claims: a claimed key is renewed every third of it while its
+  /// request is in flight.
+  std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
+  /// The largest answer kept under its Idempotency-Key; a larger one frees the key instead.
+  std::size_t max_stored_answer = std::size_t{1} << 20;
 };
 
 /// The text of /metrics and its content type.
@@ -96,6 +103,11 @@ class Server {
       else reply(response, {response.status, "malformed HTTP request", "invalid_request_error", "bad_request"});
       return httplib::Server::HandlerResponse::Handled;
     }));
+    server.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
+      // What the exception says stays in the relay: it may quote the request.
+      response.headers.clear();
+      reply(response, {500, "the relay failed to answer this request", "server_error", "internal_error"});
+    });
     const auto handler = [this](const httplib::Request& request, httplib::Response& response) {
       handle(request, response);
     };
@@ -153,7 +165,7 @@ class Server {
                       "invalid_body"));
     try {
       in.json = nlohmann::json::parse(request.body);
-    } catch (const nlohmann::json::parse_error& error) {
+    } catch (const nlohmann::json::exception& error) {  // a syntax error, or a number out of range (1e400)
       return refuse(response, in,
                     bad_request(std::string("the body is not valid JSON: ") + error.what(), "invalid_json"));
     }
@@ -164,6 +176,8 @@ class Server {
     if (!model->is_string() || model->get_ref<const std::string&>().empty())
       return refuse(response, in, bad_request("model: must be a non-empty string", "invalid_model"));
     in.model = model->get<std::string>();
+    const Chain* chain = routes_.chain_for(in.model);
+    in.model_label = !routes_.has_model_table() ? model_labels_.of(in.model) : chain != nullptr ? in.model : "unknown";
     const auto stream = in.json.find("stream");
     if (stream != in.json.end() && !stream->is_boolean() && !stream->is_null())
       return refuse(response, in, bad_request("stream: must be true or false", "invalid_stream"));
@@ -175,7 +189,6 @@ class Server {
             response, in,
             bad_request("Idempotency-Key: must be 1 to 255 visible ASCII characters", "invalid_idempotency_key"));
     }
-    const Chain* chain = routes_.chain_for(in.model);
     if (chain == nullptr)
       return refuse(response, in,
                     {404, "model \"" + in.model + "\" is not in the relay's model table", "invalid_request_error",
@@ -183,45 +196,40 @@ class Server {
     in.body = request.body;
     in.estimate = llmretry::json::estimate_of(in.json, in.body);
     if (in.idempotency_key.empty()) {
-      if (streamed) return send_streamed(response, *chain, std::move(in), [] {});
+      if (streamed)
+        return send_streamed(response, [this, chain, in = std::move(in)](const StreamPipe::OnEvent* on_event) {
+          return forwarder_.forward(*chain, in, on_event);
+        });
       return send(response, forwarder_.forward(*chain, in));
     }
     deduplicated(response, *chain, std::move(in), streamed);
   }
 
   /// Answers a streamed request: its events as they arrive, or the whole answer when the call ended
-  /// before any (an error, or an upstream that did not stream). Runs `done` once the answer is sent.
-  void send_streamed(httplib::Response& response, const Chain& chain, Incoming in, std::function<void()> done) {
-    auto pipe = std::make_shared<StreamPipe>(
-        [this, &chain, in = std::move(in)](const std::function<void(const llmretry::SseEvent&)>* on_event) {
-          return forwarder_.forward(chain, in, on_event);
-        });
-    if (auto answer = pipe->first()) {
-      done();
-      return send(response, std::move(*answer));
-    }
+  /// before any (an error, or an upstream that did not stream). `call` runs on the pipe's thread.
+  static void send_streamed(httplib::Response& response, StreamPipe::Call call) {
+    auto pipe = std::make_shared<StreamPipe>(std::move(call));
+    if (auto answer = pipe->first()) return send(response, std::move(*answer));
     response.status = 200;
     response.set_header("Cache-Control", "no-cache");
-    response.set_chunked_content_provider(
-        "text/event-stream",
-        [pipe](std::size_t /*offset*/, httplib::DataSink& sink) {
-          bool failed = false;
-          while (auto text = pipe->next(failed)) {
-            if (!sink.write(text->data(), text->size())) {
-              pipe->cancel();
-              return false;
-            }
-          }
-          if (failed) return false;  // closed without the last chunk: the client sees the stream cut
-          sink.done();
-          return true;
-        },
-        [done = std::move(done)](bool /*success*/) { done(); });
+    response.set_chunked_content_provider("text/event-stream", [pipe](std::size_t /*offset*/, httplib::DataSink& sink) {
+      bool failed = false;
+      while (auto text = pipe->next(failed)) {
+        if (!sink.write(text->data(), text->size())) {
+          pipe->cancel();
+          return false;
+        }
+      }
+      if (failed) return false;  // closed without the last chunk: the client sees the stream cut
+      sink.done();
+      return true;
+    });
   }
 
   /// Answers a request with an Idempotency-Key: the stored answer of a completed one, 409 while the
-  /// first is in flight, 422 when the key was used with another payload; else forwards it, then stores a
-  /// final answer or frees the key (a streamed answer is never stored).
+  /// first is in flight, 422 when the key was used with another payload; else forwards it, its lease
+  /// renewed until the call returns, then stores a final answer or frees the key (a streamed answer is
+  /// never stored: the key is freed once the upstream call has ended, the client gone or not).
   void deduplicated(httplib::Response& response, const Chain& chain, Incoming in, bool streamed) {
     const std::string fingerprint = llmretry::store::fingerprint(in.path + '\n' + llmretry::json::canonical(in.body));
     const std::string token = llmretry::new_idempotency_key();
@@ -237,7 +245,7 @@ class Server {
     switch (claim.status) {
       case llmretry::store::ClaimStatus::completed:
         observer_.duplicate_suppressed(task);
-        observer_.request_finished({"relay", in.model}, "replayed");
+        observer_.request_finished({"relay", in.model_label}, "replayed");
         response.status = claim.response->status;
         response.set_header("Idempotent-Replayed", "true");
         response.set_content(claim.response->body, json_content_type);
@@ -254,28 +262,28 @@ class Server {
                        "idempotency_key_reused"});
       case llmretry::store::ClaimStatus::claimed: break;
     }
-    if (streamed) {  // never stored: the key is freed once the stream ends
-      return send_streamed(response, chain, in, [this, key = in.idempotency_key, token] {
-        try {
-          (void)idempotency_.release(key, token);
-        } catch (const std::exception&) {
-          // The key stays claimed until its lease ends.
-        }
-      });
-    }
-    Answer answer = forwarder_.forward(chain, in);
-    try {
-      if (answer.storable) (void)idempotency_.complete(in.idempotency_key, token, {answer.status, answer.body});
-      else (void)idempotency_.release(in.idempotency_key, token);
-    } catch (const std::exception&) {
-      // The answer goes to the client anyway; the key stays claimed until its lease ends.
-    }
-    send(response, std::move(answer));
+    auto call = [this, &chain, in = std::move(in), token, streamed](const StreamPipe::OnEvent* on_event) {
+      Answer answer;
+      {
+        const LeaseRenewer renewer(idempotency_, in.idempotency_key, token, settings_.idempotency_lease / 3);
+        answer = forwarder_.forward(chain, in, on_event);
+      }
+      try {
+        if (!streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer)
+          (void)idempotency_.complete(in.idempotency_key, token, {answer.status, answer.body});
+        else (void)idempotency_.release(in.idempotency_key, token);
+      } catch (const std::exception&) {
+        // The answer goes to the client anyway; the key stays claimed until its lease ends.
+      }
+      return answer;
+    };
+    if (streamed) return send_streamed(response, std::move(call));
+    send(response, call(nullptr));
   }
 
   /// Answers `refusal`, told to the observer as a request that ended with its code.
   void refuse(httplib::Response& response, const Incoming& in, const Refusal& refusal) {
-    observer_.request_finished({"relay", in.model},
+    observer_.request_finished({"relay", in.model_label},
                                refusal.status == 409 || refusal.status == 422 ? refusal.code : "rejected");
     reply(response, refusal);
   }
@@ -296,6 +304,7 @@ class Server {
   llmretry::metrics::Observer& observer_;
   MetricsPage metrics_;
   ServerSettings settings_;
+  ModelLabels model_labels_;
   socket_t listening_ = INVALID_SOCKET;  ///< the listening socket, once bound
 };
 

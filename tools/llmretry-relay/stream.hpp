@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "errors.hpp"
 #include "forward.hpp"
 
 namespace relay {
@@ -40,18 +42,14 @@ inline std::string sse_text(const llmretry::SseEvent& event) {
 /// client. Thread-safe.
 class StreamPipe {
  public:
-  /// Starts `forward(on_event)` on a thread of its own; it must return the call's Answer.
-  template <class Forward>
-  explicit StreamPipe(Forward forward)
-      : thread_([this, forward = std::move(forward)]() mutable {
-          const std::function<void(const llmretry::SseEvent&)> on_event = [this](const llmretry::SseEvent& event) {
-            push(sse_text(event));
-          };
-          Answer answer = forward(&on_event);
-          const std::lock_guard<std::mutex> lock(mutex_);
-          answer_ = std::move(answer);
-          changed_.notify_all();
-        }) {}
+  /// What receives each event of the call.
+  using OnEvent = std::function<void(const llmretry::SseEvent&)>;
+  /// The call: given the receiver of its events, returns its Answer.
+  using Call = std::function<Answer(const OnEvent*)>;
+
+  /// Starts `call` on a thread of its own. An exception escaping it ends the call with a 502
+  /// (code "internal_error") whose text says nothing of the exception.
+  explicit StreamPipe(Call call) : thread_([this, call = std::move(call)] { run(call); }) {}
   StreamPipe(const StreamPipe&) = delete;
   StreamPipe& operator=(const StreamPipe&) = delete;
   StreamPipe(StreamPipe&&) = delete;
@@ -93,6 +91,21 @@ class StreamPipe {
   }
 
  private:
+  void run(const Call& call) {
+    std::optional<Answer> answer;
+    try {
+      const OnEvent on_event = [this](const llmretry::SseEvent& event) { push(sse_text(event)); };
+      answer = call(&on_event);
+    } catch (...) {
+      answer.emplace();
+      answer->status = 502;
+      answer->body = error_body({502, "the relay failed to make the call", "server_error", "internal_error"});
+    }
+    const std::lock_guard<std::mutex> lock(mutex_);
+    answer_ = std::move(answer);
+    changed_.notify_all();
+  }
+
   void push(std::string text) {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (cancelled_) throw StreamCut("the client went away");

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,6 +80,7 @@ class Relay : public llmretry_test::ChildProcess {
   httplib::Client client() const {
     httplib::Client client("127.0.0.1", port_);
     client.set_read_timeout(30, 0);
+    client.set_tcp_nodelay(true);  // headers and body leave at once, never held back for an ACK
     return client;
   }
 
@@ -301,6 +303,131 @@ TEST_CASE("a give-up on 5xx frees the Idempotency-Key: the client's retry is sen
   CHECK(retry->status == 200);
   CHECK_FALSE(retry->has_header("Idempotent-Replayed"));
   CHECK(provider.request_count() == 4);
+}
+
+TEST_CASE("a request longer than the idempotency lease keeps its key: a duplicate meanwhile gets 409") {
+  LoopbackProvider provider;
+  ScriptedResponse slow = LoopbackProvider::chat_completion("slow");
+  slow.delay = 2000ms;
+  provider.then(slow);
+  provider.then(LoopbackProvider::chat_completion("sent twice"));
+  Relay relay("lease", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--idempotency-lease", "300"});
+  relay.started();
+  int first = 0;
+  std::thread client([&] {
+    auto result =
+        relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "long"}}, chat(), "application/json");
+    first = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(900ms);  // three leases: only a renewed claim still holds the key
+  const auto duplicate = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "long"}});
+  client.join();
+  CHECK(first == 200);
+  CHECK(duplicate->status == 409);
+  CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("a streamed request holds its Idempotency-Key until its upstream call ends, the client gone or not") {
+  LoopbackProvider provider;
+  ScriptedResponse slow = LoopbackProvider::stream({"a", "b", "c", "d"});
+  slow.chunk_interval = 800ms;
+  provider.then(slow);
+  provider.then(LoopbackProvider::stream({"again"}));
+  Relay relay("stream_key", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const httplib::Headers key{{"Idempotency-Key", "streamed"}};
+
+  // The client reads the first event, then goes away.
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.body = body.dump();
+  request.headers = key;
+  request.set_header("Content-Type", "application/json");
+  std::string received;
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    received.append(data, size);
+    return false;
+  };
+  httplib::Response response;
+  httplib::Error error = httplib::Error::Success;
+  auto client = relay.client();
+  CHECK_FALSE(client.send(request, response, error));
+  CHECK_THAT(received, llmretry_catch::contains(R"("content":"a")"));
+
+  // The relay learns it at its next write (the second event, at 800 ms); the upstream call runs on until
+  // the third (1.6 s), and the key stays claimed until then.
+  std::this_thread::sleep_for(1200ms);
+  const auto duplicate = post(relay, "/v1/chat/completions", body.dump(), key);
+  CHECK(duplicate->status == 409);
+  CHECK(provider.request_count() == 1);
+
+  // Once the call has ended, the key is free: the retry is sent.
+  int status = 409;
+  for (int i = 0; i < 100 && status == 409; ++i) {
+    std::this_thread::sleep_for(50ms);
+    status = post(relay, "/v1/chat/completions", body.dump(), key)->status;
+  }
+  CHECK(status == 200);
+  CHECK(provider.request_count() == 2);
+}
+
+TEST_CASE("a number out of range in the body is refused as invalid JSON, with no trace of the exception") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("out_of_range", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const auto answer = post(relay, "/v1/chat/completions", R"({"model":"m","x":1e400})");
+  CHECK(answer->status == 400);
+  CHECK(error_of(answer->body).at("code") == "invalid_json");
+  CHECK_FALSE(answer->has_header("EXCEPTION_WHAT"));
+  CHECK(provider.request_count() == 0);
+  CHECK(relay.client().Get("/healthz")->status == 200);
+}
+
+TEST_CASE("/metrics stays bounded whatever models clients name") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const auto model_labels = [](const std::string& text) {
+    std::set<std::string> labels;
+    constexpr std::string_view prefix = "model=\"";
+    for (auto at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at)) {
+      at += prefix.size();
+      labels.insert(text.substr(at, text.find('"', at) - at));
+    }
+    return labels;
+  };
+
+  SECTION("without a model table: the first 100 names, cut to 128 bytes, then \"other\"") {
+    Relay relay("metrics_bounded", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+    relay.started();
+    auto client = relay.client();
+    client.set_keep_alive(true);
+    CHECK(client.Post("/v1/chat/completions", chat(std::string(1000, 'x')), "application/json")->status == 200);
+    for (int i = 0; i < 1000; ++i)
+      REQUIRE(client.Post("/v1/chat/completions", chat("model-" + std::to_string(i)), "application/json"));
+    const auto labels = model_labels(client.Get("/metrics")->body);
+    CHECK(labels.size() <= 101);
+    CHECK(labels.count("other") == 1);
+    CHECK(labels.count(std::string(128, 'x')) == 1);
+    for (const auto& label : labels) CHECK(label.size() <= 128);
+  }
+  SECTION("with a model table: a model it does not list is \"unknown\"") {
+    const auto dir = work_dir("metrics_table_config");
+    std::ofstream(dir / "models.json") << R"({"models": {"loopback": {}}})";
+    Relay relay("metrics_table", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--config",
+                                  (dir / "models.json").string()});
+    relay.started();
+    auto client = relay.client();
+    for (int i = 0; i < 50; ++i)
+      CHECK(client.Post("/v1/chat/completions", chat("nowhere-" + std::to_string(i)), "application/json")->status ==
+            404);
+    CHECK(client.Post("/v1/chat/completions", chat(), "application/json")->status == 200);
+    CHECK(model_labels(client.Get("/metrics")->body) == std::set<std::string>{"loopback", "unknown"});
+  }
 }
 
 TEST_CASE("backpressure: past --rpm and --max-wait the relay answers 429 with Retry-After and keeps serving") {
@@ -564,6 +691,36 @@ TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on o
   CHECK(replay->body == first->body);
   CHECK(post(b, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", key}})->status == 422);
   CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("a Redis restart under the relay does not kill it: requests get an answer, and it serves on") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  // A large answer, stored once the server is gone: its write on the dead connection fails (EPIPE).
+  ScriptedResponse large = LoopbackProvider::chat_completion(std::string(500'000, 'a'));
+  large.delay = 500ms;
+  provider.then(large);
+  provider.then(LoopbackProvider::chat_completion("after"));
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  Relay relay("redis_restart", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis", url});
+  relay.started();
+  int first = 0;
+  std::thread client([&] {
+    auto result =
+        relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "large"}}, chat(), "application/json");
+    first = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);  // claimed, in flight
+  redis.kill();
+  redis.restart();
+  client.join();
+  CHECK(first == 200);
+  CHECK_FALSE(relay.ended());
+  const auto after =
+      relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "after"}}, chat(), "application/json");
+  REQUIRE(after);
+  CHECK((after->status == 200 || after->status == 503));
+  CHECK(relay.client().Get("/healthz")->status == 200);
 }
 
 TEST_CASE("two relays on one Redis share their limits: what one used, the other cannot") {
