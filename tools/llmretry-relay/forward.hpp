@@ -179,7 +179,10 @@ class Forwarder {
       const llmretry::metrics::Target at = gave_up ? target(chain, gave_up->route, in) : target(*current, in);
       const llmretry::Failure failure =
           gave_up ? gave_up->last.failure : llmretry::failure_of(error).value_or(llmretry::Failure{});
-      const std::string stop = gave_up ? llmretry::to_string(gave_up->last.reason) : "failed";
+      const std::string stop = !gave_up ? "failed"
+                               : never_fits(gave_up->last.reason, gave_up->last.failure)
+                                   ? never_fits_code
+                                   : llmretry::to_string(gave_up->last.reason);
       observer_.request_finished(at, stop);
       Answer answer = give_up_answer(gave_up ? std::optional(gave_up->last.reason) : std::nullopt, failure, stop,
                                      llmretry::curl::response_of(error), at);
@@ -189,6 +192,13 @@ class Forwarder {
   }
 
  private:
+  static constexpr const char* never_fits_code = "request_too_large_for_limit";
+
+  /// Returns true for a request refused for a cost above a limit of its route, which never fits.
+  static bool never_fits(std::optional<llmretry::StopReason> reason, const llmretry::Failure& failure) noexcept {
+    return reason == llmretry::StopReason::no_capacity && failure.kind == llmretry::FailureKind::too_large;
+  }
+
   /// Returns the body sent to `upstream`: the client's, with the model replaced when the route has its own.
   static std::string body_for(const Upstream& upstream, const Incoming& in) {
     if (upstream.model.empty() || upstream.model == in.model) return in.body;
@@ -238,6 +248,16 @@ class Forwarder {
       answer.headers.emplace_back("Content-Type", json_content_type);
       return answer;
     };
+    if (never_fits(reason, failure)) {
+      Answer answer;  // waiting does not help: not a rate-limit hit
+      answer.status = 400;
+      answer.body = error_body(bad_request(
+          "the request's estimated cost (its max_tokens and input) exceeds a limit of the relay (--tpm, --rpm, "
+          "or its model's): it can never be sent",
+          never_fits_code));
+      answer.headers.emplace_back("Content-Type", json_content_type);
+      return answer;
+    }
     const bool shared_limit_refused = upstream == nullptr && failure.kind == llmretry::FailureKind::rate_limited &&
                                       failure.sent == llmretry::Sent::not_sent;
     if (reason == StopReason::no_capacity || shared_limit_refused) {

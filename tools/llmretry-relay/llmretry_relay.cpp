@@ -76,7 +76,8 @@ Options parse(int argc, char** argv) {
   std::int64_t max_wait_ms = options.pace.max_wait.count();
   app.add_option("--listen", options.listen, "HOST:PORT to serve on (default 127.0.0.1:8080; port 0: any free one)");
   app.add_option("--upstream", options.upstream, "base URL of the provider (default OPENAI_BASE_URL)");
-  app.add_option("--fallback", options.fallbacks, "base URL to try when the upstream fails (repeatable, in order)");
+  app.add_option("--fallback", options.fallbacks,
+                 "base URL to try when the upstream fails (repeatable, in order); it receives OPENAI_API_KEY too");
   app.add_option("--rpm", options.pace.rpm, "requests per minute, enforced per second (default: learned)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
   app.add_option("--tpm", options.pace.tpm, "tokens per minute, enforced per second (default: learned)")

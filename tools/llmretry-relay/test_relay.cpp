@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -434,7 +435,7 @@ TEST_CASE("backpressure: past --rpm and --max-wait the relay answers 429 with Re
   LoopbackProvider provider;
   serve_freely(provider);
   Relay relay("backpressure",
-              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--rpm", "60", "--max-wait", "100ms"});
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--rpm", "1", "--max-wait", "100ms"});
   relay.started();
   int refused = 0;
   for (int i = 0; i < 4; ++i) {
@@ -447,8 +448,8 @@ TEST_CASE("backpressure: past --rpm and --max-wait the relay answers 429 with Re
     REQUIRE(answer->has_header("Retry-After"));
     CHECK(std::stoi(answer->get_header_value("Retry-After")) >= 1);
   }
-  CHECK(refused >= 2);
-  CHECK(provider.request_count() < 4);
+  CHECK(refused == 3);  // the next request of the minute is 60 s away, far past --max-wait
+  CHECK(provider.request_count() == 1);
   const auto health = relay.client().Get("/healthz");
   REQUIRE(health);
   CHECK(health->status == 200);
@@ -459,6 +460,24 @@ TEST_CASE("backpressure: past --rpm and --max-wait the relay answers 429 with Re
   CHECK_THAT(metrics->body,
              llmretry_catch::contains(
                  R"(llm_rate_limit_hits_total{provider="upstream",model="loopback",limit_type="unknown"} )"));
+}
+
+TEST_CASE("a request whose cost exceeds a limit is a 400, not a rate-limit hit: it could never be sent") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("never_fits", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--tpm", "10000"});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["max_tokens"] = 16000;
+  const auto answer = post(relay, "/v1/chat/completions", body.dump());
+  CHECK(answer->status == 400);
+  CHECK(error_of(answer->body).at("code") == "request_too_large_for_limit");
+  CHECK_FALSE(answer->has_header("Retry-After"));
+  CHECK(provider.request_count() == 0);
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("llm_rate_limit_hits_total{") == std::string::npos);
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
 }
 
 TEST_CASE("bad input is refused with a clear error, and the relay keeps serving") {
@@ -665,9 +684,24 @@ TEST_CASE("a stream cut after its first event is not retried: the client sees it
   relay.started();
   auto body = nlohmann::json::parse(chat());
   body["stream"] = true;
-  const auto result = relay.client().Post("/v1/chat/completions", body.dump(), "application/json");
   // The client gets the event, then the connection closes without the end of the chunked body.
-  if (result) CHECK(result->body.find("[DONE]") == std::string::npos);
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.body = body.dump();
+  request.set_header("Content-Type", "application/json");
+  std::string received;
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    received.append(data, size);
+    return true;
+  };
+  httplib::Response response;
+  httplib::Error error = httplib::Error::Success;
+  auto client = relay.client();
+  CHECK_FALSE(client.send(request, response, error));
+  CHECK(error != httplib::Error::Success);
+  CHECK_THAT(received, llmretry_catch::contains(R"("content":"partial")"));
+  CHECK(received.find("[DONE]") == std::string::npos);
   CHECK(provider.request_count() == 1);
   CHECK(relay.client().Get("/healthz")->status == 200);
 }
@@ -762,9 +796,12 @@ TEST_CASE("SIGTERM stops the relay once the requests in flight are answered, wit
 }
 
 TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait is answered 429") {
-  LoopbackProvider provider;
-  serve_freely(provider, 400ms);
-  Relay relay("concurrency", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--concurrency", "1",
+  // The first request's answer is held until the provider stops, after the second was answered.
+  std::optional<LoopbackProvider> provider(std::in_place);
+  ScriptedResponse held = LoopbackProvider::chat_completion("held");
+  held.delay = 60s;
+  provider->then(held);
+  Relay relay("concurrency", {"--listen", "127.0.0.1:0", "--upstream", provider->base_url(), "--concurrency", "1",
                               "--max-wait", "100ms"});
   relay.started();
   int first = 0;
@@ -772,13 +809,14 @@ TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait 
     auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
     first = result ? result->status : -1;
   });
-  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);  // the one slot is taken
+  while (provider->request_count() == 0) std::this_thread::sleep_for(1ms);  // the one slot is taken
   const auto refused = post(relay, "/v1/chat/completions", chat());
+  CHECK(provider->request_count() == 1);
+  provider.reset();  // the held answer goes out now
   client.join();
   CHECK(first == 200);
   CHECK(refused->status == 429);
   CHECK(refused->has_header("Retry-After"));
-  CHECK(provider.request_count() == 1);
   const auto metrics = relay.client().Get("/metrics");
   REQUIRE(metrics);
   CHECK_THAT(metrics->body,
