@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstddef>
@@ -107,11 +108,20 @@ class Forwarder {
   /// circuit is open or the retry budget is spent, 504 after a timeout, 502 for any other give-up.
   /// With `on_event` (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
   /// and the answer's body is empty (never storable); retries and fallbacks happen only before the first
-  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted").
+  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted"). `cancel`, when
+  /// set, aborts the upstream transfer within about a second once it holds true (the client went away):
+  /// the call then ends as a cut stream.
   Answer forward(const Chain& chain, const Incoming& in,
-                 const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr) const {
+                 const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr,
+                 const std::atomic<bool>* cancel = nullptr) const {
     thread_local std::optional<llmretry::curl::Session> session;
-    if (!session) session.emplace();
+    if (!session) session.emplace();  // throws only for want of memory: the server's exception handler answers
+    std::optional<llmretry::curl::Options> cancellable;
+    if (cancel != nullptr) {
+      cancellable.emplace(curl_options_);
+      cancellable->cancel = cancel;
+    }
+    const llmretry::curl::Options& curl_options = cancellable ? *cancellable : curl_options_;
     const llmretry::metrics::Queue queue{"interactive", task_type(in.path)};
     const llmretry::Route* current = &chain.chain.routes().front();
     std::optional<llmretry::FallbackGiveUp> gave_up;
@@ -142,7 +152,7 @@ class Forwarder {
       if (!in.idempotency_key.empty()) request.headers.emplace_back("Idempotency-Key", in.idempotency_key);
       if (on_event != nullptr) request.headers.emplace_back("Accept", "text/event-stream");
       const auto send = [&] {
-        return session->perform(request, curl_options_, {}, on_event, on_event != nullptr ? &stream : nullptr,
+        return session->perform(request, curl_options, {}, on_event, on_event != nullptr ? &stream : nullptr,
                                 attempt.time_left);
       };
       try {
@@ -151,6 +161,7 @@ class Forwarder {
       } catch (const llmretry::StreamInterrupted& error) {
         throw StreamCut(error.what());  // not a provider error: neither retried nor moved to a fallback
       } catch (const llmretry::ProviderError& error) {
+        if (cancel != nullptr && *cancel) throw StreamCut("the client went away");
         if (error.failure().kind == llmretry::FailureKind::rate_limited)
           observer_.rate_limited(target(route, in), llmretry::metrics::LimitType::unknown);
         throw;

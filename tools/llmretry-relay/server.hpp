@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <exception>
@@ -197,8 +198,9 @@ class Server {
     in.estimate = llmretry::json::estimate_of(in.json, in.body);
     if (in.idempotency_key.empty()) {
       if (streamed)
-        return send_streamed(response, [this, chain, in = std::move(in)](const StreamPipe::OnEvent* on_event) {
-          return forwarder_.forward(*chain, in, on_event);
+        return send_streamed(response, [this, chain, in = std::move(in)](const StreamPipe::OnEvent* on_event,
+                                                                         const std::atomic<bool>* cancel) {
+          return forwarder_.forward(*chain, in, on_event, cancel);
         });
       return send(response, forwarder_.forward(*chain, in));
     }
@@ -262,11 +264,12 @@ class Server {
                        "idempotency_key_reused"});
       case llmretry::store::ClaimStatus::claimed: break;
     }
-    auto call = [this, &chain, in = std::move(in), token, streamed](const StreamPipe::OnEvent* on_event) {
+    auto call = [this, &chain, in = std::move(in), token, streamed](const StreamPipe::OnEvent* on_event,
+                                                                    const std::atomic<bool>* cancel) {
       Answer answer;
       {
         const LeaseRenewer renewer(idempotency_, in.idempotency_key, token, settings_.idempotency_lease / 3);
-        answer = forwarder_.forward(chain, in, on_event);
+        answer = forwarder_.forward(chain, in, on_event, cancel);
       }
       try {
         if (!streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer)
@@ -278,7 +281,7 @@ class Server {
       return answer;
     };
     if (streamed) return send_streamed(response, std::move(call));
-    send(response, call(nullptr));
+    send(response, call(nullptr, nullptr));
   }
 
   /// Answers `refusal`, told to the observer as a request that ended with its code.

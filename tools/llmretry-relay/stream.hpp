@@ -5,6 +5,7 @@
 
 #include <llmretry/http/sse.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -44,8 +45,8 @@ class StreamPipe {
  public:
   /// What receives each event of the call.
   using OnEvent = std::function<void(const llmretry::SseEvent&)>;
-  /// The call: given the receiver of its events, returns its Answer.
-  using Call = std::function<Answer(const OnEvent*)>;
+  /// The call: given the receiver of its events and the flag that cancels it, returns its Answer.
+  using Call = std::function<Answer(const OnEvent*, const std::atomic<bool>* cancel)>;
 
   /// Starts `call` on a thread of its own. An exception escaping it ends the call with a 502
   /// (code "internal_error") whose text says nothing of the exception.
@@ -84,18 +85,15 @@ class StreamPipe {
     return text;
   }
 
-  /// Makes the call stop at its next event (the client went away).
-  void cancel() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    cancelled_ = true;
-  }
+  /// Makes the call stop at its next event, or within about a second (the client went away).
+  void cancel() noexcept { cancelled_ = true; }
 
  private:
   void run(const Call& call) {
     std::optional<Answer> answer;
     try {
       const OnEvent on_event = [this](const llmretry::SseEvent& event) { push(sse_text(event)); };
-      answer = call(&on_event);
+      answer = call(&on_event, &cancelled_);
     } catch (...) {
       answer.emplace();
       answer->status = 502;
@@ -107,8 +105,8 @@ class StreamPipe {
   }
 
   void push(std::string text) {
-    const std::lock_guard<std::mutex> lock(mutex_);
     if (cancelled_) throw StreamCut("the client went away");
+    const std::lock_guard<std::mutex> lock(mutex_);
     chunks_.push_back(std::move(text));
     changed_.notify_all();
   }
@@ -117,7 +115,7 @@ class StreamPipe {
   std::condition_variable changed_;
   std::deque<std::string> chunks_;
   std::optional<Answer> answer_;
-  bool cancelled_ = false;
+  std::atomic<bool> cancelled_{false};
   std::thread thread_;  ///< last: it starts once the rest is ready
 };
 

@@ -329,10 +329,10 @@ TEST_CASE("a request longer than the idempotency lease keeps its key: a duplicat
   CHECK(provider.request_count() == 1);
 }
 
-TEST_CASE("a streamed request holds its Idempotency-Key until its upstream call ends, the client gone or not") {
+TEST_CASE("a streamed request holds its Idempotency-Key while it streams, and frees it at the end") {
   LoopbackProvider provider;
-  ScriptedResponse slow = LoopbackProvider::stream({"a", "b", "c", "d"});
-  slow.chunk_interval = 800ms;
+  ScriptedResponse slow = LoopbackProvider::stream({"a", "b"});
+  slow.chunk_interval = 600ms;
   provider.then(slow);
   provider.then(LoopbackProvider::stream({"again"}));
   Relay relay("stream_key", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
@@ -340,8 +340,36 @@ TEST_CASE("a streamed request holds its Idempotency-Key until its upstream call 
   auto body = nlohmann::json::parse(chat());
   body["stream"] = true;
   const httplib::Headers key{{"Idempotency-Key", "streamed"}};
+  int first = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", key, body.dump(), "application/json");
+    first = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
+  const auto duplicate = post(relay, "/v1/chat/completions", body.dump(), key);
+  client.join();
+  CHECK(duplicate->status == 409);
+  CHECK(first == 200);
+  // Never stored: the retry is sent again.
+  const auto retry = post(relay, "/v1/chat/completions", body.dump(), key);
+  CHECK(retry->status == 200);
+  CHECK_FALSE(retry->has_header("Idempotent-Replayed"));
+  CHECK(provider.request_count() == 2);
+}
 
-  // The client reads the first event, then goes away.
+TEST_CASE("a client gone in the middle of a stream ends its upstream call, and frees its Idempotency-Key") {
+  LoopbackProvider provider;
+  ScriptedResponse slow = LoopbackProvider::stream({"a", "b", "c"});
+  slow.chunk_interval = 3000ms;
+  provider.then(slow);
+  provider.then(LoopbackProvider::stream({"again"}));
+  Relay relay("stream_gone", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const httplib::Headers key{{"Idempotency-Key", "gone"}};
+
+  // The client reads the first event, then goes away; the relay learns it at its next write (3 s).
   httplib::Request request;
   request.method = "POST";
   request.path = "/v1/chat/completions";
@@ -359,16 +387,9 @@ TEST_CASE("a streamed request holds its Idempotency-Key until its upstream call 
   CHECK_FALSE(client.send(request, response, error));
   CHECK_THAT(received, llmretry_catch::contains(R"("content":"a")"));
 
-  // The relay learns it at its next write (the second event, at 800 ms); the upstream call runs on until
-  // the third (1.6 s), and the key stays claimed until then.
-  std::this_thread::sleep_for(1200ms);
-  const auto duplicate = post(relay, "/v1/chat/completions", body.dump(), key);
-  CHECK(duplicate->status == 409);
-  CHECK(provider.request_count() == 1);
-
-  // Once the call has ended, the key is free: the retry is sent.
+  // Once the upstream call has ended, the key is free: the retry is sent.
   int status = 409;
-  for (int i = 0; i < 100 && status == 409; ++i) {
+  for (int i = 0; i < 200 && status == 409; ++i) {
     std::this_thread::sleep_for(50ms);
     status = post(relay, "/v1/chat/completions", body.dump(), key)->status;
   }
