@@ -235,9 +235,10 @@ class Server {
   void deduplicated(httplib::Response& response, const Chain& chain, Incoming in, bool streamed) {
     const std::string fingerprint = llmretry::store::fingerprint(in.path + '\n' + llmretry::json::canonical(in.body));
     const std::string token = llmretry::new_idempotency_key();
+    const std::string key = store_key(in.idempotency_key);
     llmretry::store::ClaimResult claim;
     try {
-      claim = idempotency_.claim(in.idempotency_key, fingerprint, token);
+      claim = idempotency_.claim(key, fingerprint, token);
     } catch (const std::exception& error) {
       return refuse(response, in,
                     {503, std::string("the idempotency store failed: ") + error.what(), "service_unavailable",
@@ -264,17 +265,17 @@ class Server {
                        "idempotency_key_reused"});
       case llmretry::store::ClaimStatus::claimed: break;
     }
-    auto call = [this, &chain, in = std::move(in), token, streamed](const StreamPipe::OnEvent* on_event,
-                                                                    const std::atomic<bool>* cancel) {
+    auto call = [this, &chain, in = std::move(in), key, token, streamed](const StreamPipe::OnEvent* on_event,
+                                                                         const std::atomic<bool>* cancel) {
       Answer answer;
       {
-        const LeaseRenewer renewer(idempotency_, in.idempotency_key, token, settings_.idempotency_lease / 3);
+        const LeaseRenewer renewer(idempotency_, key, token, settings_.idempotency_lease / 3);
         answer = forwarder_.forward(chain, in, on_event, cancel);
       }
       try {
         if (!streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer)
-          (void)idempotency_.complete(in.idempotency_key, token, {answer.status, answer.body});
-        else (void)idempotency_.release(in.idempotency_key, token);
+          (void)idempotency_.complete(key, token, {answer.status, answer.body});
+        else (void)idempotency_.release(key, token);
       } catch (const std::exception&) {
         // The answer goes to the client anyway; the key stays claimed until its lease ends.
       }
@@ -282,6 +283,15 @@ class Server {
     };
     if (streamed) return send_streamed(response, std::move(call));
     send(response, call(nullptr, nullptr));
+  }
+
+  /// Returns the key under which the client's Idempotency-Key `key` is stored: a hash of it with the
+  /// relay's upstreams and client key, so that relays sharing one store but not their upstreams or their
+  /// clients never answer each other's requests.
+  std::string store_key(std::string_view key) const {
+    std::string scope = "llmretry-relay\n" + settings_.client_key + '\n';
+    for (const auto& upstream : routes_.upstreams()) scope.append(upstream->base_url).append("\n");
+    return llmretry::store::fingerprint(scope.append(key));
   }
 
   /// Answers `refusal`, told to the observer as a request that ended with its code.

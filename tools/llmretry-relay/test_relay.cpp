@@ -748,6 +748,25 @@ TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on o
   CHECK(provider.request_count() == 1);
 }
 
+TEST_CASE("relays on one Redis with other upstreams do not answer each other's Idempotency-Keys") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider_a;
+  LoopbackProvider provider_b;
+  serve_freely(provider_a);
+  serve_freely(provider_b);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  Relay a("redis_scope_a", {"--listen", "127.0.0.1:0", "--upstream", provider_a.base_url(), "--redis", url});
+  Relay b("redis_scope_b", {"--listen", "127.0.0.1:0", "--upstream", provider_b.base_url(), "--redis", url});
+  a.started();
+  b.started();
+  CHECK(post(a, "/v1/chat/completions", chat(), {{"Idempotency-Key", "scoped"}})->status == 200);
+  const auto other = post(b, "/v1/chat/completions", chat(), {{"Idempotency-Key", "scoped"}});
+  CHECK(other->status == 200);
+  CHECK_FALSE(other->has_header("Idempotent-Replayed"));
+  CHECK(provider_a.request_count() == 1);
+  CHECK(provider_b.request_count() == 1);
+}
+
 TEST_CASE("a Redis restart under the relay does not kill it: requests get an answer, and it serves on") {
   llmretry::testing::RedisServer redis;
   LoopbackProvider provider;
