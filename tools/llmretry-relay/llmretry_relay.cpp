@@ -5,7 +5,6 @@
 #include <llmretry/store/idempotency_store.hpp>
 #if LLMRETRY_RELAY_REDIS
 #include <llmretry/redis/connection.hpp>
-#include <llmretry/redis/idempotency_store.hpp>
 #endif
 
 #include <httplib.h>
@@ -33,6 +32,7 @@
 #include "security.hpp"
 #include "server.hpp"
 #if LLMRETRY_RELAY_REDIS
+#include "redis_pool.hpp"
 #include "shared_limit.hpp"
 #endif
 
@@ -129,13 +129,16 @@ std::pair<std::string, int> listen_address(const std::string& listen) {
   return {host, std::stoi(port)};
 }
 
+/// How many connections to Redis the relay opens with --redis: each runs one command at a time.
+constexpr std::size_t redis_connections = 8;
+
 /// What the relay keeps in Redis with --redis: the idempotency keys, and the limits of the upstreams that
 /// have some, shared by every relay on the same server.
 class RedisState {
  public:
-  /// Connects to the server of `url` ("redis://HOST[:PORT]"); its idempotency claims have `idempotency`.
-  /// Throws UsageError for a bad URL.
-  RedisState(const std::string& url, const llmretry::store::IdempotencyOptions& idempotency) {
+  /// Connects `connections` times to the server of `url` ("redis://HOST[:PORT]"); its idempotency claims
+  /// have `idempotency`. Throws UsageError for a bad URL, redis::Error when it cannot connect.
+  RedisState(const std::string& url, const llmretry::store::IdempotencyOptions& idempotency, std::size_t connections) {
 #if LLMRETRY_RELAY_REDIS
     llmretry::redis::Options redis;
     try {
@@ -143,10 +146,11 @@ class RedisState {
     } catch (const std::invalid_argument& error) {
       throw UsageError(std::string("--redis: ") + error.what());
     }
-    connection_ = std::make_unique<llmretry::redis::Connection>(redis);
-    idempotency_ = std::make_unique<llmretry::redis::IdempotencyStore>(*connection_, idempotency);
+    pool_ = std::make_unique<relay::RedisPool>(redis, connections);
+    idempotency_ = std::make_unique<relay::PooledIdempotencyStore>(*pool_, idempotency);
 #else
     static_cast<void>(idempotency);
+    static_cast<void>(connections);
     throw UsageError("--redis " + url + ": this build has no Redis support");
 #endif
   }
@@ -157,11 +161,13 @@ class RedisState {
   relay::ShareLimits share_limits(std::chrono::milliseconds max_wait) {
 #if LLMRETRY_RELAY_REDIS
     return [this, max_wait](const std::string& name, const llmretry::Limits& limits) -> relay::SharedAttempt {
-      auto limit = std::make_shared<relay::SharedLimit>(*connection_, name, limits, max_wait);
-      return [limit](const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
-                     const std::function<void(std::chrono::milliseconds)>& sleep,
-                     const std::function<llmretry::curl::Response()>& send) {
-        return limit->through(estimate, attempt, sleep, send);
+      auto limit = std::make_shared<std::vector<std::unique_ptr<relay::SharedLimit>>>();
+      for (std::size_t i = 0; i < pool_->size(); ++i)
+        limit->push_back(std::make_unique<relay::SharedLimit>(pool_->at(i), name, limits, max_wait));
+      return [limit, pool = pool_.get()](const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
+                                         const std::function<void(std::chrono::milliseconds)>& sleep,
+                                         const std::function<llmretry::curl::Response()>& send) {
+        return (*limit)[pool->next()]->through(estimate, attempt, sleep, send);
       };
     };
 #else
@@ -172,7 +178,7 @@ class RedisState {
 
  private:
 #if LLMRETRY_RELAY_REDIS
-  std::unique_ptr<llmretry::redis::Connection> connection_;
+  std::unique_ptr<relay::RedisPool> pool_;
 #endif
   std::unique_ptr<llmretry::store::IdempotencyStore> idempotency_;
 };
@@ -193,7 +199,7 @@ int run(const Options& options) {
   idempotency_options.lease = options.idempotency_lease;
   settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
-  if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options);
+  if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
   const relay::ShareLimits share = redis ? redis->share_limits(options.pace.max_wait) : relay::ShareLimits{};
   std::optional<relay::Routes> routes;
   try {

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -746,6 +747,22 @@ TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on o
   CHECK(replay->body == first->body);
   CHECK(post(b, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", key}})->status == 422);
   CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("with --redis the relay's threads share a few connections, not one") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("redis_pool", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis",
+                             "redis://127.0.0.1:" + std::to_string(redis.port())});
+  relay.started();
+  llmretry::redis::Connection connection(redis.connection_options());
+  const std::string clients = connection.command("client list", {"CLIENT", "LIST"}).text();
+  const auto lines = std::count(clients.begin(), clients.end(), '\n');
+  CHECK(lines == 8 + 1);  // the relay's, and this test's
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "pooled"}})->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "pooled"}})
+            ->get_header_value("Idempotent-Replayed") == "true");
 }
 
 TEST_CASE("relays on one Redis with other upstreams do not answer each other's Idempotency-Keys") {
