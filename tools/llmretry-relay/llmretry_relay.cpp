@@ -66,6 +66,7 @@ struct Options {
   std::string redis;
   std::string config;
   std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
+  std::size_t threads = relay::ServerSettings{}.threads;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -95,6 +96,9 @@ Options parse(int argc, char** argv) {
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
   app.add_option("--config", options.config,
                  "JSON model table: per model its upstream, key variable, limits, fallback");
+  app.add_option("--threads", options.threads, "requests served at once (for tests)")
+      ->check(CLI::Range(std::size_t{2}, std::size_t{100'000}))
+      ->group("");  // hidden: the default suits every deployment
   std::int64_t lease_ms = options.idempotency_lease.count();
   app.add_option("--idempotency-lease", lease_ms, "the idempotency claims' lease in ms (for tests)")
       ->check(CLI::Range(std::int64_t{30}, std::int64_t{86'400'000}))
@@ -187,6 +191,7 @@ int run(const Options& options) {
   const auto [host, port] = listen_address(options.listen);
   relay::ServerSettings settings;
   settings.max_body = options.max_body;
+  settings.threads = options.threads;
   settings.client_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
   if (!relay::is_loopback(host) && settings.client_key.empty())
     throw UsageError("--listen " + options.listen +

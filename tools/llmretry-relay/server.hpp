@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -155,8 +156,36 @@ class Server {
                      "invalid_request_error", "unknown_url"});
   }
 
-  /// Checks the request, then answers it from the idempotency store or sends it upstream.
+  /// Returns how many requests may wait for their upstream at once: all the threads but a few kept to
+  /// refuse the others at once, and to answer /healthz and /metrics.
+  [[nodiscard]] std::size_t max_forwarding() const noexcept {
+    const std::size_t threads = settings_.threads;
+    return threads > 64 ? threads - 32 : std::max<std::size_t>(1, threads / 2);
+  }
+
+  /// Answers as check_and_forward, or 503 with Retry-After at once while max_forwarding() requests are
+  /// already in the relay's hands (a streamed one until its first event).
   void forward(const httplib::Request& request, httplib::Response& response) {
+    if (forwarding_.fetch_add(1) >= max_forwarding()) {
+      --forwarding_;
+      Incoming in;
+      in.path = request.path;
+      response.set_header("Retry-After", "1");
+      return refuse(response, in,
+                    {503, "the relay is serving as many requests as it can; retry after 1 s", "service_unavailable",
+                     "relay_busy"});
+    }
+    struct Done {
+      std::atomic<std::size_t>& count;
+      Done(const Done&) = delete;
+      Done& operator=(const Done&) = delete;
+      ~Done() { --count; }
+    } const done{forwarding_};
+    check_and_forward(request, response);
+  }
+
+  /// Checks the request, then answers it from the idempotency store or sends it upstream.
+  void check_and_forward(const httplib::Request& request, httplib::Response& response) {
     Incoming in;
     in.path = request.path;
     if (llmretry::json::nested_deeper_than(request.body, max_json_depth))
@@ -318,7 +347,8 @@ class Server {
   MetricsPage metrics_;
   ServerSettings settings_;
   ModelLabels model_labels_;
-  socket_t listening_ = INVALID_SOCKET;  ///< the listening socket, once bound
+  std::atomic<std::size_t> forwarding_{0};  ///< requests in forward() now
+  socket_t listening_ = INVALID_SOCKET;     ///< the listening socket, once bound
 };
 
 }  // namespace relay

@@ -502,6 +502,32 @@ TEST_CASE("a request whose cost exceeds a limit is a 400, not a rate-limit hit: 
   CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
 }
 
+TEST_CASE("past the requests it can hold, the relay answers 503 with Retry-After at once, not a queue") {
+  std::optional<LoopbackProvider> provider(std::in_place);
+  ScriptedResponse held = LoopbackProvider::chat_completion("held");
+  held.delay = 60s;
+  provider->then(held).then(held);
+  // 4 threads: 2 may forward, the others refuse at once.
+  Relay relay("busy", {"--listen", "127.0.0.1:0", "--upstream", provider->base_url(), "--threads", "4"});
+  relay.started();
+  std::vector<int> held_statuses(2);
+  std::vector<std::thread> clients;
+  for (std::size_t i = 0; i < held_statuses.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
+      held_statuses[i] = result ? result->status : -1;
+    });
+  while (provider->request_count() < 2) std::this_thread::sleep_for(1ms);
+  const auto refused = post(relay, "/v1/chat/completions", chat());
+  CHECK(refused->status == 503);
+  CHECK(refused->get_header_value("Retry-After") == "1");
+  CHECK(error_of(refused->body).at("code") == "relay_busy");
+  CHECK(relay.client().Get("/healthz")->status == 200);
+  provider.reset();  // the held answers go out now
+  for (auto& client : clients) client.join();
+  CHECK(held_statuses == std::vector<int>{200, 200});
+}
+
 TEST_CASE("bad input is refused with a clear error, and the relay keeps serving") {
   LoopbackProvider provider;
   serve_freely(provider);
