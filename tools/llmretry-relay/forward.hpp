@@ -5,6 +5,7 @@
 #define LLMRETRY_RELAY_FORWARD_HPP
 
 #include <llmretry/curl/curl.hpp>
+#include <llmretry/detail/text.hpp>
 #include <llmretry/errors.hpp>
 #include <llmretry/fallback.hpp>
 #include <llmretry/guard.hpp>
@@ -65,26 +66,18 @@ inline const char* task_type(std::string_view path) noexcept {
   return "other";
 }
 
-/// Returns true when the header name `name` begins with `lower_prefix` (lower case), ignoring case.
-inline bool header_name_starts(std::string_view name, std::string_view lower_prefix) noexcept {
-  if (name.size() < lower_prefix.size()) return false;
-  for (std::size_t i = 0; i < lower_prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(name[i])) != lower_prefix[i]) return false;
-  return true;
-}
-
-/// Returns true when the header name `name` is `lower` (lower case), ignoring case.
-inline bool header_name_is(std::string_view name, std::string_view lower) noexcept {
-  return name.size() == lower.size() && header_name_starts(name, lower);
+/// Returns true when the header name `name` begins with `prefix`, ignoring case.
+inline bool header_name_starts(std::string_view name, std::string_view prefix) noexcept {
+  return name.size() >= prefix.size() && llmretry::detail::iequals(name.substr(0, prefix.size()), prefix);
 }
 
 /// Returns true for an upstream response header passed back to the client: Content-Type, X-Request-Id,
 /// OpenAI-Processing-Ms, the rate-limit headers (x-ratelimit-*, Retry-After, retry-after-ms). Hop-by-hop
 /// headers, cookies and the rest stay behind.
 inline bool passed_back(std::string_view name) noexcept {
-  return header_name_is(name, "content-type") || header_name_is(name, "x-request-id") ||
-         header_name_is(name, "openai-processing-ms") || header_name_is(name, "retry-after") ||
-         header_name_is(name, "retry-after-ms") || header_name_starts(name, "x-ratelimit-");
+  return llmretry::detail::iequals(name, "content-type") || llmretry::detail::iequals(name, "x-request-id") ||
+         llmretry::detail::iequals(name, "openai-processing-ms") || llmretry::detail::iequals(name, "retry-after") ||
+         llmretry::detail::iequals(name, "retry-after-ms") || header_name_starts(name, "x-ratelimit-");
 }
 
 /// A stream that broke after its first event reached the client: it cannot be retried.
@@ -123,7 +116,7 @@ class Forwarder {
     }
     const llmretry::curl::Options& curl_options = cancellable ? *cancellable : curl_options_;
     const llmretry::metrics::Queue queue{"interactive", task_type(in.path)};
-    const llmretry::Route* current = &chain.chain.routes().front();
+    const llmretry::Route* current = &chain.fallback_chain.routes().front();
     std::optional<llmretry::FallbackGiveUp> gave_up;
     bool backoff = false;
     llmretry::StreamGuard stream;
@@ -173,7 +166,7 @@ class Forwarder {
     };
 
     try {
-      auto routed = llmretry::call_with_fallback(chain.chain, call, policy_, options, on_retry, sleep);
+      auto routed = llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep);
       const llmretry::metrics::Target answered = target(chain, routed.route, in);
       if (const auto usage = llmretry::json::usage_of(routed.answer.body))
         observer_.tokens_used(answered, static_cast<std::uint64_t>(usage->tokens()));
@@ -222,7 +215,7 @@ class Forwarder {
     return {route.provider, route.model.empty() ? in.model_label : route.model};
   }
   static llmretry::metrics::Target target(const Chain& chain, std::string_view name, const Incoming& in) {
-    for (const auto& route : chain.chain.routes())
+    for (const auto& route : chain.fallback_chain.routes())
       if (route.name == name) return target(route, in);
     return {std::string(name), in.model_label};
   }

@@ -190,7 +190,7 @@ class RedisState {
 int run(const Options& options) {
   const auto [host, port] = listen_address(options.listen);
   relay::ServerSettings settings;
-  settings.max_body = options.max_body;
+  settings.max_request_body = options.max_body;
   settings.threads = options.threads;
   settings.client_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
   if (!relay::is_loopback(host) && settings.client_key.empty())

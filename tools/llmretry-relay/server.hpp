@@ -37,7 +37,7 @@ namespace relay {
 
 /// How the server treats its clients.
 struct ServerSettings {
-  std::size_t max_body = std::size_t{1} << 20;  ///< larger bodies are answered 413
+  std::size_t max_request_body = std::size_t{1} << 20;  ///< larger request bodies are answered 413
   std::string client_key;  ///< required as "Authorization: Bearer ..." on every route but /healthz; empty: none
   std::chrono::seconds io_timeout{10};  ///< the most a client may take to send a request or read an answer
   std::size_t threads = 512;            ///< requests served at once (each waits for its upstream)
@@ -80,7 +80,7 @@ class Server {
     server.set_write_timeout(settings_.io_timeout);
     server.set_keep_alive_max_count(100'000);
     server.set_keep_alive_timeout(5);
-    server.set_payload_max_length(settings_.max_body);
+    server.set_payload_max_length(settings_.max_request_body);
     server.set_tcp_nodelay(true);  // each answer goes out at once, never held back to wait for an ACK
     server.set_socket_options([this](socket_t socket) {
       httplib::default_socket_options(socket);
@@ -95,16 +95,18 @@ class Server {
                        "invalid_request_error", "invalid_api_key"});
       return httplib::Server::HandlerResponse::Handled;
     });
-    server.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request&,
-                                                                         httplib::Response& response) {
-      if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      if (response.status == 413)
-        reply(response, {413, "the body is larger than " + std::to_string(settings_.max_body) + " bytes (--max-body)",
-                         "invalid_request_error", "body_too_large"});
-      else if (response.status == 404) reply(response, {404, "unknown route", "invalid_request_error", "unknown_url"});
-      else reply(response, {response.status, "malformed HTTP request", "invalid_request_error", "bad_request"});
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    server.set_error_handler(
+        httplib::Server::HandlerWithResponse([this](const httplib::Request&, httplib::Response& response) {
+          if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          if (response.status == 413)
+            reply(response,
+                  {413, "the body is larger than " + std::to_string(settings_.max_request_body) + " bytes (--max-body)",
+                   "invalid_request_error", "body_too_large"});
+          else if (response.status == 404)
+            reply(response, {404, "unknown route", "invalid_request_error", "unknown_url"});
+          else reply(response, {response.status, "malformed HTTP request", "invalid_request_error", "bad_request"});
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     server.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
       // What the exception says stays in the relay: it may quote the request.
       response.headers.clear();
@@ -147,7 +149,7 @@ class Server {
     }
     if (path == "/v1/chat/completions" || path == "/v1/responses" || path == "/v1/embeddings") {
       if (request.method != "POST") return wrong_method(response, "POST");
-      return forward(request, response);
+      return serve_api_request(request, response);
     }
     reply(response, {404,
                      "unknown route " + path +
@@ -163,9 +165,9 @@ class Server {
     return threads > 64 ? threads - 32 : std::max<std::size_t>(1, threads / 2);
   }
 
-  /// Answers as check_and_forward, or 503 with Retry-After at once while max_forwarding() requests are
+  /// Answers as check_and_send, or 503 with Retry-After at once while max_forwarding() requests are
   /// already in the relay's hands (a streamed one until its first event).
-  void forward(const httplib::Request& request, httplib::Response& response) {
+  void serve_api_request(const httplib::Request& request, httplib::Response& response) {
     if (forwarding_.fetch_add(1) >= max_forwarding()) {
       --forwarding_;
       Incoming in;
@@ -181,11 +183,11 @@ class Server {
       Done& operator=(const Done&) = delete;
       ~Done() { --count; }
     } const done{forwarding_};
-    check_and_forward(request, response);
+    check_and_send(request, response);
   }
 
   /// Checks the request, then answers it from the idempotency store or sends it upstream.
-  void check_and_forward(const httplib::Request& request, httplib::Response& response) {
+  void check_and_send(const httplib::Request& request, httplib::Response& response) {
     Incoming in;
     in.path = request.path;
     if (llmretry::json::nested_deeper_than(request.body, max_json_depth))
@@ -334,7 +336,7 @@ class Server {
     response.status = answer.status;
     std::string content_type = json_content_type;
     for (auto& [name, value] : answer.headers) {
-      if (!header_name_is(name, "content-type")) response.set_header(name, value);
+      if (!llmretry::detail::iequals(name, "content-type")) response.set_header(name, value);
       else if (value != "application/json") content_type = std::move(value);
     }
     response.set_content(answer.body, content_type);
@@ -347,7 +349,7 @@ class Server {
   MetricsPage metrics_;
   ServerSettings settings_;
   ModelLabels model_labels_;
-  std::atomic<std::size_t> forwarding_{0};  ///< requests in forward() now
+  std::atomic<std::size_t> forwarding_{0};  ///< requests in serve_api_request() now
   socket_t listening_ = INVALID_SOCKET;     ///< the listening socket, once bound
 };
 
