@@ -33,6 +33,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "errors.hpp"
 #include "routes.hpp"
@@ -222,12 +223,10 @@ class Forwarder {
 
   /// Replaces in `body` every key of the upstreams of `chain` by "[redacted]".
   static void redact_keys(const Chain& chain, std::string& body) {
-    for (const Upstream* upstream : chain.upstreams) {
-      const std::string& key = upstream->api_key;
-      if (key.empty()) continue;
-      for (auto at = body.find(key); at != std::string::npos; at = body.find(key, at))
-        body.replace(at, key.size(), "[redacted]");
-    }
+    std::vector<std::string> keys;
+    for (const Upstream* upstream : chain.upstreams)
+      if (!upstream->api_key.empty()) keys.push_back(upstream->api_key);
+    body = llmretry::curl::detail::redact(std::move(body), keys);
   }
 
   /// Returns the upstream's answer as the client gets it.
