@@ -267,6 +267,19 @@ TEST_CASE("Idempotency-Key: a duplicate gets the stored answer, a reuse with ano
   CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_duplicate_suppressed_total{task_type="chat"} 1)"));
 }
 
+TEST_CASE("an answer over 1 MiB is not stored under its Idempotency-Key: the key is freed instead") {
+  LoopbackProvider provider;
+  const auto large = LoopbackProvider::chat_completion(std::string((std::size_t{1} << 20) + 1, 'a'));
+  provider.then(large).then(large);
+  Relay relay("idempotency_large", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "large"}})->status == 200);
+  const auto again = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "large"}});
+  CHECK(again->status == 200);
+  CHECK_FALSE(again->has_header("Idempotent-Replayed"));
+  CHECK(provider.request_count() == 2);
+}
+
 TEST_CASE("16 concurrent requests with one Idempotency-Key reach the upstream once") {
   LoopbackProvider provider;
   serve_freely(provider, 300ms);
