@@ -165,6 +165,20 @@ class Server {
     return threads > 64 ? threads - 32 : std::max<std::size_t>(1, threads / 2);
   }
 
+  /// Counts down `count` when it goes out of scope.
+  class Leaving {
+   public:
+    explicit Leaving(std::atomic<std::size_t>& count) noexcept : count_(count) {}
+    Leaving(const Leaving&) = delete;
+    Leaving& operator=(const Leaving&) = delete;
+    Leaving(Leaving&&) = delete;
+    Leaving& operator=(Leaving&&) = delete;
+    ~Leaving() { --count_; }
+
+   private:
+    std::atomic<std::size_t>& count_;
+  };
+
   /// Answers as check_and_send, or 503 with Retry-After at once while max_forwarding() requests are
   /// already in the relay's hands (a streamed one until its first event).
   void serve_api_request(const httplib::Request& request, httplib::Response& response) {
@@ -177,12 +191,7 @@ class Server {
                     {503, "the relay is serving as many requests as it can; retry after 1 s", "service_unavailable",
                      "relay_busy"});
     }
-    struct Done {
-      std::atomic<std::size_t>& count;
-      Done(const Done&) = delete;
-      Done& operator=(const Done&) = delete;
-      ~Done() { --count; }
-    } const done{forwarding_};
+    const Leaving leaving(forwarding_);
     check_and_send(request, response);
   }
 
