@@ -26,6 +26,9 @@ TEST_CASE("Limit helpers", "[limits]") {
   STATIC_REQUIRE(rpm.burst_or_limit() == 10);
   STATIC_REQUIRE(Limit::per_minute(600).burst_or_limit() == 600);
   STATIC_REQUIRE(Limit::per_day(1000).period == std::chrono::hours{24});
+  STATIC_REQUIRE(Limit::per_minute_paced(600).limit == 600);
+  STATIC_REQUIRE(Limit::per_minute_paced(600).burst_or_limit() == 10);
+  STATIC_REQUIRE(Limit::per_minute_paced(30).burst_or_limit() == 1);
   const Limits limits = Limits::per_minute(600, 300'000);
   CHECK(limits[Dimension::requests_per_minute]->limit == 600);
   CHECK(limits[Dimension::tokens_per_minute]->limit == 300'000);

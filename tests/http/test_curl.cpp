@@ -814,6 +814,35 @@ TEST_CASE("idle_timeout cuts a stream that goes silent, well before the total ti
   CHECK(collected.data.size() == 1);
 }
 
+TEST_CASE("Options::cancel aborts an attempt within about a second of being set, never retried") {
+  LoopbackProvider server;
+  auto slow = LoopbackProvider::stream({"a", "b"});
+  slow.chunk_interval = 5000ms;
+  server.then(slow);
+  std::atomic<bool> cancel{false};
+  auto options = options_for(Provider::openai);
+  options.timeout = 10'000ms;
+  options.cancel = &cancel;
+  Call call(chat_request(server), options);
+  Collected collected;
+  const auto collect = collected.handler();
+  call.on_event([&](const llmretry::SseEvent& event) {
+    collect(event);
+    cancel = true;  // the caller's client went away after the first event
+  });
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    call();
+    FAIL("no error");
+  } catch (const llmretry::StreamInterrupted& error) {
+    CHECK(error.cause().kind == FailureKind::unknown);
+    CHECK_THAT(error.what(), llmretry_catch::contains("Options::cancel"));
+  }
+  CHECK(std::chrono::steady_clock::now() - started < 4000ms);  // not the 5 s of the second event
+  CHECK(collected.data.size() == 1);
+  CHECK(server.request_count() == 1);
+}
+
 TEST_CASE("a Call is one logical call: reusing it after it ended is refused") {
   LoopbackProvider server;
   SECTION("after a streamed answer") {

@@ -110,11 +110,10 @@ std::string environment(const char* name) {
 llmretry::DeploymentOptions deployment_options(const Options& options) {
   llmretry::DeploymentOptions deployment;
   deployment.name = "llmretry-batch";
-  const auto per_second = [](std::int64_t per_minute) {
-    return llmretry::Limit::per_minute(per_minute, std::max<std::int64_t>(1, per_minute / 60));
-  };
-  if (options.rpm) deployment.limits[llmretry::Dimension::requests_per_minute] = per_second(*options.rpm);
-  if (options.tpm) deployment.limits[llmretry::Dimension::tokens_per_minute] = per_second(*options.tpm);
+  if (options.rpm)
+    deployment.limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute_paced(*options.rpm);
+  if (options.tpm)
+    deployment.limits[llmretry::Dimension::tokens_per_minute] = llmretry::Limit::per_minute_paced(*options.tpm);
   return deployment;
 }
 

@@ -5,6 +5,7 @@
 #define LLMRETRY_RELAY_FORWARD_HPP
 
 #include <llmretry/curl/curl.hpp>
+#include <llmretry/detail/text.hpp>
 #include <llmretry/errors.hpp>
 #include <llmretry/fallback.hpp>
 #include <llmretry/guard.hpp>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstddef>
@@ -31,6 +33,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "errors.hpp"
 #include "routes.hpp"
@@ -43,6 +46,7 @@ struct Incoming {
   std::string body;             ///< as received
   nlohmann::json json;          ///< the body parsed: an object whose "model" is a string
   std::string model;            ///< the body's "model"
+  std::string model_label;      ///< its value in the metrics' model label (bounded: see ModelLabels)
   std::string idempotency_key;  ///< sent upstream as Idempotency-Key; empty: none
   llmretry::Cost estimate;      ///< reserved on each route's Deployment
 };
@@ -63,26 +67,18 @@ inline const char* task_type(std::string_view path) noexcept {
   return "other";
 }
 
-/// Returns true when the header name `name` begins with `lower_prefix` (lower case), ignoring case.
-inline bool header_name_starts(std::string_view name, std::string_view lower_prefix) noexcept {
-  if (name.size() < lower_prefix.size()) return false;
-  for (std::size_t i = 0; i < lower_prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(name[i])) != lower_prefix[i]) return false;
-  return true;
-}
-
-/// Returns true when the header name `name` is `lower` (lower case), ignoring case.
-inline bool header_name_is(std::string_view name, std::string_view lower) noexcept {
-  return name.size() == lower.size() && header_name_starts(name, lower);
+/// Returns true when the header name `name` begins with `prefix`, ignoring case.
+inline bool header_name_starts(std::string_view name, std::string_view prefix) noexcept {
+  return name.size() >= prefix.size() && llmretry::detail::iequals(name.substr(0, prefix.size()), prefix);
 }
 
 /// Returns true for an upstream response header passed back to the client: Content-Type, X-Request-Id,
 /// OpenAI-Processing-Ms, the rate-limit headers (x-ratelimit-*, Retry-After, retry-after-ms). Hop-by-hop
 /// headers, cookies and the rest stay behind.
 inline bool passed_back(std::string_view name) noexcept {
-  return header_name_is(name, "content-type") || header_name_is(name, "x-request-id") ||
-         header_name_is(name, "openai-processing-ms") || header_name_is(name, "retry-after") ||
-         header_name_is(name, "retry-after-ms") || header_name_starts(name, "x-ratelimit-");
+  return llmretry::detail::iequals(name, "content-type") || llmretry::detail::iequals(name, "x-request-id") ||
+         llmretry::detail::iequals(name, "openai-processing-ms") || llmretry::detail::iequals(name, "retry-after") ||
+         llmretry::detail::iequals(name, "retry-after-ms") || header_name_starts(name, "x-ratelimit-");
 }
 
 /// A stream that broke after its first event reached the client: it cannot be retried.
@@ -106,13 +102,22 @@ class Forwarder {
   /// circuit is open or the retry budget is spent, 504 after a timeout, 502 for any other give-up.
   /// With `on_event` (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
   /// and the answer's body is empty (never storable); retries and fallbacks happen only before the first
-  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted").
+  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted"). `cancel`, when
+  /// set, aborts the upstream transfer within about a second once it holds true (the client went away):
+  /// the call then ends as a cut stream.
   Answer forward(const Chain& chain, const Incoming& in,
-                 const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr) const {
+                 const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr,
+                 const std::atomic<bool>* cancel = nullptr) const {
     thread_local std::optional<llmretry::curl::Session> session;
-    if (!session) session.emplace();
+    if (!session) session.emplace();  // throws only for want of memory: the server's exception handler answers
+    std::optional<llmretry::curl::Options> cancellable;
+    if (cancel != nullptr) {
+      cancellable.emplace(curl_options_);
+      cancellable->cancel = cancel;
+    }
+    const llmretry::curl::Options& curl_options = cancellable ? *cancellable : curl_options_;
     const llmretry::metrics::Queue queue{"interactive", task_type(in.path)};
-    const llmretry::Route* current = &chain.chain.routes().front();
+    const llmretry::Route* current = &chain.fallback_chain.routes().front();
     std::optional<llmretry::FallbackGiveUp> gave_up;
     bool backoff = false;
     llmretry::StreamGuard stream;
@@ -141,7 +146,7 @@ class Forwarder {
       if (!in.idempotency_key.empty()) request.headers.emplace_back("Idempotency-Key", in.idempotency_key);
       if (on_event != nullptr) request.headers.emplace_back("Accept", "text/event-stream");
       const auto send = [&] {
-        return session->perform(request, curl_options_, {}, on_event, on_event != nullptr ? &stream : nullptr,
+        return session->perform(request, curl_options, {}, on_event, on_event != nullptr ? &stream : nullptr,
                                 attempt.time_left);
       };
       try {
@@ -150,6 +155,7 @@ class Forwarder {
       } catch (const llmretry::StreamInterrupted& error) {
         throw StreamCut(error.what());  // not a provider error: neither retried nor moved to a fallback
       } catch (const llmretry::ProviderError& error) {
+        if (cancel != nullptr && *cancel) throw StreamCut("the client went away");
         if (error.failure().kind == llmretry::FailureKind::rate_limited)
           observer_.rate_limited(target(route, in), llmretry::metrics::LimitType::unknown);
         throw;
@@ -161,7 +167,7 @@ class Forwarder {
     };
 
     try {
-      auto routed = llmretry::call_with_fallback(chain.chain, call, policy_, options, on_retry, sleep);
+      auto routed = llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep);
       const llmretry::metrics::Target answered = target(chain, routed.route, in);
       if (const auto usage = llmretry::json::usage_of(routed.answer.body))
         observer_.tokens_used(answered, static_cast<std::uint64_t>(usage->tokens()));
@@ -178,7 +184,10 @@ class Forwarder {
       const llmretry::metrics::Target at = gave_up ? target(chain, gave_up->route, in) : target(*current, in);
       const llmretry::Failure failure =
           gave_up ? gave_up->last.failure : llmretry::failure_of(error).value_or(llmretry::Failure{});
-      const std::string stop = gave_up ? llmretry::to_string(gave_up->last.reason) : "failed";
+      const std::string stop = !gave_up ? "failed"
+                               : never_fits(gave_up->last.reason, gave_up->last.failure)
+                                   ? never_fits_code
+                                   : llmretry::to_string(gave_up->last.reason);
       observer_.request_finished(at, stop);
       Answer answer = give_up_answer(gave_up ? std::optional(gave_up->last.reason) : std::nullopt, failure, stop,
                                      llmretry::curl::response_of(error), at);
@@ -188,6 +197,13 @@ class Forwarder {
   }
 
  private:
+  static constexpr const char* never_fits_code = "request_too_large_for_limit";
+
+  /// Returns true for a request refused for a cost above a limit of its route, which never fits.
+  static bool never_fits(std::optional<llmretry::StopReason> reason, const llmretry::Failure& failure) noexcept {
+    return reason == llmretry::StopReason::no_capacity && failure.kind == llmretry::FailureKind::too_large;
+  }
+
   /// Returns the body sent to `upstream`: the client's, with the model replaced when the route has its own.
   static std::string body_for(const Upstream& upstream, const Incoming& in) {
     if (upstream.model.empty() || upstream.model == in.model) return in.body;
@@ -197,22 +213,20 @@ class Forwarder {
   }
 
   static llmretry::metrics::Target target(const llmretry::Route& route, const Incoming& in) {
-    return {route.provider, route.model.empty() ? in.model : route.model};
+    return {route.provider, route.model.empty() ? in.model_label : route.model};
   }
   static llmretry::metrics::Target target(const Chain& chain, std::string_view name, const Incoming& in) {
-    for (const auto& route : chain.chain.routes())
+    for (const auto& route : chain.fallback_chain.routes())
       if (route.name == name) return target(route, in);
-    return {std::string(name), in.model};
+    return {std::string(name), in.model_label};
   }
 
   /// Replaces in `body` every key of the upstreams of `chain` by "[redacted]".
   static void redact_keys(const Chain& chain, std::string& body) {
-    for (const Upstream* upstream : chain.upstreams) {
-      const std::string& key = upstream->api_key;
-      if (key.empty()) continue;
-      for (auto at = body.find(key); at != std::string::npos; at = body.find(key, at))
-        body.replace(at, key.size(), "[redacted]");
-    }
+    std::vector<std::string> keys;
+    for (const Upstream* upstream : chain.upstreams)
+      if (!upstream->api_key.empty()) keys.push_back(upstream->api_key);
+    body = llmretry::curl::detail::redact(std::move(body), keys);
   }
 
   /// Returns the upstream's answer as the client gets it.
@@ -237,6 +251,16 @@ class Forwarder {
       answer.headers.emplace_back("Content-Type", json_content_type);
       return answer;
     };
+    if (never_fits(reason, failure)) {
+      Answer answer;  // waiting does not help: not a rate-limit hit
+      answer.status = 400;
+      answer.body = error_body(bad_request(
+          "the request's estimated cost (its max_tokens and input) exceeds a limit of the relay (--tpm, --rpm, "
+          "or its model's): it can never be sent",
+          never_fits_code));
+      answer.headers.emplace_back("Content-Type", json_content_type);
+      return answer;
+    }
     const bool shared_limit_refused = upstream == nullptr && failure.kind == llmretry::FailureKind::rate_limited &&
                                       failure.sent == llmretry::Sent::not_sent;
     if (reason == StopReason::no_capacity || shared_limit_refused) {

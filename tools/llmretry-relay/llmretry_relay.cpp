@@ -5,7 +5,6 @@
 #include <llmretry/store/idempotency_store.hpp>
 #if LLMRETRY_RELAY_REDIS
 #include <llmretry/redis/connection.hpp>
-#include <llmretry/redis/idempotency_store.hpp>
 #endif
 
 #include <httplib.h>
@@ -33,6 +32,7 @@
 #include "security.hpp"
 #include "server.hpp"
 #if LLMRETRY_RELAY_REDIS
+#include "redis_pool.hpp"
 #include "shared_limit.hpp"
 #endif
 
@@ -65,6 +65,8 @@ struct Options {
   std::size_t max_body = std::size_t{1} << 20;
   std::string redis;
   std::string config;
+  std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
+  std::size_t threads = relay::ServerSettings{}.threads;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -75,7 +77,8 @@ Options parse(int argc, char** argv) {
   std::int64_t max_wait_ms = options.pace.max_wait.count();
   app.add_option("--listen", options.listen, "HOST:PORT to serve on (default 127.0.0.1:8080; port 0: any free one)");
   app.add_option("--upstream", options.upstream, "base URL of the provider (default OPENAI_BASE_URL)");
-  app.add_option("--fallback", options.fallbacks, "base URL to try when the upstream fails (repeatable, in order)");
+  app.add_option("--fallback", options.fallbacks,
+                 "base URL to try when the upstream fails (repeatable, in order); it receives OPENAI_API_KEY too");
   app.add_option("--rpm", options.pace.rpm, "requests per minute, enforced per second (default: learned)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
   app.add_option("--tpm", options.pace.tpm, "tokens per minute, enforced per second (default: learned)")
@@ -93,6 +96,13 @@ Options parse(int argc, char** argv) {
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
   app.add_option("--config", options.config,
                  "JSON model table: per model its upstream, key variable, limits, fallback");
+  app.add_option("--threads", options.threads, "requests served at once (for tests)")
+      ->check(CLI::Range(std::size_t{2}, std::size_t{100'000}))
+      ->group("");  // hidden: the default suits every deployment
+  std::int64_t lease_ms = options.idempotency_lease.count();
+  app.add_option("--idempotency-lease", lease_ms, "the idempotency claims' lease in ms (for tests)")
+      ->check(CLI::Range(std::int64_t{30}, std::int64_t{86'400'000}))
+      ->group("");  // hidden: the default suits every deployment
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -102,6 +112,7 @@ Options parse(int argc, char** argv) {
     throw UsageError(error.what());
   }
   options.pace.max_wait = std::chrono::milliseconds{max_wait_ms};
+  options.idempotency_lease = std::chrono::milliseconds{lease_ms};
   return options;
 }
 
@@ -122,12 +133,16 @@ std::pair<std::string, int> listen_address(const std::string& listen) {
   return {host, std::stoi(port)};
 }
 
+/// How many connections to Redis the relay opens with --redis: each runs one command at a time.
+constexpr std::size_t redis_connections = 8;
+
 /// What the relay keeps in Redis with --redis: the idempotency keys, and the limits of the upstreams that
 /// have some, shared by every relay on the same server.
 class RedisState {
  public:
-  /// Connects to the server of `url` ("redis://HOST[:PORT]"). Throws UsageError for a bad URL.
-  explicit RedisState(const std::string& url) {
+  /// Connects `connections` times to the server of `url` ("redis://HOST[:PORT]"); its idempotency claims
+  /// have `idempotency`. Throws UsageError for a bad URL, redis::Error when it cannot connect.
+  RedisState(const std::string& url, const llmretry::store::IdempotencyOptions& idempotency, std::size_t connections) {
 #if LLMRETRY_RELAY_REDIS
     llmretry::redis::Options redis;
     try {
@@ -135,9 +150,11 @@ class RedisState {
     } catch (const std::invalid_argument& error) {
       throw UsageError(std::string("--redis: ") + error.what());
     }
-    connection_ = std::make_unique<llmretry::redis::Connection>(redis);
-    idempotency_ = std::make_unique<llmretry::redis::IdempotencyStore>(*connection_);
+    pool_ = std::make_unique<relay::RedisPool>(redis, connections);
+    idempotency_ = std::make_unique<relay::PooledIdempotencyStore>(*pool_, idempotency);
 #else
+    static_cast<void>(idempotency);
+    static_cast<void>(connections);
     throw UsageError("--redis " + url + ": this build has no Redis support");
 #endif
   }
@@ -148,11 +165,13 @@ class RedisState {
   relay::ShareLimits share_limits(std::chrono::milliseconds max_wait) {
 #if LLMRETRY_RELAY_REDIS
     return [this, max_wait](const std::string& name, const llmretry::Limits& limits) -> relay::SharedAttempt {
-      auto limit = std::make_shared<relay::SharedLimit>(*connection_, name, limits, max_wait);
-      return [limit](const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
-                     const std::function<void(std::chrono::milliseconds)>& sleep,
-                     const std::function<llmretry::curl::Response()>& send) {
-        return limit->through(estimate, attempt, sleep, send);
+      auto limit = std::make_shared<std::vector<std::unique_ptr<relay::SharedLimit>>>();
+      for (std::size_t i = 0; i < pool_->size(); ++i)
+        limit->push_back(std::make_unique<relay::SharedLimit>(pool_->at(i), name, limits, max_wait));
+      return [limit, pool = pool_.get()](const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
+                                         const std::function<void(std::chrono::milliseconds)>& sleep,
+                                         const std::function<llmretry::curl::Response()>& send) {
+        return (*limit)[pool->next()]->through(estimate, attempt, sleep, send);
       };
     };
 #else
@@ -163,7 +182,7 @@ class RedisState {
 
  private:
 #if LLMRETRY_RELAY_REDIS
-  std::unique_ptr<llmretry::redis::Connection> connection_;
+  std::unique_ptr<relay::RedisPool> pool_;
 #endif
   std::unique_ptr<llmretry::store::IdempotencyStore> idempotency_;
 };
@@ -171,7 +190,8 @@ class RedisState {
 int run(const Options& options) {
   const auto [host, port] = listen_address(options.listen);
   relay::ServerSettings settings;
-  settings.max_body = options.max_body;
+  settings.max_request_body = options.max_body;
+  settings.threads = options.threads;
   settings.client_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
   if (!relay::is_loopback(host) && settings.client_key.empty())
     throw UsageError("--listen " + options.listen +
@@ -180,8 +200,11 @@ int run(const Options& options) {
   if (upstream.empty()) upstream = environment("OPENAI_BASE_URL");
   if (upstream.empty()) upstream = "https://api.openai.com/v1";
   const relay::Environment env = [](const std::string& name) { return environment(name); };
+  llmretry::store::IdempotencyOptions idempotency_options;
+  idempotency_options.lease = options.idempotency_lease;
+  settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
-  if (!options.redis.empty()) redis.emplace(options.redis);
+  if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
   const relay::ShareLimits share = redis ? redis->share_limits(options.pace.max_wait) : relay::ShareLimits{};
   std::optional<relay::Routes> routes;
   try {
@@ -200,7 +223,7 @@ int run(const Options& options) {
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
-  llmretry::store::MemoryIdempotencyStore memory_idempotency;
+  llmretry::store::MemoryIdempotencyStore memory_idempotency(idempotency_options);
   llmretry::store::IdempotencyStore& idempotency = redis ? redis->idempotency() : memory_idempotency;
 
   llmretry::metrics::Registry registry;
@@ -239,6 +262,9 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a peer that went away (hiredis writes without MSG_NOSIGNAL) must fail, not kill the relay:
+  // ignored before any thread starts, which all inherit it.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     return run(parse(argc, argv));
   } catch (const UsageError& error) {

@@ -60,12 +60,12 @@ struct Upstream {
 
 /// A fallback chain and the upstream of each of its routes (same order).
 struct Chain {
-  llmretry::FallbackChain chain;
+  llmretry::FallbackChain fallback_chain;
   std::vector<const Upstream*> upstreams;
 
-  /// Returns the upstream of `route`, one of chain.routes().
+  /// Returns the upstream of `route`, one of fallback_chain.routes().
   const Upstream& upstream_of(const llmretry::Route& route) const {
-    return *upstreams[static_cast<std::size_t>(&route - chain.routes().data())];
+    return *upstreams[static_cast<std::size_t>(&route - fallback_chain.routes().data())];
   }
 };
 
@@ -134,6 +134,9 @@ class Routes {
     return found != by_model_.end() ? &found->second : nullptr;
   }
 
+  /// Returns true when a model table lists the models served, false when every model is.
+  [[nodiscard]] bool has_model_table() const noexcept { return !any_model_; }
+
   /// Returns every upstream, in the order they were made.
   [[nodiscard]] const std::vector<std::unique_ptr<Upstream>>& upstreams() const noexcept { return upstreams_; }
 
@@ -147,11 +150,10 @@ class Routes {
     upstream->model = model;
     llmretry::DeploymentOptions deployment;
     deployment.name = name;
-    const auto per_second = [](std::int64_t per_minute) {
-      return llmretry::Limit::per_minute(per_minute, std::max<std::int64_t>(1, per_minute / 60));
-    };
-    if (pace.rpm) deployment.limits[llmretry::Dimension::requests_per_minute] = per_second(*pace.rpm);
-    if (pace.tpm) deployment.limits[llmretry::Dimension::tokens_per_minute] = per_second(*pace.tpm);
+    if (pace.rpm)
+      deployment.limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute_paced(*pace.rpm);
+    if (pace.tpm)
+      deployment.limits[llmretry::Dimension::tokens_per_minute] = llmretry::Limit::per_minute_paced(*pace.tpm);
     if (share_ && std::any_of(deployment.limits.by_dimension.begin(), deployment.limits.by_dimension.end(),
                               [](const auto& limit) { return limit.has_value(); }))
       upstream->shared = share_(name + "@" + base_url, deployment.limits);

@@ -5,8 +5,10 @@
 
 #include <llmretry/http/sse.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "errors.hpp"
 #include "forward.hpp"
 
 namespace relay {
@@ -40,18 +43,14 @@ inline std::string sse_text(const llmretry::SseEvent& event) {
 /// client. Thread-safe.
 class StreamPipe {
  public:
-  /// Starts `forward(on_event)` on a thread of its own; it must return the call's Answer.
-  template <class Forward>
-  explicit StreamPipe(Forward forward)
-      : thread_([this, forward = std::move(forward)]() mutable {
-          const std::function<void(const llmretry::SseEvent&)> on_event = [this](const llmretry::SseEvent& event) {
-            push(sse_text(event));
-          };
-          Answer answer = forward(&on_event);
-          const std::lock_guard<std::mutex> lock(mutex_);
-          answer_ = std::move(answer);
-          changed_.notify_all();
-        }) {}
+  /// What receives each event of the call.
+  using OnEvent = std::function<void(const llmretry::SseEvent&)>;
+  /// The call: given the receiver of its events and the flag that cancels it, returns its Answer.
+  using Call = std::function<Answer(const OnEvent*, const std::atomic<bool>* cancel)>;
+
+  /// Starts `call` on a thread of its own. An exception escaping it ends the call with a 502
+  /// (code "internal_error") whose text says nothing of the exception.
+  explicit StreamPipe(Call call) : thread_([this, call = std::move(call)] { run(call); }) {}
   StreamPipe(const StreamPipe&) = delete;
   StreamPipe& operator=(const StreamPipe&) = delete;
   StreamPipe(StreamPipe&&) = delete;
@@ -86,16 +85,28 @@ class StreamPipe {
     return text;
   }
 
-  /// Makes the call stop at its next event (the client went away).
-  void cancel() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    cancelled_ = true;
-  }
+  /// Makes the call stop at its next event, or within about a second (the client went away).
+  void cancel() noexcept { cancelled_ = true; }
 
  private:
-  void push(std::string text) {
+  void run(const Call& call) {
+    std::optional<Answer> answer;
+    try {
+      const OnEvent on_event = [this](const llmretry::SseEvent& event) { push(sse_text(event)); };
+      answer = call(&on_event, &cancelled_);
+    } catch (...) {
+      answer.emplace();
+      answer->status = 502;
+      answer->body = error_body({502, "the relay failed to make the call", "server_error", "internal_error"});
+    }
     const std::lock_guard<std::mutex> lock(mutex_);
+    answer_ = std::move(answer);
+    changed_.notify_all();
+  }
+
+  void push(std::string text) {
     if (cancelled_) throw StreamCut("the client went away");
+    const std::lock_guard<std::mutex> lock(mutex_);
     chunks_.push_back(std::move(text));
     changed_.notify_all();
   }
@@ -104,7 +115,7 @@ class StreamPipe {
   std::condition_variable changed_;
   std::deque<std::string> chunks_;
   std::optional<Answer> answer_;
-  bool cancelled_ = false;
+  std::atomic<bool> cancelled_{false};
   std::thread thread_;  ///< last: it starts once the rest is ready
 };
 

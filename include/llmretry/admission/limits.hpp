@@ -25,6 +25,11 @@ struct Limit {
   [[nodiscard]] static constexpr Limit per_minute(std::int64_t count, std::optional<std::int64_t> burst = {}) noexcept {
     return {count, std::chrono::minutes{1}, burst};
   }
+  /// Returns `count` units per minute enforced per second: at most a sixtieth of them (at least 1) at
+  /// once, so that a minute's worth never leaves in one burst.
+  [[nodiscard]] static constexpr Limit per_minute_paced(std::int64_t count) noexcept {
+    return per_minute(count, count / 60 > 1 ? count / 60 : 1);
+  }
   /// Returns `count` units per day.
   [[nodiscard]] static constexpr Limit per_day(std::int64_t count) noexcept {
     return {count, std::chrono::hours{24}, std::nullopt};

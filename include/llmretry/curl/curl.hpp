@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -68,6 +69,10 @@ struct Options {
   /// about once a second): for a stream, the longest silence between events. Unset: no limit beyond
   /// `timeout` (a non-streamed answer arrives only once it is whole).
   std::optional<std::chrono::milliseconds> idle_timeout;
+  /// Set: the caller's flag to abort the attempt, checked about once a second (the caller's client went
+  /// away). Once it holds true the attempt ends as a FailureKind::unknown failure, never retried, whose
+  /// text names Options::cancel. It must outlive the attempt.
+  const std::atomic<bool>* cancel = nullptr;
   /// Extracts the strings of an error body (such as llmretry::json::error_fields). Empty: only the status
   /// and headers classify a failed response, and an error sent inside a stream as a data-only event
   /// (OpenAI's `data: {"error": ...}`) is not recognised.
@@ -209,6 +214,7 @@ struct Transfer {
   bool error_body_cut = false;              ///< the error body passed max_error_body: not parsed
   bool ended = false;                       ///< the stream's end marker arrived
   bool idle = false;                        ///< aborted: no byte for Options::idle_timeout
+  bool cancelled = false;                   ///< aborted: Options::cancel held true
   std::chrono::steady_clock::time_point last_byte;
 
   long status() const noexcept {
@@ -309,8 +315,10 @@ inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void
 
 inline int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) noexcept {
   auto& transfer = *static_cast<Transfer*>(user);
-  transfer.idle = std::chrono::steady_clock::now() - transfer.last_byte > *transfer.options->idle_timeout;
-  return transfer.idle ? 1 : 0;
+  const Options& options = *transfer.options;
+  transfer.cancelled = options.cancel != nullptr && options.cancel->load();
+  transfer.idle = options.idle_timeout && std::chrono::steady_clock::now() - transfer.last_byte > *options.idle_timeout;
+  return transfer.cancelled || transfer.idle ? 1 : 0;
 }
 
 /// Returns `text` with every secret replaced by "[redacted]".
@@ -409,6 +417,9 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
   const std::string_view text = error_text;
   std::string message = curl_easy_strerror(code);
   if (!text.empty()) message.append(": ").append(text);
+  if (transfer.cancelled)
+    return {Failure::of(FailureKind::unknown, sent ? Sent::maybe_processed : Sent::not_sent),
+            "cancelled by the caller (Options::cancel)"};
   if (transfer.idle) {
     return {Failure::timed_out(sent ? Sent::maybe_processed : Sent::not_sent),
             "no byte for longer than Options::idle_timeout (" +
@@ -513,7 +524,7 @@ inline Response Session::perform(const Request& request, const Options& options,
   curl_easy_setopt(handle, CURLOPT_HEADERDATA, &transfer);
   curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &detail::on_body);
   curl_easy_setopt(handle, CURLOPT_WRITEDATA, &transfer);
-  if (options.idle_timeout) {
+  if (options.idle_timeout || options.cancel != nullptr) {
     curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &detail::on_progress);
     curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &transfer);

@@ -1,0 +1,71 @@
+// The Redis connections of llmretry-relay with --redis: a few, handed out in turn, so that its hundreds of
+// threads do not all wait for one connection (each redis::Connection runs one command at a time).
+#ifndef LLMRETRY_RELAY_REDIS_POOL_HPP
+#define LLMRETRY_RELAY_REDIS_POOL_HPP
+
+#include <llmretry/redis/connection.hpp>
+#include <llmretry/redis/idempotency_store.hpp>
+#include <llmretry/store/idempotency_store.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace relay {
+
+/// `size` connections to one Redis server, and the index of the next one to use. Thread-safe.
+class RedisPool {
+ public:
+  /// Connects `size` times (at least once) with `options`. Throws redis::Error when a connection fails.
+  RedisPool(const llmretry::redis::Options& options, std::size_t size) {
+    for (std::size_t i = 0; i < (size > 0 ? size : 1); ++i)
+      connections_.push_back(std::make_unique<llmretry::redis::Connection>(options));
+  }
+
+  /// Returns how many connections it holds.
+  [[nodiscard]] std::size_t size() const noexcept { return connections_.size(); }
+  /// Returns connection `i` (< size()).
+  [[nodiscard]] llmretry::redis::Connection& at(std::size_t i) const { return *connections_.at(i); }
+  /// Returns the index of the connection to use next: each in turn.
+  [[nodiscard]] std::size_t next() noexcept { return next_.fetch_add(1, std::memory_order_relaxed) % size(); }
+
+ private:
+  std::vector<std::unique_ptr<llmretry::redis::Connection>> connections_;
+  std::atomic<std::size_t> next_{0};
+};
+
+/// A redis::IdempotencyStore on each connection of a RedisPool (which must outlive it), each operation
+/// made on the next one: what a key holds lives in Redis, so any connection serves any key.
+class PooledIdempotencyStore final : public llmretry::store::IdempotencyStore {
+ public:
+  /// The stores of `pool`'s connections, their claims with `options`.
+  PooledIdempotencyStore(RedisPool& pool, const llmretry::store::IdempotencyOptions& options) : pool_(pool) {
+    for (std::size_t i = 0; i < pool.size(); ++i)
+      stores_.push_back(std::make_unique<llmretry::redis::IdempotencyStore>(pool.at(i), options));
+  }
+
+  [[nodiscard]] llmretry::store::ClaimResult claim(std::string_view key, std::string_view fingerprint,
+                                                   std::string_view token) override {
+    return next().claim(key, fingerprint, token);
+  }
+  [[nodiscard]] bool complete(std::string_view key, std::string_view token,
+                              const llmretry::store::StoredResponse& response) override {
+    return next().complete(key, token, response);
+  }
+  [[nodiscard]] bool release(std::string_view key, std::string_view token) override {
+    return next().release(key, token);
+  }
+  [[nodiscard]] bool renew(std::string_view key, std::string_view token) override { return next().renew(key, token); }
+
+ private:
+  llmretry::store::IdempotencyStore& next() { return *stores_[pool_.next()]; }
+
+  RedisPool& pool_;
+  std::vector<std::unique_ptr<llmretry::redis::IdempotencyStore>> stores_;
+};
+
+}  // namespace relay
+
+#endif  // LLMRETRY_RELAY_REDIS_POOL_HPP
