@@ -4,35 +4,17 @@
 
 #include <llmretry/retry.hpp>
 
-#include "allocations.hpp"
+#include "support.hpp"
+
+using llmretry_bench::measure;
+using llmretry_bench::opaque_policy;
+using llmretry_bench::provider_call;
 
 namespace {
-
-// Runs `body` in the benchmark loop and reports the allocations per iteration.
-template <class Body>
-void measure(benchmark::State& state, Body body) {
-  const auto before = llmretry_bench::allocations();
-  for (auto _ : state) body();
-  state.counters["allocs/call"] = benchmark::Counter(static_cast<double>(llmretry_bench::allocations() - before),
-                                                     benchmark::Counter::kAvgIterations);
-}
-
-// The call being retried: not inlined, as a call into an HTTP client is not.
-[[gnu::noinline]] int provider_call(int& counter) {
-  benchmark::ClobberMemory();
-  return ++counter;
-}
 
 [[gnu::noinline]] llmretry::Result<int> provider_result_call(int& counter) {
   benchmark::ClobberMemory();
   return ++counter;
-}
-
-// A policy the compiler cannot see through, as when it comes from configuration.
-llmretry::RetryPolicy opaque_policy() {
-  llmretry::RetryPolicy policy;
-  benchmark::DoNotOptimize(policy);
-  return policy;
 }
 
 // `provider` called directly.

@@ -6,14 +6,12 @@
 #include <llmretry/admission.hpp>
 #include <llmretry/retry.hpp>
 
-#include "allocations.hpp"
+#include "support.hpp"
+
+using llmretry_bench::measure;
+using llmretry_bench::provider_call;
 
 namespace {
-
-[[gnu::noinline]] int fleet_provider_call(int& counter) {
-  benchmark::ClobberMemory();
-  return ++counter;
-}
 
 void guarded(benchmark::State& state) {
   llmretry::RetryBudget budget;
@@ -24,14 +22,11 @@ void guarded(benchmark::State& state) {
   llmretry::Deployment deployment{options};
   const llmretry::RetryPolicy policy;
   int counter = 0;
-  const auto before = llmretry_bench::allocations();
-  for (auto _ : state) {
+  measure(state, [&] {
     benchmark::DoNotOptimize(llmretry::call_with_retry(
-        [&] { return fleet_provider_call(counter); }, policy,
+        [&] { return provider_call(counter); }, policy,
         llmretry::guards(breaker.guard(), budget.guard(), deployment.pace(llmretry::Cost{}))));
-  }
-  state.counters["allocs/call"] = benchmark::Counter(static_cast<double>(llmretry_bench::allocations() - before),
-                                                     benchmark::Counter::kAvgIterations);
+  });
 }
 
 }  // namespace

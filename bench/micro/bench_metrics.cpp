@@ -10,18 +10,13 @@
 
 #include <string>
 
-#include "allocations.hpp"
+#include "support.hpp"
+
+using llmretry_bench::measure;
+using llmretry_bench::opaque_policy;
+using llmretry_bench::provider_call;
 
 namespace {
-
-// Runs `body` in the benchmark loop and reports the allocations per iteration.
-template <class Body>
-void measure(benchmark::State& state, Body body) {
-  const auto before = llmretry_bench::allocations();
-  for (auto _ : state) body();
-  state.counters["allocs/call"] = benchmark::Counter(static_cast<double>(llmretry_bench::allocations() - before),
-                                                     benchmark::Counter::kAvgIterations);
-}
 
 // Model names longer than the small-string buffer, as real ones are.
 const llmretry::metrics::Target shared_target{"openai", "gpt-4o-mini-2024-07-18"};
@@ -39,19 +34,6 @@ void request_finished_own_series(benchmark::State& state) {
 void queue_left(benchmark::State& state) {
   static const llmretry::metrics::Queue queue{"interactive", "chat"};
   measure(state, [] { shared_registry.queue_left(queue, std::chrono::milliseconds{300}); });
-}
-
-// The call being retried: not inlined, as a call into an HTTP client is not.
-[[gnu::noinline]] int provider_call(int& counter) {
-  benchmark::ClobberMemory();
-  return ++counter;
-}
-
-// A policy the compiler cannot see through, as when it comes from configuration.
-llmretry::RetryPolicy opaque_policy() {
-  llmretry::RetryPolicy policy;
-  benchmark::DoNotOptimize(policy);
-  return policy;
 }
 
 void observed_call(benchmark::State& state) {

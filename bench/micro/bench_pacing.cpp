@@ -10,20 +10,15 @@
 #include <chrono>
 #include <mutex>
 
-#include "allocations.hpp"
+#include "support.hpp"
+
+using llmretry_bench::measure;
+using llmretry_bench::opaque_policy;
+using llmretry_bench::provider_call;
 
 namespace {
 
 using time_point = std::chrono::steady_clock::time_point;
-
-// Runs `body` in the benchmark loop and reports the allocations per iteration.
-template <class Body>
-void measure(benchmark::State& state, Body body) {
-  const auto before = llmretry_bench::allocations();
-  for (auto _ : state) body();
-  state.counters["allocs/call"] = benchmark::Counter(static_cast<double>(llmretry_bench::allocations() - before),
-                                                     benchmark::Counter::kAvgIterations);
-}
 
 // The simple design: capacity, refill rate, tokens and the time of the last refill, behind one mutex.
 class MutexBucket {
@@ -97,19 +92,6 @@ void mutex_bucket_alone(benchmark::State& state) {
 }
 
 void mutex_bucket_shared(benchmark::State& state) { mutex_bucket(state, shared_bucket); }
-
-// The call being retried: not inlined, as a call into an HTTP client is not.
-[[gnu::noinline]] int provider_call(int& counter) {
-  benchmark::ClobberMemory();
-  return ++counter;
-}
-
-// A policy the compiler cannot see through, as when it comes from configuration.
-llmretry::RetryPolicy opaque_policy() {
-  llmretry::RetryPolicy policy;
-  benchmark::DoNotOptimize(policy);
-  return policy;
-}
 
 void paced_call(benchmark::State& state) {
   llmretry::DeploymentOptions options;
