@@ -47,19 +47,38 @@ enum class StopReason {
   return "unknown";
 }
 
+/// Why a call waits before its next attempt: what a driver's sleep or timer is told with the wait.
+enum class WaitReason {
+  backoff,   ///< after a failure: the policy's backoff
+  provider,  ///< after a failure: the wait the provider asked for (Retry-After), longer than the backoff
+  capacity,  ///< before an attempt: a guard has no capacity for it sooner (a rate limit, a 429's pause)
+};
+
+/// Returns the snake_case name of a wait reason: "backoff", "provider" or "capacity".
+[[nodiscard]] constexpr const char* to_string(WaitReason reason) noexcept {
+  switch (reason) {
+    case WaitReason::backoff: return "backoff";
+    case WaitReason::provider: return "provider";
+    case WaitReason::capacity: return "capacity";
+  }
+  return "unknown";
+}
+
 /// What to do after a failed attempt: retry after `wait`, or stop for `reason`.
 struct Decision {
   bool retry = false;
   std::chrono::milliseconds wait{0};              ///< meaningful when retry
   StopReason reason = StopReason::not_retryable;  ///< meaningful when !retry
+  WaitReason why = WaitReason::backoff;           ///< meaningful when retry: backoff, or provider when its wait won
 
-  /// Returns a decision to retry after `wait`.
-  [[nodiscard]] static constexpr Decision retry_in(std::chrono::milliseconds wait) noexcept {
-    return {true, wait, StopReason::not_retryable};
+  /// Returns a decision to retry after `wait`, for `why` (backoff or provider).
+  [[nodiscard]] static constexpr Decision retry_in(std::chrono::milliseconds wait,
+                                                   WaitReason why = WaitReason::backoff) noexcept {
+    return {true, wait, StopReason::not_retryable, why};
   }
   /// Returns a decision to stop for `reason`.
   [[nodiscard]] static constexpr Decision stop(StopReason reason) noexcept {
-    return {false, std::chrono::milliseconds{0}, reason};
+    return {false, std::chrono::milliseconds{0}, reason, WaitReason::backoff};
   }
 };
 
@@ -107,12 +126,12 @@ class RetryState {
     if (const auto stop = exceeds(std::max(backoff_range.low, spread_range.low), time_left))
       return Decision::stop(*stop);
     const auto drawn = draw(backoff_range, rng);
-    const auto wait =
-        std::max(drawn, spread_range.low == spread_range.high ? spread_range.low : draw(spread_range, rng));
+    const auto provider = spread_range.low == spread_range.high ? spread_range.low : draw(spread_range, rng);
+    const auto wait = std::max(drawn, provider);
     if (const auto stop = exceeds(wait, time_left)) return Decision::stop(*stop);
     previous_wait_ = drawn;
     waited_ = detail::saturating_add(waited_, wait);
-    return Decision::retry_in(wait);
+    return Decision::retry_in(wait, provider > drawn ? WaitReason::provider : WaitReason::backoff);
   }
 
   /// Records a wait that a guard asked for before an attempt, so that it counts toward max_total_wait.

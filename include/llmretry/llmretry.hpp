@@ -12,6 +12,7 @@
 #include "attempt.hpp"
 #include "backoff.hpp"
 #include "decision.hpp"
+#include "engine.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
 #include "fallback.hpp"

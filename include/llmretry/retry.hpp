@@ -13,6 +13,7 @@
 #include "attempt.hpp"
 #include "decision.hpp"
 #include "detail/config.hpp"
+#include "engine.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
 #include "guard.hpp"
@@ -21,41 +22,6 @@
 #include "result.hpp"
 
 namespace llmretry {
-
-/// What a call that gave up reports: why it stopped, the last failure, and what it had spent.
-struct GiveUp {
-  StopReason reason;
-  Failure failure;  ///< the last failure, or the refusal's (kind unknown for an unrecognised exception)
-  int attempts;     ///< attempts made, the last one included
-  std::chrono::milliseconds waited;      ///< total time waited between and before attempts
-  LimitType limit = LimitType::unknown;  ///< the limit of the guard's refusal that stopped it, when it said
-};
-
-/// What one call to call_with_retry spent, whether it succeeded or gave up.
-struct CallStats {
-  int attempts = 0;                     ///< attempts made
-  std::chrono::milliseconds waited{0};  ///< total time waited between and before attempts
-  std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded
-};
-
-/// Per-call settings beyond the policy. Every member is optional; the defaults cost nothing.
-struct CallOptions {
-  /// Whether the request may be sent again after it may have been processed (read timeout, 5xx).
-  /// True by default: a completion is a read. Set false for a write without an idempotency key.
-  bool safe_to_repeat = true;
-  /// No wait may end after this point on `clock`, and a call that takes an Attempt is told the time left.
-  /// Unset: no deadline, and the clock is never read.
-  std::optional<std::chrono::steady_clock::time_point> deadline;
-  /// The clock for `deadline`; empty: std::chrono::steady_clock::now.
-  std::function<std::chrono::steady_clock::time_point()> clock;
-  /// Your own classifier for exceptions: return the Failure, or nullopt to leave the exception to
-  /// propagate unretried. Empty: failure_of (ProviderError and its subclasses).
-  std::function<std::optional<Failure>(const std::exception&)> classify;
-  /// Runs once when the call gives up, just before the last error is rethrown or the last result returned.
-  std::function<void(const GiveUp&)> on_give_up;
-  /// Where to write what the call spent, on success too; null: nowhere. Must outlive the call.
-  CallStats* stats = nullptr;
-};
 
 /// Sleeps the calling thread for the given duration: the default `sleep` of call_with_retry.
 struct RealSleep {
@@ -90,22 +56,6 @@ namespace detail {
 
 /// The answer check of a call that has none.
 struct NoAnswerCheck {};
-
-/// The options of a call that passes none: CallOptions' defaults, known at compile time so that the
-/// loop's reads of them fold away.
-struct NoCallOptions {
-  static constexpr bool safe_to_repeat = true;
-  static constexpr std::optional<std::chrono::steady_clock::time_point> deadline{};
-};
-
-/// Returns the time on `options`' clock (steady_clock without one).
-template <class Options>
-std::chrono::steady_clock::time_point now_on(const Options& options) {
-  if constexpr (!std::is_same_v<Options, NoCallOptions>) {
-    if (options.clock) return options.clock();
-  }
-  return std::chrono::steady_clock::now();
-}
 
 /// Returns the failure `error` means: `options.classify`'s answer, else failure_of; unknown when neither
 /// recognises it.
@@ -145,7 +95,9 @@ constexpr Part part_of() {
   else if constexpr (is_guard<U>::value) return Part::guard;
   else if constexpr (is_random_generator<U>::value) return Part::rng;
   else if constexpr (std::is_invocable_v<U&, int, const Failure&, std::chrono::milliseconds>) return Part::on_retry;
-  else if constexpr (std::is_invocable_v<U&, std::chrono::milliseconds>) return Part::sleep;
+  else if constexpr (std::is_invocable_v<U&, std::chrono::milliseconds> ||
+                     std::is_invocable_v<U&, std::chrono::milliseconds, WaitReason>)
+    return Part::sleep;
   else return Part::none;
 }
 
@@ -193,150 +145,17 @@ R refused_result(const Refusal& refusal) {
   }
 }
 
-/// The retry loop of one call: the decision (RetryState), the guard's admission before each attempt and
-/// the outcome after, and the waits, carried out with the caller's sleep. The drivers below only say
-/// what an attempt returned; every decision is made here, outside any catch block, so that another
-/// driver (a coroutine) can reuse it.
-template <class Options, class Sleep, class Rng, class OnRetry, class Guard>
-class RetryLoop {
- public:
-  using Ticket = std::decay_t<decltype(std::declval<Guard&>().admit(std::declval<const Attempt&>()).ticket())>;
-  static constexpr bool guarded = !std::is_same_v<std::decay_t<Guard>, NoGuard>;
-
-  RetryLoop(const RetryPolicy& policy, const Options& options, Sleep& sleep, Rng& rng, OnRetry& on_retry,
-            Guard& guard) noexcept
-      : policy_(policy), options_(options), sleep_(sleep), rng_(rng), on_retry_(on_retry), guard_(guard) {}
-
-  /// Prepares the next attempt: its number and time left (read from the clock only for a call that
-  /// takes an Attempt or a guarded one, with a deadline), then the guard's admission and wait.
-  /// Returns the refusal when the attempt is not to be made (reported through on_give_up and stats).
-  template <bool TakesAttempt>
-  std::optional<Refusal> admit(Attempt& attempt) {
-    attempt.number = made_ + 1;
-    if constexpr (TakesAttempt || guarded) {
-      if (options_.deadline) {
-        attempt.time_left = time_left();
-        if (*attempt.time_left <= std::chrono::milliseconds::zero())
-          return refuse(Refusal{StopReason::deadline, Failure::timed_out(Sent::not_sent)});
-      }
-    }
-    if constexpr (guarded) {
-      auto admission = guard_.admit(std::as_const(attempt));
-      if (!admission.admitted()) return refuse(admission.refusal());
-      ticket_.emplace(std::move(admission.ticket()));
-      if (admission.wait() > std::chrono::milliseconds::zero()) {
-        if (const auto stop = state().add_guard_wait(admission.wait(), attempt.time_left)) {
-          ticket_.reset();
-          return refuse(Refusal{*stop, Failure::timed_out(Sent::not_sent)});
-        }
-        sleep_(admission.wait());
-        if (options_.deadline) {
-          attempt.time_left = time_left();
-          if (*attempt.time_left <= std::chrono::milliseconds::zero()) {
-            ticket_.reset();
-            return refuse(Refusal{StopReason::deadline, Failure::timed_out(Sent::not_sent)});
-          }
-        }
-      }
-      if constexpr (has_begin<Ticket>::value) {
-        if (auto refusal = ticket_->begin(std::as_const(attempt))) {
-          ticket_.reset();
-          return refuse(*refusal);
-        }
-      }
-    }
-    ++made_;
-    // What the call spent should this attempt succeed; a failure writes it again.
-    report(CallStats{made_, waited(), std::nullopt});
-    return std::nullopt;
+/// Carries out `step` and the waits after it with `sleep` (told why when it takes a WaitReason too)
+/// until the engine says attempt or done. Returns that step.
+template <class Engine, class Sleep>
+Step carry_out_waits(Engine& engine, Step step, Sleep& sleep) {
+  while (step.kind == Step::Kind::wait) {
+    if constexpr (std::is_invocable_v<Sleep&, std::chrono::milliseconds, WaitReason>) sleep(step.wait, step.reason);
+    else sleep(step.wait);
+    step = engine.resume();
   }
-
-  /// Records the success of the attempt, with its answer (none for void).
-  template <class... Answer>
-  void succeeded(const Answer&... answer) {
-    if constexpr (guarded) {
-      if (auto ticket = take_ticket()) ticket->succeeded(answer...);
-    }
-  }
-
-  /// Records the failure of the attempt and returns what to do next; runs on_give_up when that is to stop.
-  Decision failed(const Failure& failure) {
-    if constexpr (guarded) {
-      if (auto ticket = take_ticket()) ticket->failed(failure);
-    }
-    const Decision decision = state().next(failure, rng_, options_.deadline ? time_left() : std::nullopt);
-    if (!decision.retry) give_up(decision.reason, failure);
-    return decision;
-  }
-
-  /// Carries out a decision to retry after `failure`: runs on_retry, then sleeps.
-  void wait(const Failure& failure, const Decision& decision) {
-    on_retry_(made_, failure, decision.wait);
-    sleep_(decision.wait);
-  }
-
-  /// Records that the attempt ended with something that is not a std::exception: its ticket learns nothing.
-  void abandoned() noexcept {
-    if constexpr (guarded) ticket_.reset();
-  }
-
-  /// Returns the attempt's ticket, leaving none behind: it is destroyed (and gives back what it holds)
-  /// when the caller is done with it, even if telling it the outcome throws.
-  std::optional<Ticket> take_ticket() noexcept {
-    std::optional<Ticket> ticket;
-    if (ticket_) {
-      ticket.emplace(std::move(*ticket_));
-      ticket_.reset();
-    }
-    return ticket;
-  }
-
-  /// Returns the policy the loop follows.
-  const RetryPolicy& policy() const noexcept { return policy_; }
-
- private:
-  /// Returns the retry state, set up at the first failure (or guard wait) so that a success sets up nothing.
-  RetryState& state() {
-    if (!state_) state_.emplace(prevalidated, policy_, options_.safe_to_repeat);
-    return *state_;
-  }
-
-  std::chrono::milliseconds waited() const noexcept { return state_ ? state_->waited() : std::chrono::milliseconds{0}; }
-
-  std::optional<std::chrono::milliseconds> time_left() const {
-    using namespace std::chrono;
-    const auto now = now_on(options_);
-    return *options_.deadline > now ? floor<milliseconds>(*options_.deadline - now) : milliseconds::zero();
-  }
-
-  Refusal refuse(const Refusal& refusal) {
-    give_up(refusal.reason, refusal.failure, refusal.limit);
-    return refusal;
-  }
-
-  void report(const CallStats& stats) {
-    if constexpr (!std::is_same_v<Options, NoCallOptions>) {
-      if (options_.stats != nullptr) *options_.stats = stats;
-    }
-  }
-
-  void give_up(StopReason reason, const Failure& failure, LimitType limit = LimitType::unknown) {
-    report(CallStats{made_, waited(), reason});
-    if constexpr (!std::is_same_v<Options, NoCallOptions>) {
-      if (options_.on_give_up) options_.on_give_up(GiveUp{reason, failure, made_, waited(), limit});
-    }
-  }
-
-  const RetryPolicy& policy_;
-  const Options& options_;
-  Sleep& sleep_;
-  Rng& rng_;
-  OnRetry& on_retry_;
-  Guard& guard_;
-  std::optional<RetryState> state_;
-  std::optional<Ticket> ticket_;
-  int made_ = 0;
-};
+  return step;
+}
 
 /// Returns the failure `check` finds in `answer`, or nullopt (always, without a check).
 template <class Check, class Answer>
@@ -346,17 +165,19 @@ std::optional<Failure> rejected(const Check& check, const Answer& answer) {
 }
 
 #if LLMRETRY_HAS_EXCEPTIONS
-/// The driver of a call that reports failures by throwing.
-template <class R, class Loop, class Call, class Check, class Options>
-R run_throwing(Loop& loop, Call& call, const Check& check, const Options& options) {
-  constexpr bool plain = std::is_same_v<Check, NoAnswerCheck> && !Loop::guarded;
+/// The blocking driver of a call that reports failures by throwing: carries out `engine`'s steps, its
+/// waits with `sleep`, telling `on_retry` before each wait after a failure.
+template <class R, class Engine, class Call, class Check, class Options, class Sleep, class Rng, class OnRetry>
+R run_throwing(Engine& engine, Call& call, const Check& check, const Options& options, Sleep& sleep, Rng& rng,
+               OnRetry& on_retry) {
+  constexpr bool plain = std::is_same_v<Check, NoAnswerCheck> && !Engine::guarded;
   static_assert(!std::is_void_v<R> || std::is_same_v<Check, NoAnswerCheck>,
                 "check_answer needs a call that returns a value");
   static_assert(plain || std::is_void_v<R> || std::is_move_constructible_v<R> || std::is_reference_v<R>,
                 "with a guard or an answer check, the call's result must be movable");
   using Kept = std::conditional_t<std::is_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>, R>;
-  Attempt attempt;
-  if (const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt)) throw AttemptRefused(*refusal);
+  if (carry_out_waits(engine, engine.start(), sleep).kind == Step::Kind::done)
+    throw AttemptRefused(*engine.first_refusal());
   for (;;) {
     // What the attempt left: its exception, or its answer (kept for the guard, or to return when the check
     // rejected it and the call stops). Both are new in every attempt, and the exception is held through a
@@ -369,12 +190,12 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
     [[maybe_unused]] bool answered = false;
     try {
       if constexpr (std::is_void_v<R>) {
-        invoke_attempt(call, attempt);
+        invoke_attempt(call, engine.attempt());
         answered = true;
       } else if constexpr (plain) {
-        return invoke_attempt(call, attempt);  // no copy, whatever R is
+        return invoke_attempt(call, engine.attempt());  // no copy, whatever R is
       } else {
-        answer.emplace(invoke_attempt(call, attempt));
+        answer.emplace(invoke_attempt(call, engine.attempt()));
         if (const std::optional<Failure> rejection = rejected(check, static_cast<const R&>(*answer))) {
           failure = *rejection;
         } else {
@@ -386,14 +207,17 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
       failure = classify_exception(options, exception);
       error = std::make_unique<std::exception_ptr>(std::current_exception());
     } catch (...) {
-      loop.abandoned();
+      engine.abandoned();
       throw;
     }
     if constexpr (std::is_void_v<R>) {
-      if (answered) return loop.succeeded();
+      if (answered) {
+        (void)engine.succeeded();
+        return;
+      }
     } else if constexpr (!plain) {
       if (answered) {
-        loop.succeeded(static_cast<const R&>(*answer));
+        (void)engine.succeeded(static_cast<const R&>(*answer));
         return static_cast<R>(*std::move(answer));
       }
     }
@@ -404,10 +228,10 @@ R run_throwing(Loop& loop, Call& call, const Check& check, const Options& option
       }
       std::rethrow_exception(*error);
     };
-    const Decision decision = loop.failed(failure);
-    if (!decision.retry) return end();
-    loop.wait(failure, decision);
-    if (loop.template admit<takes_attempt_v<Call>>(attempt)) return end();
+    const Step step = engine.failed(failure, rng);
+    if (step.kind == Step::Kind::done) return end();
+    on_retry(engine.attempts(), failure, step.wait);
+    if (carry_out_waits(engine, step, sleep).kind == Step::Kind::done) return end();
   }
 }
 #endif
@@ -419,52 +243,58 @@ std::optional<Failure> failure_in(const R& result, const Check& check) {
   return rejected(check, result);
 }
 
-/// The driver of a call that returns a result-like value: the last result comes back when it gives up.
-template <class R, class Loop, class Call, class Check>
-R run_results(Loop& loop, Call& call, const Check& check) {
-  constexpr bool can_refuse = Loop::guarded || takes_attempt_v<Call>;
-  Attempt attempt;
-  if (const auto refusal = loop.template admit<takes_attempt_v<Call>>(attempt)) {
-    if constexpr (can_refuse) return refused_result<R>(*refusal);
+/// The blocking driver of a call that returns a result-like value: the last result comes back when it
+/// gives up. Carries out `engine`'s steps as run_throwing does.
+template <class R, class Engine, class Call, class Check, class Sleep, class Rng, class OnRetry>
+R run_results(Engine& engine, Call& call, const Check& check, Sleep& sleep, Rng& rng, OnRetry& on_retry) {
+  constexpr bool can_refuse = Engine::guarded || takes_attempt_v<Call>;
+  if (carry_out_waits(engine, engine.start(), sleep).kind == Step::Kind::done) {
+    if constexpr (can_refuse) return refused_result<R>(*engine.first_refusal());
   }
+  // Returns true when the call goes on after `failure`: the wait after it (and any before the next
+  // attempt) carried out.
+  const auto retries = [&](const Failure& failure) {
+    const Step step = engine.failed(failure, rng);
+    if (step.kind == Step::Kind::done) return false;
+    on_retry(engine.attempts(), failure, step.wait);
+    return carry_out_waits(engine, step, sleep).kind != Step::Kind::done;
+  };
   if constexpr (std::is_move_assignable_v<R>) {
     // One result for every attempt, built where the caller receives it: a success copies nothing, and a
     // later attempt refused returns the last result as it stands.
-    R result = invoke_attempt(call, attempt);
+    R result = invoke_attempt(call, engine.attempt());
     for (;;) {
       const std::optional<Failure> failure = failure_in(result, check);
       if (!failure) {
-        loop.succeeded(result);
+        (void)engine.succeeded(result);
         return result;
       }
-      const Decision decision = loop.failed(*failure);
-      if (!decision.retry) return result;
-      loop.wait(*failure, decision);
-      if (loop.template admit<takes_attempt_v<Call>>(attempt)) return result;
-      result = invoke_attempt(call, attempt);
+      if (!retries(*failure)) return result;
+      result = invoke_attempt(call, engine.attempt());
     }
   } else {
     std::optional<R> last;  // a result that cannot be assigned: the last failed one, kept to return it
     for (;;) {
-      R result = invoke_attempt(call, attempt);
+      R result = invoke_attempt(call, engine.attempt());
       const std::optional<Failure> failure = failure_in(result, check);
       if (!failure) {
-        loop.succeeded(result);
+        (void)engine.succeeded(result);
         return result;
       }
-      const Decision decision = loop.failed(*failure);
-      if (!decision.retry) return result;
-      loop.wait(*failure, decision);
+      const Step step = engine.failed(*failure, rng);
+      if (step.kind == Step::Kind::done) return result;
+      on_retry(engine.attempts(), *failure, step.wait);
       last.reset();
       last.emplace(std::move(result));
-      if (loop.template admit<takes_attempt_v<Call>>(attempt)) return *std::move(last);
+      if (carry_out_waits(engine, step, sleep).kind == Step::Kind::done) return *std::move(last);
     }
   }
 }
 
 }  // namespace detail
 
-/// Calls `call` until it succeeds or the policy says stop, waiting between attempts.
+/// Calls `call` until it succeeds or the policy says stop, waiting between attempts: the blocking driver
+/// of a CallEngine, whose waits it carries out with `sleep` on the calling thread.
 ///
 /// `call` takes no argument, or a `const Attempt&` (the attempt's number and the time left until the
 /// deadline, to bound its own timeout). Failures come in one of two ways, chosen by its return type:
@@ -476,8 +306,9 @@ R run_results(Loop& loop, Call& call, const Check& check) {
 ///   giving up returns the last result unchanged. Exceptions thrown by such a call are not retried.
 ///
 /// After the policy come, in any order and each at most once, what you want to change (each recognised
-/// by its type): a `sleep(std::chrono::milliseconds)` that carries out each wait (default RealSleep; a
-/// recorder such as testing::FakeSleep must be passed as an lvalue); `rng`, any
+/// by its type): a `sleep(std::chrono::milliseconds)` that carries out each wait, or a
+/// `sleep(std::chrono::milliseconds, WaitReason)` that is told why too (backoff, provider, capacity)
+/// (default RealSleep; a recorder such as testing::FakeSleep must be passed as an lvalue); `rng`, any
 /// UniformRandomBitGenerator, used by reference and only for jitter (default ThreadRng); `on_retry(attempt,
 /// failure, wait)`, run before each wait after a failure; a guard (see guard.hpp), shared by reference,
 /// that admits each attempt and learns its outcome; `check_answer(check)`; and CallOptions.
@@ -516,15 +347,14 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   auto& on_retry = detail::pick<Part::on_retry>(no_hook, parts...);
   auto& guard = detail::pick<Part::guard>(no_guard, parts...);
   auto& check = detail::pick<Part::answer_check>(no_check, parts...);
-  using Loop = detail::RetryLoop<std::remove_const_t<std::remove_reference_t<decltype(options)>>,
-                                 std::remove_reference_t<decltype(sleep)>, std::remove_reference_t<decltype(rng)>,
-                                 std::remove_reference_t<decltype(on_retry)>, std::remove_reference_t<decltype(guard)>>;
-  Loop loop{policy, options, sleep, rng, on_retry, guard};
+  using Options = std::remove_const_t<std::remove_reference_t<decltype(options)>>;
+  CallEngine<std::remove_reference_t<decltype(guard)>&, Options> engine(detail::prevalidated, policy, guard, options,
+                                                                       detail::takes_attempt_v<Call>);
   if constexpr (is_result_like_v<R>) {
-    return detail::run_results<R>(loop, call, check);
+    return detail::run_results<R>(engine, call, check, sleep, rng, on_retry);
   } else {
 #if LLMRETRY_HAS_EXCEPTIONS
-    return detail::run_throwing<R>(loop, call, check, options);
+    return detail::run_throwing<R>(engine, call, check, options, sleep, rng, on_retry);
 #else
     static_assert(is_result_like_v<R>, "without exceptions, the call must return a result-like value");
 #endif

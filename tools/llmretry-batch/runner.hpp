@@ -1,5 +1,6 @@
-// The workers of llmretry-batch: each job taken from the queue is one attempt, paced by one Deployment; a
-// failed attempt goes back to the queue with the retry decision's wait as its not_before.
+// The workers of llmretry-batch: each job taken from the queue is one step of its request's CallEngine,
+// paced by one Deployment; a wait (for capacity, or after a failure) puts the job back in the queue with the
+// wait as its not_before.
 #ifndef LLMRETRY_BATCH_RUNNER_HPP
 #define LLMRETRY_BATCH_RUNNER_HPP
 
@@ -7,6 +8,7 @@
 #include <llmretry/attempt.hpp>
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/decision.hpp>
+#include <llmretry/engine.hpp>
 #include <llmretry/errors.hpp>
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/json/usage.hpp>
@@ -65,10 +67,11 @@ struct Settings {
   std::string batch_name;  ///< the prefix of this batch's records in the operations table
 };
 
-/// Sends every pending request until each has a line in the output or errors file. Each job taken from
-/// the queue is one attempt: admitted by the Deployment (its pacing wait is slept, and counts toward the
-/// policy's max_total_wait), sent with the request's Idempotency-Key, and judged by the request's
-/// RetryState: a retry goes back to the queue delayed by the decision's wait, never slept by the worker.
+/// Sends every pending request until each has a line in the output or errors file. Each request has its
+/// CallEngine, admitted by the Deployment; each job taken from the queue carries out the engine's next
+/// step: an attempt is sent with the request's Idempotency-Key, and a wait (for capacity, which counts
+/// toward the policy's max_total_wait, or after a failure) puts the job back in the queue delayed by it,
+/// never slept by the worker.
 /// The order of writes keeps "no completed request is sent again" true across a crash: the line is durable
 /// before the operation is marked completed and the job acknowledged.
 class Runner {
@@ -90,7 +93,7 @@ class Runner {
     for (std::size_t i = 0; i < pending.size(); ++i) {
       index_.emplace(pending[i].key, i);
       lines_[i].request = std::move(pending[i]);
-      lines_[i].state.emplace(settings_.policy);
+      lines_[i].engine.emplace(settings_.policy, deployment_.pace(lines_[i].request.estimate), call_options_);
     }
   }
 
@@ -118,12 +121,15 @@ class Runner {
   [[nodiscard]] std::int64_t remaining() const noexcept { return remaining_; }
 
  private:
-  /// One request and its retry state. A job is handed to one worker at a time; the mutex also covers a
-  /// job handed out again after its visibility timeout while its first worker still holds it.
+  using Engine = llmretry::CallEngine<llmretry::Deployment::Pacing>;
+
+  /// One request and its engine. A job is handed to one worker at a time; the mutex also covers a job
+  /// handed out again after its visibility timeout while its first worker still holds it.
   struct Line {
     Request request;
-    std::optional<llmretry::RetryState> state;
-    bool begun = false;  ///< the operation was begun in this run
+    std::optional<Engine> engine;
+    bool started = false;  ///< its engine has given its first step
+    bool begun = false;    ///< the operation was begun in this run
     bool done = false;   ///< its line is written
     std::mutex mutex;
   };
@@ -149,7 +155,7 @@ class Runner {
           (void)stores->queue().ack(job->id, job->token);
           continue;
         }
-        if (begin(line, *job, *stores)) attempt(line, *job, *stores, rng);
+        if (begin(line, *job, *stores)) step(line, *job, *stores, rng);
       }
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex_);
@@ -180,42 +186,37 @@ class Runner {
     return false;
   }
 
-  /// Makes one attempt of `line` and writes its line, or puts it back in the queue for a retry.
-  void attempt(Line& line, const llmretry::store::Job& job, Stores& stores, llmretry::ThreadRng& rng) {
-    llmretry::Attempt attempt;
-    attempt.number = line.state->attempts() + 1;
-    auto pacing = deployment_.pace(line.request.estimate);
-    auto admission = pacing.admit(attempt);
-    if (!admission.admitted())
-      return give_up(line, job, stores, admission.refusal().failure, admission.refusal().reason);
-    const auto wait = admission.wait();
-    if (wait > std::chrono::milliseconds::zero()) {
-      if (const auto stop = line.state->add_guard_wait(wait, std::nullopt))
-        return give_up(line, job, stores, llmretry::Failure::timed_out(llmretry::Sent::not_sent), *stop);
-      std::this_thread::sleep_for(wait);
+  /// Carries out the next step of `line`'s engine: the attempt (and what follows it), or a wait, for which
+  /// the job goes back to the queue. Writes the line once the call is done.
+  void step(Line& line, const llmretry::store::Job& job, Stores& stores, llmretry::ThreadRng& rng) {
+    Engine& engine = *line.engine;
+    const llmretry::Step next = std::exchange(line.started, true) ? engine.resume() : engine.start();
+    if (next.kind == llmretry::Step::Kind::wait) {
+      (void)stores.queue().retry_later(job.id, job.token, next.wait);
+      return;
     }
+    if (next.kind == llmretry::Step::Kind::done) return give_up(line, job, stores);
     ++stats_.requests;
     stats_.tokens_reserved += line.request.estimate.tokens();
     std::optional<llmretry::curl::Response> response;
     std::optional<llmretry::curl::Response> error_response;
     llmretry::Failure failure;
     try {
-      response = send(line.request, attempt.number);
+      response = send(line.request, engine.attempt().number);
     } catch (const std::exception& error) {
       failure = llmretry::failure_of(error).value_or(llmretry::Failure{});
       if (const auto* answer = llmretry::curl::response_of(error)) error_response = *answer;
     }
     if (response) {
-      admission.ticket().succeeded(*response);
+      (void)engine.succeeded(*response);
       return succeed(line, job, stores, *response);
     }
-    admission.ticket().failed(failure);
     if (failure.kind == llmretry::FailureKind::rate_limited) ++stats_.rate_limited;
-    const llmretry::Decision decision = line.state->next(failure, rng);
-    if (!decision.retry)
-      return give_up(line, job, stores, failure, decision.reason, error_response ? &*error_response : nullptr);
+    const llmretry::Step after = engine.failed(failure, rng);
+    if (after.kind == llmretry::Step::Kind::done)
+      return give_up(line, job, stores, error_response ? &*error_response : nullptr);
     stats_.retried(llmretry::to_string(failure.kind));
-    (void)stores.queue().retry_later(job.id, job.token, decision.wait);
+    (void)stores.queue().retry_later(job.id, job.token, after.wait);
   }
 
   /// Sends `request` once, as attempt `number` of it.
@@ -238,14 +239,16 @@ class Runner {
     finish(line, job, stores, true);
   }
 
-  /// Writes the errors line of a request that failed for good; an operation that certainly did not run is
-  /// marked failed, one that may have run stays in flight.
-  void give_up(Line& line, const llmretry::store::Job& job, Stores& stores, const llmretry::Failure& failure,
-               llmretry::StopReason reason, const llmretry::curl::Response* response = nullptr) {
-    errors_.append(failure_line(line.request, failure, reason, line.state->attempts(), response));
-    if (failure.sent != llmretry::Sent::maybe_processed)
+  /// Writes the errors line of a request whose engine gave up (`response`: the last attempt's error
+  /// answer, if any); an operation that certainly did not run is marked failed, one that may have run
+  /// stays in flight.
+  void give_up(Line& line, const llmretry::store::Job& job, Stores& stores,
+               const llmretry::curl::Response* response = nullptr) {
+    const llmretry::GiveUp& gave_up = *line.engine->gave_up();
+    errors_.append(failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response));
+    if (gave_up.failure.sent != llmretry::Sent::maybe_processed)
       (void)stores.operations().fail(settings_.batch_name + line.request.key);
-    stats_.gave_up(llmretry::to_string(reason));
+    stats_.gave_up(llmretry::to_string(gave_up.reason));
     finish(line, job, stores, false);
   }
 
@@ -264,6 +267,7 @@ class Runner {
   llmretry::Deployment& deployment_;
   OpenStores open_stores_;
   Settings settings_;
+  const llmretry::CallOptions call_options_;  ///< every request's: no deadline, safe to repeat (an Idempotency-Key)
   Stats& stats_;
   llmretry::curl::Options curl_options_;
   std::atomic<std::int64_t> remaining_;

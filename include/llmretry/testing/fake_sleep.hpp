@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "../decision.hpp"
 #include "manual_clock.hpp"
 
 namespace llmretry::testing {
@@ -25,9 +26,16 @@ class FakeSleep {
   /// Records `wait` (rounded up to whole milliseconds) and advances the clock, if any, by it.
   template <class Rep, class Period>
   void operator()(std::chrono::duration<Rep, Period> wait) {
+    (*this)(wait, WaitReason::backoff);
+  }
+  /// Records `wait` (rounded up to whole milliseconds) and its `reason`, and advances the clock, if any,
+  /// by it: what call_with_retry calls.
+  template <class Rep, class Period>
+  void operator()(std::chrono::duration<Rep, Period> wait, WaitReason reason) {
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait);
     std::lock_guard<std::mutex> lock(mutex_);
     waits_.push_back(ms);
+    reasons_.push_back(reason);
     if (clock_ != nullptr) clock_->advance(wait);
   }
 
@@ -35,6 +43,11 @@ class FakeSleep {
   std::vector<std::chrono::milliseconds> waits() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return waits_;
+  }
+  /// Returns why each wait so far was taken, in order (backoff for one recorded without a reason).
+  std::vector<WaitReason> reasons() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reasons_;
   }
   /// Returns the sum of the waits so far.
   std::chrono::milliseconds total() const {
@@ -47,6 +60,7 @@ class FakeSleep {
  private:
   mutable std::mutex mutex_;
   std::vector<std::chrono::milliseconds> waits_;
+  std::vector<WaitReason> reasons_;
   ManualClock* clock_ = nullptr;
 };
 

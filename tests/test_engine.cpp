@@ -1,0 +1,313 @@
+#include <llmretry/engine.hpp>
+
+#include <llmretry/admission/deployment.hpp>
+#include <llmretry/retry.hpp>
+#include <llmretry/testing.hpp>
+
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "llmretry_catch.hpp"
+
+using namespace llmretry;
+using llmretry::testing::FakeSleep;
+using llmretry::testing::ManualClock;
+using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+using Kind = Step::Kind;
+
+namespace {
+
+RetryPolicy no_jitter() {
+  RetryPolicy policy;
+  policy.jitter = Jitter::none;
+  return policy;
+}
+
+Failure rate_limited(milliseconds wait) {
+  Failure failure = Failure::of(FailureKind::rate_limited, Sent::refused);
+  failure.status = 429;
+  failure.provider_wait = wait;
+  return failure;
+}
+
+const Failure unavailable{FailureKind::server_error, 503, std::nullopt, Sent::maybe_processed, std::nullopt};
+
+// A guard that admits after `wait` each time, counting admissions and outcomes; it refuses once `refuse_from`
+// admissions were made.
+struct CountingGuard {
+  milliseconds wait{0};
+  int refuse_from = 1000;
+  int admitted = 0;
+  int succeeded = 0;
+  int failed = 0;
+  int given_back = 0;
+
+  struct Ticket {
+    CountingGuard* guard;
+    bool told = false;
+    Ticket(CountingGuard* owner) : guard(owner) {}
+    Ticket(Ticket&& other) noexcept : guard(other.guard), told(std::exchange(other.told, true)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    ~Ticket() {
+      if (!told) ++guard->given_back;
+    }
+    void succeeded(const int& /*answer*/) {
+      told = true;
+      ++guard->succeeded;
+    }
+    void failed(const Failure& /*failure*/) {
+      told = true;
+      ++guard->failed;
+    }
+  };
+
+  Admission<Ticket> admit(const Attempt& /*attempt*/) {
+    if (admitted >= refuse_from)
+      return Admission<Ticket>::refuse(Refusal{StopReason::refused, Failure::of(FailureKind::server_error, Sent::not_sent)});
+    ++admitted;
+    return Admission<Ticket>::go(Ticket{this}, wait);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("CallEngine: a first attempt that succeeds is one attempt step, then done") {
+  const RetryPolicy policy;
+  const CallOptions options;
+  CallEngine engine(policy, NoGuard{}, options);
+  CHECK(engine.start().kind == Kind::attempt);
+  CHECK(engine.attempt().number == 1);
+  CHECK(engine.succeeded(42).kind == Kind::done);
+  CHECK(engine.gave_up() == nullptr);
+  CHECK(engine.attempts() == 1);
+  CHECK(engine.waited() == 0ms);
+}
+
+TEST_CASE("CallEngine: a failure is a wait step with its reason, and resume() is the next attempt") {
+  const RetryPolicy policy = no_jitter();
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  std::minstd_rand rng;
+  CallEngine engine(policy, NoGuard{}, options);
+  REQUIRE(engine.start().kind == Kind::attempt);
+
+  SECTION("the backoff") {
+    const Step wait = engine.failed(unavailable, rng);
+    CHECK(wait.kind == Kind::wait);
+    CHECK(wait.wait == 500ms);
+    CHECK(wait.reason == WaitReason::backoff);
+  }
+  SECTION("the provider's wait when it is longer than the backoff") {
+    const Step wait = engine.failed(rate_limited(2s), rng);
+    CHECK(wait.kind == Kind::wait);
+    CHECK(wait.wait == 2s);
+    CHECK(wait.reason == WaitReason::provider);
+  }
+  SECTION("the backoff when it is longer than the provider's wait") {
+    const Step wait = engine.failed(rate_limited(100ms), rng);
+    CHECK(wait.wait == 500ms);
+    CHECK(wait.reason == WaitReason::backoff);
+  }
+  const Step next = engine.resume();
+  CHECK(next.kind == Kind::attempt);
+  CHECK(engine.attempt().number == 2);
+  CHECK(engine.succeeded(1).kind == Kind::done);
+  CHECK(stats.attempts == 2);
+  CHECK_FALSE(stats.stopped);
+}
+
+TEST_CASE("CallEngine: the waits of a call that fails every time, then its give-up") {
+  const RetryPolicy policy = no_jitter();  // 4 attempts: waits 0.5, 1, 2
+  std::vector<GiveUp> told;
+  CallOptions options;
+  options.on_give_up = [&](const GiveUp& give_up) { told.push_back(give_up); };
+  std::minstd_rand rng;
+  CallEngine engine(policy, NoGuard{}, options);
+  std::vector<milliseconds> waits;
+  Step step = engine.start();
+  while (step.kind != Kind::done) {
+    REQUIRE(step.kind == Kind::attempt);
+    step = engine.failed(unavailable, rng);
+    if (step.kind == Kind::wait) {
+      waits.push_back(step.wait);
+      step = engine.resume();
+    }
+  }
+  CHECK(waits == std::vector<milliseconds>{500ms, 1000ms, 2000ms});
+  REQUIRE(engine.gave_up() != nullptr);
+  CHECK(engine.gave_up()->reason == StopReason::attempts_exhausted);
+  CHECK(engine.gave_up()->attempts == 4);
+  CHECK(engine.gave_up()->waited == 3500ms);
+  CHECK(engine.gave_up()->failure == unavailable);
+  CHECK_FALSE(engine.first_refusal());
+  REQUIRE(told.size() == 1);
+  CHECK(told.front().reason == StopReason::attempts_exhausted);
+}
+
+TEST_CASE("CallEngine: a guard's wait for capacity is a step, never slept inside") {
+  const RetryPolicy policy = no_jitter();
+  const CallOptions options;
+  CountingGuard guard;
+  guard.wait = 1500ms;
+  std::minstd_rand rng;
+  CallEngine engine(policy, guard, options);  // an lvalue: shared, held by reference
+  const Step first = engine.start();
+  CHECK(first.kind == Kind::wait);
+  CHECK(first.wait == 1500ms);
+  CHECK(first.reason == WaitReason::capacity);
+  CHECK(guard.admitted == 1);
+  CHECK(engine.attempts() == 0);  // admitted, not begun
+  CHECK(engine.resume().kind == Kind::attempt);
+  CHECK(engine.attempts() == 1);
+  CHECK(engine.waited() == 1500ms);
+
+  // A failure: the backoff, then admission again, and its own wait for capacity.
+  const Step backoff = engine.failed(unavailable, rng);
+  CHECK(guard.failed == 1);
+  CHECK(backoff.reason == WaitReason::backoff);
+  const Step capacity = engine.resume();
+  CHECK(capacity.kind == Kind::wait);
+  CHECK(capacity.reason == WaitReason::capacity);
+  CHECK(guard.admitted == 2);
+  CHECK(engine.resume().kind == Kind::attempt);
+  CHECK(engine.attempt().number == 2);
+  CHECK(engine.succeeded(7).kind == Kind::done);
+  CHECK(guard.succeeded == 1);
+  CHECK(guard.given_back == 0);
+  CHECK(engine.waited() == 1500ms + 500ms + 1500ms);
+}
+
+TEST_CASE("CallEngine: a wait for capacity past the wait budget is a refusal, and gives the ticket back") {
+  RetryPolicy policy = no_jitter();
+  policy.max_total_wait = 1s;
+  const CallOptions options;
+  CountingGuard guard;
+  guard.wait = 1500ms;
+  CallEngine engine(policy, guard, options);
+  CHECK(engine.start().kind == Kind::done);
+  REQUIRE(engine.first_refusal());
+  CHECK(engine.first_refusal()->reason == StopReason::wait_budget);
+  CHECK(engine.first_refusal()->failure.sent == Sent::not_sent);
+  CHECK(guard.given_back == 1);
+}
+
+TEST_CASE("CallEngine: a refusal of the first attempt, and of a later one") {
+  const RetryPolicy policy = no_jitter();
+  const CallOptions options;
+  CountingGuard guard;
+  std::minstd_rand rng;
+
+  SECTION("the first: first_refusal() says why, no attempt was made") {
+    guard.refuse_from = 0;
+    CallEngine engine(policy, guard, options);
+    CHECK(engine.start().kind == Kind::done);
+    REQUIRE(engine.first_refusal());
+    CHECK(engine.first_refusal()->reason == StopReason::refused);
+    CHECK(engine.attempts() == 0);
+  }
+  SECTION("a later one ends the call like a give-up, with the guard's reason") {
+    guard.refuse_from = 1;
+    CallEngine engine(policy, guard, options);
+    REQUIRE(engine.start().kind == Kind::attempt);
+    REQUIRE(engine.failed(unavailable, rng).kind == Kind::wait);
+    CHECK(engine.resume().kind == Kind::done);
+    CHECK_FALSE(engine.first_refusal());
+    REQUIRE(engine.gave_up() != nullptr);
+    CHECK(engine.gave_up()->reason == StopReason::refused);
+    CHECK(engine.gave_up()->attempts == 1);
+  }
+}
+
+TEST_CASE("CallEngine: the deadline on the options' clock, in virtual time") {
+  const RetryPolicy policy = no_jitter();
+  ManualClock clock;
+  CallOptions options;
+  options.clock = std::ref(clock);
+  options.deadline = clock.now() + 1200ms;
+  std::minstd_rand rng;
+  CallEngine engine(policy, NoGuard{}, options);
+  REQUIRE(engine.start().kind == Kind::attempt);
+  CHECK(engine.attempt().time_left == 1200ms);
+  clock.advance(100ms);  // the attempt took 100 ms
+  const Step wait = engine.failed(unavailable, rng);
+  REQUIRE(wait.kind == Kind::wait);
+  clock.advance(wait.wait);  // the driver waits in virtual time
+  REQUIRE(engine.resume().kind == Kind::attempt);
+  CHECK(engine.attempt().time_left == 600ms);
+  clock.advance(100ms);
+  // The next backoff (1 s) would end after the deadline (500 ms left).
+  CHECK(engine.failed(unavailable, rng).kind == Kind::done);
+  REQUIRE(engine.gave_up() != nullptr);
+  CHECK(engine.gave_up()->reason == StopReason::deadline);
+}
+
+TEST_CASE("CallEngine: a Deployment in virtual time: the wait for capacity moves the manual clock, not real time") {
+  ManualClock clock;
+  DeploymentOptions deployment_options;
+  deployment_options.name = "virtual";
+  deployment_options.limits[Dimension::requests_per_minute] = Limit::per_minute(60, 1);  // one a second
+  deployment_options.clock = std::ref(clock);
+  Deployment deployment(deployment_options);
+  const RetryPolicy policy = no_jitter();
+  const CallOptions options;
+  std::vector<milliseconds> waits;
+  for (int call = 0; call < 3; ++call) {
+    CallEngine engine(policy, deployment.pace(Cost{}), options);  // a temporary guard: moved in
+    Step step = engine.start();
+    while (step.kind == Kind::wait) {
+      CHECK(step.reason == WaitReason::capacity);
+      waits.push_back(step.wait);
+      clock.advance(step.wait);
+      step = engine.resume();
+    }
+    REQUIRE(step.kind == Kind::attempt);
+    CHECK(engine.succeeded(0).kind == Kind::done);
+  }
+  CHECK(waits == std::vector<milliseconds>{1000ms, 1000ms});
+}
+
+TEST_CASE("CallEngine: an abandoned attempt gives its ticket back") {
+  const RetryPolicy policy;
+  const CallOptions options;
+  CountingGuard guard;
+  CallEngine engine(policy, guard, options);
+  REQUIRE(engine.start().kind == Kind::attempt);
+  engine.abandoned();
+  CHECK(guard.given_back == 1);
+  CHECK(guard.failed == 0);
+}
+
+TEST_CASE("CallEngine: a policy that makes no sense is refused when the engine is made") {
+  RetryPolicy policy;
+  policy.max_attempts = 0;
+  const CallOptions options;
+  CHECK_THROWS_AS(CallEngine(policy, NoGuard{}, options), std::invalid_argument);
+}
+
+TEST_CASE("call_with_retry tells a sleep that takes a WaitReason why it waits") {
+  FakeSleep sleep;
+  CountingGuard guard;
+  guard.wait = 300ms;
+  int calls = 0;
+  const int answer = call_with_retry(
+      [&]() -> int {
+        ++calls;
+        if (calls == 1) throw RateLimited("slow down", rate_limited(2s));
+        if (calls == 2) throw ProviderError("unavailable", unavailable);
+        return 5;
+      },
+      no_jitter(), guard, sleep);
+  CHECK(answer == 5);
+  CHECK(sleep.waits() == std::vector<milliseconds>{300ms, 2000ms, 300ms, 1000ms, 300ms});
+  CHECK(sleep.reasons() == std::vector<WaitReason>{WaitReason::capacity, WaitReason::provider, WaitReason::capacity,
+                                                   WaitReason::backoff, WaitReason::capacity});
+}
+
+TEST_CASE("WaitReason names") {
+  CHECK(std::string(to_string(WaitReason::backoff)) == "backoff");
+  CHECK(std::string(to_string(WaitReason::provider)) == "provider");
+  CHECK(std::string(to_string(WaitReason::capacity)) == "capacity");
+}
