@@ -274,6 +274,26 @@ OptionalGuard<G> optional_guard(bool present, Make make) {
   return OptionalGuard<G>(present ? std::optional<G>(make()) : std::nullopt);
 }
 
+}  // namespace detail
+
+/// The guard of one call on a route (made by route_guard): its circuit breaker, then its retry budget,
+/// then its pacing, each when the route has it.
+using RouteGuard = GuardSet<detail::OptionalGuard<CircuitBreaker::Guard>, detail::OptionalGuard<RetryBudget::Guard>,
+                            detail::OptionalGuard<Deployment::Pacing>>;
+
+/// Returns the guard of one call on `route` whose attempts cost `estimate`: what call_with_fallback
+/// admits each attempt on the route with, and what another driver of the route's calls uses (such as a
+/// simulator on a CallEngine). The route's breaker, budget and deployment must outlive it.
+[[nodiscard]] inline RouteGuard route_guard(const Route& route, const Cost& estimate) {
+  return RouteGuard(
+      detail::optional_guard<CircuitBreaker::Guard>(route.breaker != nullptr, [&] { return route.breaker->guard(); }),
+      detail::optional_guard<RetryBudget::Guard>(route.budget != nullptr, [&] { return route.budget->guard(); }),
+      detail::optional_guard<Deployment::Pacing>(route.deployment != nullptr,
+                                                 [&] { return route.deployment->pace(estimate); }));
+}
+
+namespace detail {
+
 template <class Call>
 constexpr bool route_call_takes_attempt_v = std::is_invocable_v<Call&, const Route&, const Attempt&>;
 
@@ -318,12 +338,7 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
       if (options.call.on_give_up) options.call.on_give_up(report);
     };
     detail::LastSentFailure last;
-    auto guard = guards(
-        last,
-        detail::optional_guard<CircuitBreaker::Guard>(route.breaker != nullptr, [&] { return route.breaker->guard(); }),
-        detail::optional_guard<RetryBudget::Guard>(route.budget != nullptr, [&] { return route.budget->guard(); }),
-        detail::optional_guard<Deployment::Pacing>(route.deployment != nullptr,
-                                                   [&] { return route.deployment->pace(options.estimate); }));
+    auto guard = guards(last, route_guard(route, options.estimate));
     const auto attempt_route = [&](const Attempt& attempt) -> R {
       if constexpr (detail::route_call_takes_attempt_v<Call>) return std::invoke(call, route, attempt);
       else return std::invoke(call, route);

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "../decision.hpp"
 #include "../detail/config.hpp"
 #include "../detail/uniform.hpp"
+#include "../engine.hpp"
 #include "../fallback.hpp"
 #include "../http/status.hpp"
 #include "../policy.hpp"
@@ -105,10 +107,10 @@ struct FleetTotals {
   }
 };
 
-/// Runs `scenario` in virtual time: every call is driven by its own RetryState on each deployment, and,
-/// as the mechanisms say, by the very RetryBudget, CircuitBreaker and FallbackChain::after that
-/// call_with_fallback uses (breaker, then budget, before each attempt), on the virtual clock. The same
-/// scenario gives the same totals on every run.
+/// Runs `scenario` in virtual time: every call is driven by its own CallEngine on each deployment, which
+/// admits each attempt with route_guard (the deployment's CircuitBreaker, then its RetryBudget, as the
+/// mechanisms say), as call_with_fallback does, and moves by FallbackChain::after; every clock is the
+/// virtual one. The same scenario gives the same totals on every run.
 /// Throws std::invalid_argument naming the field when the scenario makes no sense.
 [[nodiscard]] inline FleetTotals simulate_fleet(const FleetScenario& scenario) {
   using std::chrono::milliseconds;
@@ -138,113 +140,107 @@ struct FleetTotals {
   }
   std::vector<Route> routes{Route{"primary", "primary", "", {}}};
   if (scenario.use.fallback) routes.push_back(Route{"fallback", "fallback", "", scenario.fallback_when});
+  for (std::size_t r = 0; r < routes.size(); ++r) {
+    routes[r].breaker = breakers[r] ? &*breakers[r] : nullptr;
+    routes[r].budget = budgets[r] ? &*budgets[r] : nullptr;
+  }
   const FallbackChain chain{routes};
+  const CallOptions call_options;  // safe to repeat, no deadline: the run's waits are virtual
 
+  // One call: its engine on the route it is on, which admits each attempt with the route's guard.
   struct Call {
     std::size_t route = 0;
-    RetryState state;
-    SplitMix64 rng;
-    int attempt = 0;  // attempts made on this route
+    SplitMix64 rng{0};
     std::optional<Failure> last_sent;
-    CircuitBreaker::Pass pass;
+    std::optional<CallEngine<RouteGuard>> engine;
   };
-  std::vector<Call> calls;
-  calls.reserve(static_cast<std::size_t>(scenario.calls));
-  for (std::int64_t i = 0; i < scenario.calls; ++i)
-    calls.push_back(Call{0,
-                         RetryState{detail::prevalidated, scenario.policy},
-                         stream(scenario.seed, static_cast<std::uint64_t>(i) + 1),
-                         0,
-                         std::nullopt,
-                         {}});
+  std::deque<Call> calls;  // engines stay where they are made
+  const auto start_on = [&](Call& call, std::size_t route) {
+    call.route = route;
+    call.last_sent.reset();
+    call.engine.reset();
+    call.engine.emplace(detail::prevalidated, scenario.policy, route_guard(chain.routes()[route], Cost{}),
+                        call_options);
+  };
+  for (std::int64_t i = 0; i < scenario.calls; ++i) {
+    Call& call = calls.emplace_back();
+    call.rng = stream(scenario.seed, static_cast<std::uint64_t>(i) + 1);
+    start_on(call, 0);
+  }
 
-  enum class Kind : std::uint8_t { admit, answered };
-  struct Step {
+  enum class Kind : std::uint8_t { start, resume, answered };
+  struct Due {
     Kind kind;
     std::size_t call;
     std::optional<Failure> failure;  // answered: none when served
   };
-  EventQueue<Step> queue;
+  EventQueue<Due> queue;
   FleetTotals totals;
   totals.calls = scenario.calls;
   const auto rank = [](std::size_t i) { return static_cast<std::uint64_t>(i); };
 
-  // The call gave up on its route for `stop` after `failure`: it moves on, or gives up for good.
-  const auto give_up = [&](std::size_t i, StopReason stop, const Failure& failure) {
+  // Carries out `step` of call `i`: the attempt is sent to its route's provider, a wait is an event later,
+  // and a call done moves to the next route or gives up for good.
+  const auto carry_out = [&](std::size_t i, const Step& step) {
     Call& call = calls[i];
-    const FallbackStep step = chain.after(call.route, stop, call.last_sent, failure, true);
-    if (step.to) {
-      call.route = *step.to;
-      call.state = RetryState{detail::prevalidated, scenario.policy};
-      call.attempt = 0;
-      call.last_sent.reset();
-      queue.push(now, rank(i), Step{Kind::admit, i, std::nullopt});
+    const std::size_t r = call.route;
+    if (step.kind == Step::Kind::wait) {
+      queue.push(now + step.wait, rank(i), Due{Kind::resume, i, std::nullopt});
       return;
     }
-    ++totals.gave_up[to_string(stop)];
-    totals.makespan = std::max(totals.makespan, now);
+    if (step.kind == Step::Kind::done) {
+      const GiveUp* gave_up = call.engine->gave_up();
+      if (gave_up == nullptr) {
+        ++totals.served_by[r];
+        totals.makespan = std::max(totals.makespan, now);
+        return;
+      }
+      const FallbackStep move = chain.after(r, gave_up->reason, call.last_sent, gave_up->failure, true);
+      if (move.to) {
+        start_on(call, *move.to);
+        queue.push(now, rank(i), Due{Kind::start, i, std::nullopt});
+        return;
+      }
+      ++totals.gave_up[to_string(gave_up->reason)];
+      totals.makespan = std::max(totals.makespan, now);
+      return;
+    }
+    ++totals.attempts[r];
+    const FleetProvider& provider = *providers[r];
+    std::optional<Failure> failure;
+    milliseconds latency{0};
+    const bool in_trouble =
+        now >= provider.trouble_from && now < provider.trouble_until &&
+        detail::uniform_between(trouble_rngs[r], 0, 999'999) < detail::per_million(provider.trouble_rate);
+    if (in_trouble) {
+      failure = classify_status(503);
+      latency = provider.trouble_latency;
+    } else {
+      const Reply reply = models[r].request(now);
+      failure = reply.failure;
+      latency = reply.latency;
+    }
+    queue.push(now + latency, rank(i), Due{Kind::answered, i, failure});
   };
 
   for (std::size_t i = 0; i < calls.size(); ++i)
-    queue.push(scenario.spacing * static_cast<std::int64_t>(i), rank(i), Step{Kind::admit, i, std::nullopt});
+    queue.push(scenario.spacing * static_cast<std::int64_t>(i), rank(i), Due{Kind::start, i, std::nullopt});
   while (!queue.empty()) {
-    Event<Step> event = queue.pop();
+    const auto event = queue.pop();
     now = event.at;
     const std::size_t i = event.payload.call;
     Call& call = calls[i];
-    const std::size_t r = call.route;
-    if (event.payload.kind == Kind::admit) {
-      ++call.attempt;
-      call.pass = CircuitBreaker::Pass{true, false, 0, std::nullopt};
-      if (breakers[r]) {
-        call.pass = breakers[r]->try_pass(clock());
-        if (!call.pass.allowed) {
-          Failure refusal = Failure::of(FailureKind::server_error, Sent::not_sent);
-          refusal.provider_wait = call.pass.wait;
-          give_up(i, StopReason::circuit_open, refusal);
-          continue;
+    switch (event.payload.kind) {
+      case Kind::start: carry_out(i, call.engine->start()); break;
+      case Kind::resume: carry_out(i, call.engine->resume()); break;
+      case Kind::answered:
+        if (const std::optional<Failure>& failure = event.payload.failure) {
+          call.last_sent = *failure;
+          carry_out(i, call.engine->failed(*failure, call.rng));
+        } else {
+          carry_out(i, call.engine->succeeded());
         }
-      }
-      if (budgets[r]) {
-        if (call.attempt == 1) {
-          budgets[r]->deposit(clock());
-        } else if (!budgets[r]->try_withdraw(clock())) {
-          if (breakers[r]) breakers[r]->abandon(call.pass);
-          give_up(i, StopReason::retry_budget, *call.last_sent);
-          continue;
-        }
-      }
-      ++totals.attempts[r];
-      const FleetProvider& provider = *providers[r];
-      std::optional<Failure> failure;
-      milliseconds latency{0};
-      const bool in_trouble =
-          now >= provider.trouble_from && now < provider.trouble_until &&
-          detail::uniform_between(trouble_rngs[r], 0, 999'999) < detail::per_million(provider.trouble_rate);
-      if (in_trouble) {
-        failure = classify_status(503);
-        latency = provider.trouble_latency;
-      } else {
-        const Reply reply = models[r].request(now);
-        failure = reply.failure;
-        latency = reply.latency;
-      }
-      queue.push(now + latency, rank(i), Step{Kind::answered, i, failure});
-      continue;
-    }
-    const std::optional<Failure>& failure = event.payload.failure;
-    if (breakers[r]) breakers[r]->record(call.pass, failure && CircuitBreaker::counts_as_failure(*failure), clock());
-    if (!failure) {
-      ++totals.served_by[r];
-      totals.makespan = std::max(totals.makespan, now);
-      continue;
-    }
-    call.last_sent = *failure;
-    const Decision decision = call.state.next(*failure, call.rng);
-    if (decision.retry) {
-      queue.push(now + decision.wait, rank(i), Step{Kind::admit, i, std::nullopt});
-    } else {
-      give_up(i, decision.reason, *failure);
+        break;
     }
   }
   if (breakers[0]) totals.opened = breakers[0]->stats().opened;
