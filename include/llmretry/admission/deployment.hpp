@@ -29,6 +29,15 @@ template <class T>
 struct has_headers<T, std::void_t<decltype(parse_rate_limits(std::declval<const T&>().headers,
                                                              std::chrono::system_clock::time_point{}))>>
     : std::true_type {};
+/// An answer that says itself what it used and what limits were reported (a simulated one, or one whose
+/// headers and body its client has read already): members `usage` (std::optional<Cost>) and `rate_limits`
+/// (RateLimits).
+template <class T, class = void>
+struct says_usage_and_limits : std::false_type {};
+template <class T>
+struct says_usage_and_limits<T, std::void_t<decltype(std::optional<Cost>(std::declval<const T&>().usage)),
+                                            decltype(RateLimits(std::declval<const T&>().rate_limits))>>
+    : std::true_type {};
 }  // namespace detail
 
 /// How a deployment learns the provider's limits besides what it was configured with.
@@ -171,14 +180,19 @@ class Deployment::Pacing {
                      Failure::of(FailureKind::rate_limited, Sent::not_sent), LimitType::concurrency};
     }
 
-    /// Settles with the answer's usage and learns from its rate-limit headers.
+    /// Settles with the answer's usage and learns from its rate-limit headers; an answer with `usage` and
+    /// `rate_limits` members says them itself.
     template <class Answer>
     void succeeded(const Answer& answer) {
-      const std::optional<Cost> usage = reported_usage(answer, deployment_->options().read_usage);
-      std::optional<RateLimits> reported;
-      if constexpr (detail::has_headers<Answer>::value)
-        reported = parse_rate_limits(answer.headers, std::chrono::system_clock::now());
-      deployment_->succeeded(reservation_, usage, reported ? &*reported : nullptr, deployment_->now());
+      if constexpr (detail::says_usage_and_limits<Answer>::value) {
+        deployment_->succeeded(reservation_, answer.usage, &answer.rate_limits, deployment_->now());
+      } else {
+        const std::optional<Cost> usage = reported_usage(answer, deployment_->options().read_usage);
+        std::optional<RateLimits> reported;
+        if constexpr (detail::has_headers<Answer>::value)
+          reported = parse_rate_limits(answer.headers, std::chrono::system_clock::now());
+        deployment_->succeeded(reservation_, usage, reported ? &*reported : nullptr, deployment_->now());
+      }
       release();
     }
     /// Settles a call that returned nothing: the estimate stays charged.

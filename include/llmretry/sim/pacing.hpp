@@ -13,6 +13,8 @@
 #include "../admission/rate_limiter.hpp"
 #include "../decision.hpp"
 #include "../detail/config.hpp"
+#include "../engine.hpp"
+#include "../guard.hpp"
 #include "../policy.hpp"
 #include "event_queue.hpp"
 #include "provider.hpp"
@@ -121,73 +123,119 @@ struct PacedTotals {
   return bound + s.provider.latency;
 }
 
-/// Runs `scenario` in virtual time: each call is ready at its time (or when a worker is free), is held
-/// back before each attempt as the admission mode says (the wait counts toward its policy's wait budget),
-/// then retried by its own RetryState; llmretry's modes drive a real llmretry::Deployment on the virtual
-/// clock. The same scenario gives the same totals on every run.
-/// Throws std::invalid_argument naming the field when the scenario makes no sense.
-[[nodiscard]] inline PacedTotals simulate_paced(const PacedScenario& scenario) {
-  using std::chrono::milliseconds;
-  scenario.validate();
-  const Workload& w = scenario.workload;
+}  // namespace llmretry::sim
+
+namespace llmretry::detail {
+
+/// What a simulated answer tells the guard of its attempt: the usage the provider counted (nullopt: the
+/// estimate stays charged) and the limits its headers reported.
+struct PacedAnswer {
+  std::optional<Cost> usage;
+  RateLimits rate_limits;
+};
+
+/// A guard that admits every attempt at once and learns nothing: retries only.
+struct Unpaced {
+  struct Ticket {
+    template <class... Answer>
+    void succeeded(const Answer&... /*answer*/) const noexcept {}
+    void failed(const Failure& /*failure*/) const noexcept {}
+  };
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& /*attempt*/) const noexcept {
+    return Admission<Ticket>::go(Ticket{});
+  }
+};
+
+/// A guard that starts one attempt every `interval` (shared by every call through `next_start`), tokens
+/// ignored.
+class Spacing {
+ public:
+  using Ticket = Unpaced::Ticket;
+  /// `next_start` and `now` are the run's, and outlive the guard.
+  Spacing(sim::Time& next_start, std::chrono::milliseconds interval, const sim::Time& now) noexcept
+      : next_start_(&next_start), interval_(interval), now_(&now) {}
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& /*attempt*/) noexcept {
+    const sim::Time start = std::max(*now_, *next_start_);
+    *next_start_ = start + interval_;
+    return Admission<Ticket>::go(Ticket{}, start - *now_);
+  }
+
+ private:
+  sim::Time* next_start_;
+  std::chrono::milliseconds interval_;
+  const sim::Time* now_;
+};
+
+/// A guard that charges each attempt's estimate to request and token buckets of a minute each (shared by
+/// every call), never refunded, and holds every start for 15 s after any 429.
+class Buckets {
+ public:
+  struct Ticket {
+    RateLimiter* buckets;
+    const sim::Time* now;
+    template <class... Answer>
+    void succeeded(const Answer&... /*answer*/) const noexcept {}
+    void failed(const Failure& failure) const noexcept {
+      if (failure.kind == FailureKind::rate_limited)
+        buckets->pause_until(std::chrono::steady_clock::time_point{} + *now + std::chrono::seconds{15});
+    }
+  };
+  /// `buckets`, `now` and `reserved` (the tokens reserved, counted) are the run's, and outlive the guard.
+  Buckets(RateLimiter& buckets, const Cost& estimate, const sim::Time& now, std::int64_t& reserved) noexcept
+      : buckets_(&buckets), estimate_(estimate), now_(&now), reserved_(&reserved) {}
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& /*attempt*/) noexcept {
+    const auto at = std::chrono::steady_clock::time_point{} + *now_;
+    const Reservation held = buckets_->reserve(estimate_, at);
+    *reserved_ += estimate_.tokens();
+    return Admission<Ticket>::go(Ticket{buckets_, now_}, held.wait_after(at));
+  }
+
+ private:
+  RateLimiter* buckets_;
+  Cost estimate_;
+  const sim::Time* now_;
+  std::int64_t* reserved_;
+};
+
+/// The run of simulate_paced with calls admitted by the guards `make_guard()` returns, one per call.
+template <class MakeGuard>
+sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderModel& provider, sim::Time& now, MakeGuard make_guard) {
+  const sim::Workload& w = scenario.workload;
   const Cost estimate{1, w.prompt_tokens, w.max_tokens};
   const Cost usage{1, w.prompt_tokens, w.output_tokens};
-  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
-
-  Time now{0};
-  const auto clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
-  std::optional<Deployment> deployment;
-  if (scenario.admission == AdmissionMode::deployment || scenario.admission == AdmissionMode::learned) {
-    DeploymentOptions options;
-    options.name = "simulated";
-    if (scenario.admission == AdmissionMode::deployment) options.limits = scenario.limits;
-    options.clock = clock;
-    deployment.emplace(options);
-  }
-  std::optional<RateLimiter> buckets;  // AdmissionMode::buckets: a minute's capacity, never refunded
-  if (scenario.admission == AdmissionMode::buckets) {
-    Limits minute;
-    for (const Dimension d : {Dimension::requests_per_minute, Dimension::tokens_per_minute})
-      if (scenario.limits[d]) minute[d] = Limit::per_minute(scenario.limits[d]->limit);
-    buckets.emplace(minute);
-  }
-  const milliseconds spacing_interval =
-      scenario.limits[Dimension::requests_per_minute]
-          ? milliseconds{60'000 / std::max<std::int64_t>(1, scenario.limits[Dimension::requests_per_minute]->limit)}
-          : milliseconds{0};
-  Time next_spaced_start{0};
+  using Guard = decltype(make_guard());
+  const CallOptions call_options;  // safe to repeat, no deadline: the run's waits are virtual
 
   struct Call {
-    RetryState state;
-    SplitMix64 rng;
-    Time taken{0};  // when a worker took it, or it became ready
-    std::optional<Time> first_start;
-    Reservation reservation;
+    sim::SplitMix64 rng{0};
+    sim::Time taken{0};  // when a worker took it, or it became ready
+    bool started = false;
+    std::optional<CallEngine<Guard>> engine;
   };
-  std::vector<Call> calls;
-  calls.reserve(static_cast<std::size_t>(w.calls));
-  for (std::int64_t i = 0; i < w.calls; ++i)
-    calls.push_back(Call{RetryState{detail::prevalidated, scenario.policy},
-                         stream(scenario.seed, static_cast<std::uint64_t>(i) + 1), Time{0}, std::nullopt,
-                         Reservation{}});
+  std::deque<Call> calls;  // engines stay where they are made
+  for (std::int64_t i = 0; i < w.calls; ++i) {
+    Call& call = calls.emplace_back();
+    call.rng = sim::stream(scenario.seed, static_cast<std::uint64_t>(i) + 1);
+    call.engine.emplace(prevalidated, scenario.policy, make_guard(), call_options);
+  }
 
-  enum class Kind : std::uint8_t { ready, admit, send, answered };
-  struct Step {
+  enum class Kind : std::uint8_t { ready, start, resume, answered };
+  struct Due {
     Kind kind;
     std::size_t call;
-    Reply reply;
+    sim::Reply reply;
   };
-  EventQueue<Step> queue;
+  sim::EventQueue<Due> queue;
   std::deque<std::size_t> backlog;  // ready calls waiting for a worker
   int busy_workers = 0;
-  PacedTotals totals;
-  std::vector<milliseconds> queue_waits;
+  sim::PacedTotals totals;
+  std::vector<std::chrono::milliseconds> queue_waits;
   queue_waits.reserve(calls.size());
 
   const auto rank = [](std::size_t i) { return static_cast<std::uint64_t>(i); };
   const auto take_up = [&](std::size_t i) {
     calls[i].taken = now;
-    queue.push(now, rank(i), Step{Kind::admit, i, {}});
+    queue.push(now, rank(i), Due{Kind::start, i, {}});
   };
   const auto finish = [&] {
     totals.makespan = std::max(totals.makespan, now);
@@ -199,39 +247,28 @@ struct PacedTotals {
     ++busy_workers;
     take_up(next);
   };
-  // Returns when the attempt of call i may start, or nullopt when its policy's wait budget stops it.
-  const auto admit = [&](std::size_t i) -> std::optional<Time> {
-    Time start = now;
-    switch (scenario.admission) {
-      case AdmissionMode::none: break;
-      case AdmissionMode::spacing:
-        start = std::max(now, next_spaced_start);
-        next_spaced_start = start + spacing_interval;
-        break;
-      case AdmissionMode::buckets: {
-        Reservation held = buckets->reserve(estimate, clock());
-        start = now + held.wait_after(clock());
-        totals.tokens_reserved += estimate.tokens();
-        break;
-      }
-      case AdmissionMode::deployment:
-      case AdmissionMode::learned: {
-        calls[i].reservation = deployment->reserve(estimate, clock());
-        start = now + calls[i].reservation.wait_after(clock());
-        break;
-      }
+  // Carries out `step` of call i: a wait is an event later, the attempt is sent, a call done is finished.
+  const auto carry_out = [&](std::size_t i, const Step& step) {
+    Call& call = calls[i];
+    if (step.kind == Step::Kind::wait) {
+      queue.push(now + step.wait, rank(i), Due{Kind::resume, i, {}});
+      return;
     }
-    if (start > now && calls[i].state.add_guard_wait(start - now, std::nullopt)) {
-      if (deployment) deployment->limiter().cancel(calls[i].reservation);
-      return std::nullopt;
+    if (step.kind == Step::Kind::done) {
+      ++(call.engine->gave_up() == nullptr ? totals.served : totals.gave_up);
+      finish();
+      return;
     }
-    return start;
+    if (!std::exchange(call.started, true)) queue_waits.push_back(now - call.taken);
+    ++totals.requests;
+    const sim::Reply reply = provider.request(now, estimate.tokens());
+    queue.push(now + reply.latency, rank(i), Due{Kind::answered, i, reply});
   };
 
   for (std::size_t i = 0; i < calls.size(); ++i)
-    queue.push(w.spacing * static_cast<std::int64_t>(i), rank(i), Step{Kind::ready, i, {}});
+    queue.push(w.spacing * static_cast<std::int64_t>(i), rank(i), Due{Kind::ready, i, {}});
   while (!queue.empty()) {
-    Event<Step> event = queue.pop();
+    sim::Event<Due> event = queue.pop();
     now = event.at;
     const std::size_t i = event.payload.call;
     Call& call = calls[i];
@@ -244,59 +281,79 @@ struct PacedTotals {
           backlog.push_back(i);
         }
         break;
-      case Kind::admit: {
-        const auto start = admit(i);
-        if (!start) {
-          ++totals.gave_up;
-          finish();
-          break;
-        }
-        if (!call.first_start) {
-          call.first_start = *start;
-          queue_waits.push_back(*start - call.taken);
-        }
-        queue.push(*start, rank(i), Step{Kind::send, i, {}});
-        break;
-      }
-      case Kind::send: {
-        ++totals.requests;
-        const Reply reply = provider.request(now, estimate.tokens());
-        queue.push(now + reply.latency, rank(i), Step{Kind::answered, i, reply});
-        break;
-      }
+      case Kind::start: carry_out(i, call.engine->start()); break;
+      case Kind::resume: carry_out(i, call.engine->resume()); break;
       case Kind::answered: {
-        const Reply& reply = event.payload.reply;
+        const sim::Reply& reply = event.payload.reply;
         if (!reply.failure) {
           if (scenario.provider_counts_usage) provider.refund(now, w.max_tokens - w.output_tokens);
-          if (deployment)
-            deployment->succeeded(call.reservation,
-                                  scenario.provider_counts_usage ? std::optional<Cost>(usage) : std::nullopt,
-                                  &reply.reported, clock());
-          ++totals.served;
           totals.tokens_used += usage.tokens();
-          finish();
+          carry_out(i, call.engine->succeeded(PacedAnswer{
+                           scenario.provider_counts_usage ? std::optional<Cost>(usage) : std::nullopt, reply.reported}));
           break;
         }
-        if (reply.outcome == Outcome::refused) {
-          ++totals.refused;
-          if (buckets) buckets->pause_until(clock() + std::chrono::seconds{15});
-        }
-        if (deployment) deployment->failed(call.reservation, *reply.failure, clock());
-        const Decision decision = call.state.next(*reply.failure, call.rng);
-        if (!decision.retry) {
-          ++totals.gave_up;
-          finish();
-          break;
-        }
-        queue.push(now + decision.wait, rank(i), Step{Kind::admit, i, {}});
+        if (reply.outcome == sim::Outcome::refused) ++totals.refused;
+        carry_out(i, call.engine->failed(*reply.failure, call.rng));
         break;
       }
     }
   }
-  if (deployment) totals.tokens_reserved = deployment->limiter().stats().tokens_reserved;
-  totals.bound = capacity_bound(scenario);
   std::sort(queue_waits.begin(), queue_waits.end());
-  totals.p95_queue_wait = percentile(queue_waits, 95);
+  totals.p95_queue_wait = sim::percentile(queue_waits, 95);
+  return totals;
+}
+
+}  // namespace llmretry::detail
+
+namespace llmretry::sim {
+
+/// Runs `scenario` in virtual time: each call is ready at its time (or when a worker is free) and driven
+/// by its own CallEngine, admitted before each attempt as the admission mode says (the wait counts toward
+/// its policy's wait budget); llmretry's modes admit with a real llmretry::Deployment's guard
+/// (Deployment::pace) on the virtual clock, the baselines with guards of their own. The same scenario
+/// gives the same totals on every run.
+/// Throws std::invalid_argument naming the field when the scenario makes no sense.
+[[nodiscard]] inline PacedTotals simulate_paced(const PacedScenario& scenario) {
+  scenario.validate();
+  const Workload& w = scenario.workload;
+  const Cost estimate{1, w.prompt_tokens, w.max_tokens};
+  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
+  Time now{0};
+  PacedTotals totals;
+  switch (scenario.admission) {
+    case AdmissionMode::none: totals = detail::run_paced(scenario, provider, now, [] { return detail::Unpaced{}; }); break;
+    case AdmissionMode::spacing: {
+      const std::chrono::milliseconds interval{
+          60'000 / std::max<std::int64_t>(1, scenario.limits[Dimension::requests_per_minute]->limit)};
+      Time next_start{0};
+      totals = detail::run_paced(scenario, provider, now,
+                                 [&] { return detail::Spacing(next_start, interval, now); });
+      break;
+    }
+    case AdmissionMode::buckets: {
+      Limits minute;
+      for (const Dimension d : {Dimension::requests_per_minute, Dimension::tokens_per_minute})
+        if (scenario.limits[d]) minute[d] = Limit::per_minute(scenario.limits[d]->limit);
+      RateLimiter buckets(minute);
+      std::int64_t reserved = 0;
+      totals = detail::run_paced(scenario, provider, now,
+                                 [&] { return detail::Buckets(buckets, estimate, now, reserved); });
+      totals.tokens_reserved = reserved;
+      break;
+    }
+    case AdmissionMode::deployment:
+    case AdmissionMode::learned: {
+      DeploymentOptions options;
+      options.name = "simulated";
+      if (scenario.admission == AdmissionMode::deployment) options.limits = scenario.limits;
+      options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
+      Deployment deployment(options);
+      totals = detail::run_paced(scenario, provider, now, [&] { return deployment.pace(estimate); });
+      totals.tokens_reserved = deployment.limiter().stats().tokens_reserved;
+      break;
+    }
+  }
+  totals.bound = capacity_bound(scenario);
   return totals;
 }
 

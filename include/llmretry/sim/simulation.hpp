@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <vector>
 
 #include "../decision.hpp"
 #include "../detail/config.hpp"
+#include "../engine.hpp"
 #include "../policy.hpp"
 #include "event_queue.hpp"
 #include "provider.hpp"
@@ -148,26 +150,28 @@ struct Group {
 }
 
 /// Runs `scenario` in virtual time and returns what every client did. Each client is driven by its own
-/// RetryState, exactly as call_with_retry drives one call; nothing sleeps and no clock is read. Requests
+/// CallEngine, exactly as call_with_retry drives one call; nothing sleeps and no clock is read. Requests
 /// sent at the same instant reach the provider in client order. The same scenario (seed included) gives
 /// the same result on every run and platform.
 /// Throws std::invalid_argument naming the field when the scenario makes no sense.
 [[nodiscard]] inline RunResult simulate(const Scenario& scenario) {
   scenario.validate();
   ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
+  CallOptions options;
+  options.safe_to_repeat = scenario.safe_to_repeat;
   struct Caller {
-    RetryState state;
-    SplitMix64 rng;
+    SplitMix64 rng{0};
+    std::optional<CallEngine<NoGuard>> engine;
   };
-  std::vector<Caller> callers;
-  callers.reserve(static_cast<std::size_t>(scenario.clients));
+  std::deque<Caller> callers;  // engines stay where they are made
   RunResult result;
   result.clients.resize(static_cast<std::size_t>(scenario.clients));
   EventQueue<std::size_t> queue;
   queue.reserve(static_cast<std::size_t>(scenario.clients));
   for (std::size_t i = 0; i < result.clients.size(); ++i) {
-    callers.push_back(Caller{RetryState{detail::prevalidated, scenario.policy, scenario.safe_to_repeat},
-                             stream(scenario.seed, i + 1)});
+    Caller& caller = callers.emplace_back();
+    caller.rng = stream(scenario.seed, i + 1);
+    caller.engine.emplace(detail::prevalidated, scenario.policy, NoGuard{}, options);
     result.clients[i].start = scenario.start_spacing * static_cast<std::int64_t>(i);
     queue.push(result.clients[i].start, i, i);
   }
@@ -175,9 +179,12 @@ struct Group {
     const auto event = queue.pop();
     const std::size_t i = event.payload;
     ClientResult& client = result.clients[i];
+    CallEngine<NoGuard>& engine = *callers[i].engine;
+    // Without a guard or a deadline, each step after a wait (and the first) is the attempt.
+    (void)(client.attempts.empty() ? engine.start() : engine.resume());
     const Reply reply = provider.request(event.at);
     Attempt attempt;
-    attempt.number = static_cast<int>(client.attempts.size()) + 1;
+    attempt.number = engine.attempt().number;
     attempt.sent = event.at;
     attempt.answered = event.at + reply.latency;
     attempt.outcome = reply.outcome;
@@ -185,16 +192,17 @@ struct Group {
     if (!reply.failure) {
       client.served = true;
       attempt.status = 200;
+      (void)engine.succeeded();
     } else {
       attempt.status = reply.failure->status;
-      const Decision decision = callers[i].state.next(*reply.failure, callers[i].rng);
-      if (decision.retry) {
-        attempt.wait = decision.wait;
-        queue.push(attempt.answered + decision.wait, i, i);
+      const Step step = engine.failed(*reply.failure, callers[i].rng);
+      if (step.kind == Step::Kind::wait) {
+        attempt.wait = step.wait;
+        queue.push(attempt.answered + step.wait, i, i);
       } else {
-        client.gave_up = decision.reason;
+        client.gave_up = engine.gave_up()->reason;
       }
-      client.waited = callers[i].state.waited();
+      client.waited = engine.waited();
     }
     client.attempts.push_back(attempt);
   }
