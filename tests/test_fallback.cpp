@@ -286,3 +286,88 @@ TEST_CASE("A chain that makes no sense is refused, naming the route and field", 
   r[0].when = {FallbackReason::provider_5xx};
   CHECK_THROWS_WITH(FallbackChain{r}, "FallbackChain: routes[0].when must be empty: nothing moves to the primary");
 }
+
+namespace {
+
+// A guard of the user's that writes down each route's admissions and outcomes, and refuses the routes it is
+// told to with no capacity.
+struct RouteLog {
+  std::vector<std::string> entries;
+  std::vector<std::string> refused;
+};
+
+class LoggingGuard {
+ public:
+  struct Ticket {
+    RouteLog* log;
+    std::string route;
+    template <class... Answer>
+    void succeeded(const Answer&... /*answer*/) {
+      log->entries.push_back(route + " succeeded");
+    }
+    void failed(const Failure& failure) { log->entries.push_back(route + " failed " + to_string(failure.kind)); }
+  };
+  LoggingGuard(RouteLog& log, std::string route) : log_(&log), route_(std::move(route)) {}
+  Admission<Ticket> admit(const Attempt& attempt) {
+    log_->entries.push_back(route_ + " admit " + std::to_string(attempt.number));
+    for (const auto& name : log_->refused)
+      if (name == route_)
+        return Admission<Ticket>::refuse(
+            Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent), LimitType::tokens});
+    return Admission<Ticket>::go(Ticket{log_, route_});
+  }
+
+ private:
+  RouteLog* log_;
+  std::string route_;
+};
+
+}  // namespace
+
+TEST_CASE("route_guards: a guard of the user's on each route sees its attempts, before the route's own",
+          "[fallback]") {
+  const FallbackChain chain{routes()};
+  FakeSleep sleep;
+  Recorder recorder;
+  RouteLog log;
+  Providers providers({"server_error*4"}, {"ok"});
+  const auto routed =
+      call_with_fallback(chain, providers, no_jitter(), recorder.options, sleep,
+                         route_guards([&](const Route& route) { return LoggingGuard(log, route.provider); }));
+  CHECK(routed.route == "openai/gpt-5.5");
+  CHECK(log.entries == std::vector<std::string>{"anthropic admit 1", "anthropic failed server_error",
+                                                "anthropic admit 2", "anthropic failed server_error",
+                                                "anthropic admit 3", "anthropic failed server_error",
+                                                "anthropic admit 4", "anthropic failed server_error",
+                                                "openai admit 1", "openai succeeded"});
+}
+
+TEST_CASE("route_guards: a refusal of the user's guard moves the call like the route's own pacing",
+          "[fallback]") {
+  const FallbackChain chain{routes()};
+  FakeSleep sleep;
+  Recorder recorder;
+  RouteLog log;
+  log.refused = {"anthropic"};
+  Providers providers({"ok"}, {}, {"ok"});
+  const auto routed =
+      call_with_fallback(chain, providers, no_jitter(), recorder.options, sleep,
+                         route_guards([&](const Route& route) { return LoggingGuard(log, route.provider); }));
+  CHECK(routed.route == "google/gemini-3");  // primary_unavailable
+  REQUIRE(recorder.moves.size() == 1);
+  CHECK(recorder.moves.front().reason == FallbackReason::primary_unavailable);
+  CHECK(providers.called == std::vector<std::string>{"google"});
+}
+
+TEST_CASE("route_guards: a guard returned by reference is shared by every route", "[fallback]") {
+  const FallbackChain chain{routes()};
+  FakeSleep sleep;
+  Recorder recorder;
+  RouteLog log;
+  LoggingGuard shared(log, "shared");
+  Providers providers({"server_error*4"}, {"ok"});
+  (void)call_with_fallback(chain, providers, no_jitter(), recorder.options, sleep,
+                           route_guards([&](const Route&) -> LoggingGuard& { return shared; }));
+  CHECK(log.entries.size() == 10);
+  CHECK(log.entries.back() == "shared succeeded");
+}

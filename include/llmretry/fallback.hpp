@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -219,44 +220,6 @@ struct Routed {
 
 namespace detail {
 
-/// A guard that may be absent: then it admits everything at once and learns nothing.
-template <class Guard>
-class OptionalGuard {
- public:
-  class Ticket {
-   public:
-    explicit Ticket(std::optional<ticket_t<Guard>> inner) : inner_(std::move(inner)) {}
-    [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
-      if constexpr (has_begin<ticket_t<Guard>>::value) {
-        if (inner_) return inner_->begin(attempt);
-      }
-      return std::nullopt;
-    }
-    template <class... Answer>
-    void succeeded(const Answer&... answer) {
-      if (inner_) inner_->succeeded(answer...);
-    }
-    void failed(const Failure& failure) {
-      if (inner_) inner_->failed(failure);
-    }
-
-   private:
-    std::optional<ticket_t<Guard>> inner_;
-  };
-
-  explicit OptionalGuard(std::optional<Guard> guard) : guard_(std::move(guard)) {}
-
-  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
-    if (!guard_) return Admission<Ticket>::go(Ticket{std::nullopt});
-    auto admission = guard_->admit(attempt);
-    if (!admission.admitted()) return Admission<Ticket>::refuse(admission.refusal());
-    return Admission<Ticket>::go(Ticket{std::move(admission.ticket())}, admission.wait());
-  }
-
- private:
-  std::optional<Guard> guard_;
-};
-
 /// A guard that admits everything and keeps the failure of the last attempt sent.
 struct LastSentFailure {
   std::optional<Failure> failure;
@@ -278,8 +241,8 @@ OptionalGuard<G> optional_guard(bool present, Make make) {
 
 /// The guard of one call on a route (made by route_guard): its circuit breaker, then its retry budget,
 /// then its pacing, each when the route has it.
-using RouteGuard = GuardSet<detail::OptionalGuard<CircuitBreaker::Guard>, detail::OptionalGuard<RetryBudget::Guard>,
-                            detail::OptionalGuard<Deployment::Pacing>>;
+using RouteGuard = GuardSet<OptionalGuard<CircuitBreaker::Guard>, OptionalGuard<RetryBudget::Guard>,
+                            OptionalGuard<Deployment::Pacing>>;
 
 /// Returns the guard of one call on `route` whose attempts cost `estimate`: what call_with_fallback
 /// admits each attempt on the route with, and what another driver of the route's calls uses (such as a
@@ -292,7 +255,55 @@ using RouteGuard = GuardSet<detail::OptionalGuard<CircuitBreaker::Guard>, detail
                                                  [&] { return route.deployment->pace(estimate); }));
 }
 
+/// Guards of the user's for each route of call_with_fallback (made by route_guards).
+template <class Make>
+struct RouteGuards {
+  Make make;  ///< `make(const Route&)` returns the guard of one call on that route
+};
+
+/// Returns an argument of call_with_fallback that adds `make(route)` to the guards of each route's call,
+/// before the route's own (breaker, budget, pacing), so that a guard that observes sees every attempt:
+/// any guard, such as a Redis-backed limiter, metrics::observe(...), one of your own, or several made
+/// with guards(...). A guard returned by value is made for each route's call; one returned by reference
+/// (the same for every route, or one per route that you keep) is shared, and must outlive the call.
+/// `make` is called once per route the call goes to, on the calling thread.
+template <class Make>
+[[nodiscard]] RouteGuards<std::decay_t<Make>> route_guards(Make&& make) {
+  return {std::forward<Make>(make)};
+}
+
 namespace detail {
+
+template <class T>
+struct is_route_guards : std::false_type {};
+template <class Make>
+struct is_route_guards<RouteGuards<Make>> : std::true_type {};
+
+/// The route guards of a call that has none.
+struct NoRouteGuards {
+  static NoGuard make(const Route& /*route*/) noexcept { return {}; }
+};
+
+/// Returns the RouteGuards among `parts`, or `none`.
+template <class None>
+None& route_guards_of(None& none) noexcept {
+  return none;
+}
+template <class None, class First, class... Rest>
+decltype(auto) route_guards_of(None& none, First& first, Rest&... rest) noexcept {
+  if constexpr (is_route_guards<std::decay_t<First>>::value) return (first);
+  else return route_guards_of(none, rest...);
+}
+
+/// Returns a tuple of references to the `parts` that are not RouteGuards: what call_with_retry takes.
+template <class... Parts>
+auto without_route_guards(Parts&... parts) noexcept {
+  const auto keep = [](auto& part) {
+    if constexpr (is_route_guards<std::decay_t<decltype(part)>>::value) return std::tuple<>{};
+    else return std::tuple<decltype(part)>(part);
+  };
+  return std::tuple_cat(keep(parts)...);
+}
 
 template <class Call>
 constexpr bool route_call_takes_attempt_v = std::is_invocable_v<Call&, const Route&, const Attempt&>;
@@ -312,7 +323,8 @@ using route_result_t = typename std::conditional_t<route_call_takes_attempt_v<Ca
 /// `call` takes the Route (to pick the URL, model and key) and optionally the Attempt:
 /// `call(const Route&)` or `call(const Route&, const Attempt&)`. It reports failures by throwing or by
 /// returning a result-like value, as for call_with_retry. `parts`: what call_with_retry takes after the
-/// policy, but a guard or CallOptions (they come from the chain and options.call).
+/// policy, but a guard or CallOptions (they come from the chain and options.call), and route_guards(make)
+/// for guards of your own on each route.
 /// Returns the answer with the route that gave it and the moves that led there. When the call gives up
 /// on the chain: options.on_give_up is told, then the last exception is rethrown (AttemptRefused when no
 /// attempt was sent on the last route), or, for a result-like call, the last result is returned.
@@ -325,8 +337,14 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
   using detail::Part;
   static_assert(!std::is_void_v<R>, "call_with_fallback needs a call that returns its answer");
   static_assert(detail::count_of<Part::options, Parts...>() == 0 && detail::count_of<Part::guard, Parts...>() == 0,
-                "call_with_fallback takes CallOptions in FallbackOptions::call, and makes the guards of each route");
+                "call_with_fallback takes CallOptions in FallbackOptions::call, and guards of your own through "
+                "route_guards(...)");
+  static_assert((0 + ... + (detail::is_route_guards<std::decay_t<Parts>>::value ? 1 : 0)) <= 1,
+                "route_guards(...) may be given once");
   policy.validate();
+  detail::NoRouteGuards no_route_guards;
+  auto& extra = detail::route_guards_of(no_route_guards, parts...);
+  const auto retry_parts = detail::without_route_guards(parts...);
   std::vector<Move> moves;
   std::size_t at = 0;
   for (;;) {
@@ -338,7 +356,12 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
       if (options.call.on_give_up) options.call.on_give_up(report);
     };
     detail::LastSentFailure last;
-    auto guard = guards(last, route_guard(route, options.estimate));
+    auto guard = guards(last, extra.make(route), route_guard(route, options.estimate));
+    const auto retry_on_route = [&](const auto& attempt_on_route) -> R {
+      return std::apply(
+          [&](auto&... kept) { return call_with_retry(attempt_on_route, policy, guard, call_options, kept...); },
+          retry_parts);
+    };
     const auto attempt_route = [&](const Attempt& attempt) -> R {
       if constexpr (detail::route_call_takes_attempt_v<Call>) return std::invoke(call, route, attempt);
       else return std::invoke(call, route);
@@ -356,7 +379,7 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
       return step;
     };
     if constexpr (is_result_like_v<R>) {
-      R result = call_with_retry(attempt_route, policy, guard, call_options, parts...);
+      R result = retry_on_route(attempt_route);
       if (!gave_up) return Routed<R>{std::move(result), route.name, std::move(moves)};
       const FallbackStep step = decide();
       if (!step.to) return Routed<R>{std::move(result), route.name, std::move(moves)};
@@ -366,7 +389,7 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
       std::exception_ptr error;
       std::optional<R> answer;
       try {
-        answer.emplace(call_with_retry(attempt_route, policy, guard, call_options, parts...));
+        answer.emplace(retry_on_route(attempt_route));
       } catch (...) {
         if (!gave_up) throw;  // not a failure the loop recognised: it was never retried
         error = std::current_exception();

@@ -126,6 +126,48 @@ using ticket_t = std::decay_t<decltype(std::declval<Guard&>().admit(std::declval
 
 }  // namespace detail
 
+/// A guard that may be absent (an empty optional): then it admits every attempt at once and learns
+/// nothing; otherwise it is the guard it holds. For a guard that only some calls or routes have.
+template <class Guard>
+class OptionalGuard {
+ public:
+  /// The held guard's ticket, or none.
+  class Ticket {
+   public:
+    explicit Ticket(std::optional<detail::ticket_t<Guard>> inner) : inner_(std::move(inner)) {}
+    [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
+      if constexpr (detail::has_begin<detail::ticket_t<Guard>>::value) {
+        if (inner_) return inner_->begin(attempt);
+      }
+      return std::nullopt;
+    }
+    template <class... Answer>
+    void succeeded(const Answer&... answer) {
+      if (inner_) inner_->succeeded(answer...);
+    }
+    void failed(const Failure& failure) {
+      if (inner_) inner_->failed(failure);
+    }
+
+   private:
+    std::optional<detail::ticket_t<Guard>> inner_;
+  };
+
+  /// Holds `guard`, or none.
+  explicit OptionalGuard(std::optional<Guard> guard) : guard_(std::move(guard)) {}
+
+  /// Returns the held guard's admission, or an admission to go at once when there is none.
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
+    if (!guard_) return Admission<Ticket>::go(Ticket{std::nullopt});
+    auto admission = guard_->admit(attempt);
+    if (!admission.admitted()) return Admission<Ticket>::refuse(admission.refusal());
+    return Admission<Ticket>::go(Ticket{std::move(admission.ticket())}, admission.wait());
+  }
+
+ private:
+  std::optional<Guard> guard_;
+};
+
 /// Several guards acting as one (made by guards()): each attempt is admitted by every guard in order and
 /// waits for the longest of their waits. A refusal by one gives back what the earlier ones handed out
 /// (their tickets are destroyed) and asks nothing of the later ones. The ticket tells each guard's ticket
