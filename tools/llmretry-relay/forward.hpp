@@ -119,7 +119,6 @@ class Forwarder {
     const llmretry::metrics::Queue queue{"interactive", task_type(in.path)};
     const llmretry::Route* current = &chain.fallback_chain.routes().front();
     std::optional<llmretry::FallbackGiveUp> gave_up;
-    bool backoff = false;
     llmretry::StreamGuard stream;
 
     llmretry::FallbackOptions options;
@@ -128,12 +127,15 @@ class Forwarder {
       observer_.fell_back(target(chain, move.from, in), target(chain, move.to, in), move.reason);
     };
     options.on_give_up = [&](const llmretry::FallbackGiveUp& report) { gave_up = report; };
-    const auto sleep = [&](std::chrono::milliseconds wait) {
-      const bool waiting_for_capacity = !std::exchange(backoff, false);
+    const auto sleep = [&](std::chrono::milliseconds wait, llmretry::WaitReason reason) {
+      const bool waiting_for_capacity = reason == llmretry::WaitReason::capacity;
       if (waiting_for_capacity) observer_.queue_entered(queue);
       std::this_thread::sleep_for(wait);
       if (waiting_for_capacity) observer_.queue_left(queue, wait);
     };
+    // Each route's limits shared with other relays (--redis), before its own guards.
+    const auto shared = llmretry::route_guards(
+        [&](const llmretry::Route& route) { return chain.upstream_of(route).shared_pacing(in.estimate); });
     const auto call = [&](const llmretry::Route& route, const llmretry::Attempt& attempt) {
       current = &route;
       const Upstream& upstream = chain.upstream_of(route);
@@ -150,7 +152,6 @@ class Forwarder {
                                 attempt.time_left);
       };
       try {
-        if (upstream.shared) return upstream.shared(in.estimate, attempt, sleep, send);
         return send();
       } catch (const llmretry::StreamInterrupted& error) {
         throw StreamCut(error.what());  // not a provider error: neither retried nor moved to a fallback
@@ -162,12 +163,12 @@ class Forwarder {
       }
     };
     const auto on_retry = [&](int attempt, const llmretry::Failure& failure, std::chrono::milliseconds) {
-      backoff = true;
       observer_.retried(target(*current, in), failure, attempt);
     };
 
     try {
-      auto routed = llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep);
+      auto routed =
+          llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep, shared);
       const llmretry::metrics::Target answered = target(chain, routed.route, in);
       if (const auto usage = llmretry::json::usage_of(routed.answer.body))
         observer_.tokens_used(answered, static_cast<std::uint64_t>(usage->tokens()));
@@ -261,12 +262,9 @@ class Forwarder {
       answer.headers.emplace_back("Content-Type", json_content_type);
       return answer;
     }
-    const bool shared_limit_refused = upstream == nullptr && failure.kind == llmretry::FailureKind::rate_limited &&
-                                      failure.sent == llmretry::Sent::not_sent;
-    if (reason == StopReason::no_capacity || shared_limit_refused) {
-      if (reason == StopReason::no_capacity)  // a shared limit's refusal was counted when it was thrown
-        observer_.rate_limited(at, failure.provider_wait ? llmretry::metrics::LimitType::unknown
-                                                         : llmretry::metrics::LimitType::concurrency);
+    if (reason == StopReason::no_capacity) {
+      observer_.rate_limited(at, failure.provider_wait ? llmretry::metrics::LimitType::unknown
+                                                       : llmretry::metrics::LimitType::concurrency);
       const auto wait = failure.provider_wait.value_or(std::chrono::seconds{1});
       const auto seconds = std::max<std::int64_t>(1, (wait.count() + 999) / 1000);
       Answer answer = refuse(429,

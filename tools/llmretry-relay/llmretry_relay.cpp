@@ -4,7 +4,9 @@
 #include <llmretry/metrics/registry.hpp>
 #include <llmretry/store/idempotency_store.hpp>
 #if LLMRETRY_RELAY_REDIS
+#include <llmretry/json/usage.hpp>
 #include <llmretry/redis/connection.hpp>
+#include <llmretry/redis/rate_limiter.hpp>
 #endif
 
 #include <httplib.h>
@@ -33,7 +35,6 @@
 #include "server.hpp"
 #if LLMRETRY_RELAY_REDIS
 #include "redis_pool.hpp"
-#include "shared_limit.hpp"
 #endif
 
 namespace {
@@ -161,17 +162,17 @@ class RedisState {
 
   llmretry::store::IdempotencyStore& idempotency() { return *idempotency_; }
 
-  /// Returns what shares each upstream's limits through a redis::RateLimiter, waiting at most `max_wait`.
+  /// Returns what shares each upstream's limits through a redis::RateLimiter (one on each connection, used
+  /// in turn), an attempt waiting at most `max_wait` for them.
   relay::ShareLimits share_limits(std::chrono::milliseconds max_wait) {
 #if LLMRETRY_RELAY_REDIS
-    return [this, max_wait](const std::string& name, const llmretry::Limits& limits) -> relay::SharedAttempt {
-      auto limit = std::make_shared<std::vector<std::unique_ptr<relay::SharedLimit>>>();
+    return [this, max_wait](const std::string& name, const llmretry::Limits& limits) -> relay::SharedPace {
+      auto limiters = std::make_shared<std::vector<std::unique_ptr<llmretry::redis::RateLimiter>>>();
       for (std::size_t i = 0; i < pool_->size(); ++i)
-        limit->push_back(std::make_unique<relay::SharedLimit>(pool_->at(i), name, limits, max_wait));
-      return [limit, pool = pool_.get()](const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
-                                         const std::function<void(std::chrono::milliseconds)>& sleep,
-                                         const std::function<llmretry::curl::Response()>& send) {
-        return (*limit)[pool->next()]->through(estimate, attempt, sleep, send);
+        limiters->push_back(std::make_unique<llmretry::redis::RateLimiter>(pool_->at(i), name, limits));
+      return [limiters, pool = pool_.get(), max_wait](const llmretry::Cost& estimate) {
+        return (*limiters)[pool->next()]->pace(estimate, max_wait,
+                                               [](std::string_view body) { return llmretry::json::usage_of(body); });
       };
     };
 #else

@@ -9,7 +9,11 @@
 #include <llmretry/attempt.hpp>
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/fallback.hpp>
+#include <llmretry/guard.hpp>
 #include <llmretry/json/usage.hpp>
+#if LLMRETRY_RELAY_REDIS
+#include <llmretry/redis/rate_limiter.hpp>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -37,15 +41,19 @@ struct Pace {
   std::chrono::milliseconds max_wait{8000};  ///< the longest wait for capacity before a refusal
 };
 
-/// Makes one attempt through a limit shared with other relays: given the attempt's estimate, the attempt,
-/// how to sleep a wait, and how to send it; returns what sending returned (see SharedLimit::through).
-using SharedAttempt =
-    std::function<llmretry::curl::Response(const llmretry::Cost& estimate, const llmretry::Attempt& attempt,
-                                           const std::function<void(std::chrono::milliseconds)>& sleep,
-                                           const std::function<llmretry::curl::Response()>& send)>;
+#if LLMRETRY_RELAY_REDIS
+/// The guard of one call's attempts on a limit shared with other relays through Redis.
+using SharedPacing = llmretry::redis::RateLimiter::Pacing;
+#else
+/// A build without Redis shares no limit.
+using SharedPacing = llmretry::NoGuard;
+#endif
 
-/// Returns the SharedAttempt of the limiter named `name` with `limits`; empty when nothing is shared.
-using ShareLimits = std::function<SharedAttempt(const std::string& name, const llmretry::Limits& limits)>;
+/// Returns the guard of one call of estimated cost `estimate` on an upstream's shared limit.
+using SharedPace = std::function<SharedPacing(const llmretry::Cost& estimate)>;
+
+/// Returns the SharedPace of the limiter named `name` with `limits`.
+using ShareLimits = std::function<SharedPace(const std::string& name, const llmretry::Limits& limits)>;
 
 /// One upstream: where its requests go, with which key, and what guards them.
 struct Upstream {
@@ -55,7 +63,13 @@ struct Upstream {
   std::string model;     ///< the model the body is sent with; empty: the client's own
   std::unique_ptr<llmretry::Deployment> deployment;
   std::unique_ptr<llmretry::CircuitBreaker> breaker;
-  SharedAttempt shared;  ///< its limits shared with other relays; empty: none
+  SharedPace shared;  ///< its limits shared with other relays; empty: none
+
+  /// Returns the guard of one call of estimated cost `estimate` on the limits this upstream shares with
+  /// other relays: none when it shares none.
+  [[nodiscard]] llmretry::OptionalGuard<SharedPacing> shared_pacing(const llmretry::Cost& estimate) const {
+    return llmretry::OptionalGuard<SharedPacing>(shared ? std::optional<SharedPacing>(shared(estimate)) : std::nullopt);
+  }
 };
 
 /// A fallback chain and the upstream of each of its routes (same order).

@@ -865,10 +865,10 @@ TEST_CASE("two relays on one Redis share their limits: what one used, the other 
   a.started();
   b.started();
   CHECK(post(a, "/v1/chat/completions", chat())->status == 200);
-  // b has used nothing of its own, but the one request a minute is spent.
+  // b has used nothing of its own, but the one request a minute is spent: no capacity within --max-wait.
   const auto refused = post(b, "/v1/chat/completions", chat());
   CHECK(refused->status == 429);
-  CHECK(error_of(refused->body).at("code") == "provider_wait_too_long");
+  CHECK(error_of(refused->body).at("code") == "no_capacity");
   REQUIRE(refused->has_header("Retry-After"));
   CHECK(std::stoi(refused->get_header_value("Retry-After")) > 8);
   CHECK(provider.request_count() == 1);
