@@ -1,6 +1,9 @@
 #include <llmretry/admission/rate_limiter.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -258,4 +261,35 @@ TEST_CASE("A usage out of range from the provider is bounded, never overflows", 
   CHECK(later.wait_after(t0) > std::chrono::hours{24});  // an enormous debt, not a wrapped-around credit
   auto negative = limiter.reserve(Cost{1, -5, -5}, t0);  // negative parts count as nothing
   CHECK(negative.status() != ReservationStatus::too_large);
+}
+
+TEST_CASE("mul_div_up: exact a * b / c rounded up, saturated, in standard C++") {
+  using llmretry::detail::mul_div_up;
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  CHECK(mul_div_up(0, 60'000'000'000, 7) == 0);
+  CHECK(mul_div_up(1, 60'000'000'000, 600) == 100'000'000);
+  CHECK(mul_div_up(1, 10, 3) == 4);                     // rounded up
+  CHECK(mul_div_up(max, max, max) == max);              // a product of 126 bits, divided back
+  CHECK(mul_div_up(max, max, 1) == max);                // saturated
+  CHECK(mul_div_up(max, 2, 3) == (max / 3) * 2 + 1);    // 2^64 - 2 over 3, rounded up
+  CHECK(mul_div_up(std::int64_t{1} << 40, std::int64_t{1} << 40, std::int64_t{1} << 18) == std::int64_t{1} << 62);
+  static_assert(mul_div_up(3, 5, 2) == 8);              // usable in constant expressions
+#ifdef __SIZEOF_INT128__
+  // Against the compiler's 128-bit arithmetic, on numbers of every size.
+  __extension__ using wide = unsigned __int128;
+  std::uint64_t state = 0x9E3779B97F4A7C15ULL;
+  const auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<std::int64_t>(state >> (1 + state % 63));  // 0 to 62 bits
+  };
+  for (int i = 0; i < 200'000; ++i) {
+    const std::int64_t a = next(), b = next(), c = std::max<std::int64_t>(1, next());
+    const wide exact = (static_cast<wide>(a) * static_cast<wide>(b) + static_cast<wide>(c) - 1) / static_cast<wide>(c);
+    const std::int64_t expected = exact > static_cast<wide>(max) ? max : static_cast<std::int64_t>(exact);
+    INFO(a << " * " << b << " / " << c);
+    REQUIRE(mul_div_up(a, b, c) == expected);
+  }
+#endif
 }

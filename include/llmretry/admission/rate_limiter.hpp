@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "../detail/saturate.hpp"
 #include "../http/rate_limits.hpp"
 #include "limits.hpp"
 
@@ -18,17 +19,6 @@ namespace llmretry {
 namespace redis {
 class RateLimiter;
 }  // namespace redis
-
-namespace detail {
-/// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max: the time
-/// `a` units of a limit of `c` per period `b` take to refill.
-[[nodiscard]] inline std::int64_t mul_div_up(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
-  __extension__ using wide = unsigned __int128;
-  const auto quotient = (static_cast<wide>(a) * static_cast<wide>(b) + static_cast<wide>(c) - 1) / static_cast<wide>(c);
-  constexpr auto max = static_cast<wide>(std::numeric_limits<std::int64_t>::max());
-  return static_cast<std::int64_t>(quotient > max ? max : quotient);
-}
-}  // namespace detail
 
 /// How a reservation ended.
 enum class ReservationStatus {

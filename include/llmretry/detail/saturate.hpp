@@ -2,6 +2,7 @@
 #define LLMRETRY_DETAIL_SATURATE_HPP
 
 #include <chrono>
+#include <cstdint>
 #include <limits>
 
 namespace llmretry::detail {
@@ -23,6 +24,43 @@ using std::chrono::milliseconds;
                                                                       : value * 2;
   }
   return value < limit.count() ? milliseconds{value} : limit;
+}
+
+/// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max: the time
+/// `a` units of a limit of `c` per period `b` take to refill. Exact for every input, in standard C++: the
+/// product is formed in 128 bits from 32-bit halves when it does not fit 64.
+[[nodiscard]] constexpr std::int64_t mul_div_up(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
+  using u64 = std::uint64_t;
+  constexpr u64 max = static_cast<u64>(std::numeric_limits<std::int64_t>::max());
+  const auto x = static_cast<u64>(a);
+  const auto y = static_cast<u64>(b);
+  const auto d = static_cast<u64>(c);
+  const auto saturated = [](u64 quotient) { return static_cast<std::int64_t>(quotient > max ? max : quotient); };
+  if (y == 0 || x <= std::numeric_limits<u64>::max() / y) {
+    const u64 product = x * y;
+    return saturated(product / d + (product % d != 0 ? 1 : 0));
+  }
+  // The 128-bit product high:low, from the four products of the 32-bit halves.
+  const u64 x_low = x & 0xffff'ffffU, x_high = x >> 32, y_low = y & 0xffff'ffffU, y_high = y >> 32;
+  const u64 low_low = x_low * y_low, high_low = x_high * y_low, low_high = x_low * y_high;
+  const u64 middle = (low_low >> 32) + (high_low & 0xffff'ffffU) + (low_high & 0xffff'ffffU);
+  const u64 high = x_high * y_high + (high_low >> 32) + (low_high >> 32) + (middle >> 32);
+  const u64 low = (middle << 32) | (low_low & 0xffff'ffffU);
+  if (high >= d) return saturated(max + 1);  // the quotient needs more than 64 bits
+  // Long division of high:low by d, one bit at a time; the remainder stays below d <= 2^63, so shifting it
+  // left never overflows.
+  u64 remainder = high;
+  u64 quotient = 0;
+  for (int bit = 63; bit >= 0; --bit) {
+    remainder = (remainder << 1) | ((low >> bit) & 1U);
+    quotient <<= 1;
+    if (remainder >= d) {
+      remainder -= d;
+      quotient |= 1U;
+    }
+  }
+  if (quotient >= max) return saturated(quotient);
+  return saturated(quotient + (remainder != 0 ? 1 : 0));
 }
 
 }  // namespace llmretry::detail
