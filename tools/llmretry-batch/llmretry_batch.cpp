@@ -71,8 +71,9 @@ Options parse(int argc, char** argv) {
   Options options;
   CLI::App app{description, "llmretry-batch"};
   app.footer(footer);
-  app.add_option("INPUT", options.input, "requests, one JSON object a line")->required();
-  app.add_option("OUTPUT", options.output, "answers, appended one JSON object a line")->required();
+  // INPUT and OUTPUT are checked after parsing, so that an unknown option is named before a missing file.
+  app.add_option("INPUT", options.input, "requests, one JSON object a line (required)");
+  app.add_option("OUTPUT", options.output, "answers, appended one JSON object a line (required)");
   app.add_option("--errors", options.errors, "requests that failed for good (default: OUTPUT with .errors.jsonl)");
   app.add_option("--rpm", options.rpm, "requests per minute, enforced per second (default: learned)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
@@ -90,6 +91,8 @@ Options parse(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     throw UsageError(error.what());
   }
+  if (options.input.empty()) throw UsageError("INPUT is required");
+  if (options.output.empty()) throw UsageError("OUTPUT is required");
   if (options.errors.empty()) {
     const std::string& out = options.output;
     const bool jsonl = out.size() > 6 && out.compare(out.size() - 6, 6, ".jsonl") == 0;
