@@ -279,10 +279,15 @@ TEST_CASE("RetryState refuses a policy that makes no sense", "[decision]") {
 }
 
 TEST_CASE("Stop reason names", "[decision]") {
-  CHECK(std::string(to_string(StopReason::attempts_exhausted)) == "attempts_exhausted");
-  CHECK(std::string(to_string(StopReason::provider_wait_too_long)) == "provider_wait_too_long");
+  CHECK(std::string(to_string(StopReason::not_retryable)) == "not_retryable");
   CHECK(std::string(to_string(StopReason::not_safe_to_repeat)) == "not_safe_to_repeat");
+  CHECK(std::string(to_string(StopReason::provider_declined)) == "provider_declined");
+  CHECK(std::string(to_string(StopReason::attempts_exhausted)) == "attempts_exhausted");
+  CHECK(std::string(to_string(StopReason::wait_budget)) == "wait_budget");
+  CHECK(std::string(to_string(StopReason::provider_wait_too_long)) == "provider_wait_too_long");
+  CHECK(std::string(to_string(StopReason::deadline)) == "deadline");
   CHECK(std::string(to_string(StopReason::refused)) == "refused");
+  CHECK(std::string(to_string(StopReason::no_capacity)) == "no_capacity");
   CHECK(std::string(to_string(StopReason::retry_budget)) == "retry_budget");
   CHECK(std::string(to_string(StopReason::circuit_open)) == "circuit_open");
   CHECK(std::string(to_string(static_cast<StopReason>(77))) == "unknown");

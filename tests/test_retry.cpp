@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -269,12 +270,34 @@ TEST_CASE("The caller's generator is used by reference", "[retry]") {
 }
 
 TEST_CASE("The defaults: real sleep and the thread's generator", "[retry]") {
-  RetryPolicy policy;
-  policy.base = 0ms;
-  policy.cap = 0ms;  // the real sleep is asked for zero time: nothing waits
-  SimulatedProvider provider{"rate_limit"};
-  call_with_retry([&] { provider.call(); }, policy);
-  CHECK(provider.calls() == 2);
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  SECTION("the real sleep waits at least the wait decided") {
+    RetryPolicy policy;
+    policy.base = policy.cap = 5ms;
+    policy.jitter = Jitter::none;
+    SimulatedProvider provider{"rate_limit"};
+    const auto start = std::chrono::steady_clock::now();
+    call_with_retry([&] { provider.call(); }, policy, options);
+    CHECK(std::chrono::steady_clock::now() - start >= 5ms);  // a lower bound: a busy machine only adds
+    CHECK(provider.calls() == 2);
+    CHECK(stats.waited == 5ms);
+  }
+  SECTION("the thread's generator draws the jitter: full jitter over 1 s gives waits that differ") {
+    RetryPolicy policy;
+    policy.base = policy.cap = 1000ms;
+    std::set<std::chrono::milliseconds::rep> waits;
+    for (int i = 0; i < 20; ++i) {
+      SimulatedProvider provider{"rate_limit"};
+      FakeSleep sleep;  // the generator is the default one; only the sleep is recorded
+      call_with_retry([&] { provider.call(); }, policy, sleep);
+      REQUIRE(sleep.waits().size() == 1);
+      CHECK(sleep.waits().front() <= 1000ms);
+      waits.insert(sleep.waits().front().count());
+    }
+    CHECK(waits.size() > 1);  // 20 draws in [0, 1000] ms all equal: about 1 in 10^57
+  }
 }
 
 TEST_CASE("The clock is read only when an attempt fails and a deadline is set", "[retry]") {

@@ -2,6 +2,8 @@
 // ThreadSanitizer (.ci/quality tsan), a data race fails the test. Catch2 assertions stay on the main thread.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,15 +54,22 @@ TEST_CASE("call_with_retry shares a SimulatedProvider, a FakeSleep and a ManualC
 }
 
 TEST_CASE("ThreadRng draws from one engine per thread") {
-  std::vector<std::uint64_t> first(thread_count);
+  // Every thread seeds its engine the same way, all wait until each has, then draw: each thread's draws
+  // are the whole sequence of that seed only if no other thread draws from its engine (or reseeds it).
+  constexpr std::size_t draws = 1000;
+  std::vector<std::vector<std::uint64_t>> drawn(thread_count);
+  std::atomic<int> seeded{0};
   on_threads([&](int t) {
+    llmretry::ThreadRng::seed_this_thread(42);
+    ++seeded;
+    while (seeded < thread_count) std::this_thread::yield();
     llmretry::ThreadRng rng;
-    first[static_cast<std::size_t>(t)] = rng();
-    for (int i = 0; i < 1000; ++i) (void)rng();
+    for (std::size_t i = 0; i < draws; ++i) drawn[static_cast<std::size_t>(t)].push_back(rng());
   });
-  for (int a = 0; a < thread_count; ++a)
-    for (int b = a + 1; b < thread_count; ++b)
-      CHECK(first[static_cast<std::size_t>(a)] != first[static_cast<std::size_t>(b)]);
+  std::mt19937_64 expected_engine{42};
+  std::vector<std::uint64_t> expected;
+  for (std::size_t i = 0; i < draws; ++i) expected.push_back(expected_engine());
+  for (const auto& one : drawn) CHECK(one == expected);
 }
 
 TEST_CASE("Many threads share a retry budget, circuit breakers, pacing and a fallback chain") {
@@ -127,6 +136,8 @@ TEST_CASE("Many threads share a retry budget, circuit breakers, pacing and a fal
   CHECK(primary.calls() + fallback.calls() >= answered);
   CHECK(deployment.concurrency()->in_use() == 0);
   CHECK(budget.stats().first_attempts >= threads * calls);
+  CHECK(primary_breaker.stats().opened >= 1);  // 300 server errors in a row open it
+  CHECK(transitions >= 2);                     // it opened, and went half-open after its 1 ms break
 }
 
 TEST_CASE("Many threads report calls to one metrics::Registry while it is scraped") {
