@@ -136,8 +136,9 @@ TEST_CASE("Many threads share a retry budget, circuit breakers, pacing and a fal
   CHECK(primary.calls() + fallback.calls() >= answered);
   CHECK(deployment.concurrency()->in_use() == 0);
   CHECK(budget.stats().first_attempts >= threads * calls);
+  const auto opened = primary_breaker.stats().opened + fallback_breaker.stats().opened;
   CHECK(primary_breaker.stats().opened >= 1);  // 300 server errors in a row open it
-  CHECK(transitions >= 2);                     // it opened, and went half-open after its 1 ms break
+  CHECK(transitions >= opened);                // each opening was told to on_transition, from whichever thread
 }
 
 TEST_CASE("Many threads report calls to one metrics::Registry while it is scraped") {
