@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -51,6 +52,25 @@ std::string error_code_of(std::string_view body) {
 TEST_CASE("README: quick start", "[readme]") {
   CHECK(quick_start::ask("hello") == "answer to hello");
   CHECK(quick_start::posts == 3);
+}
+
+namespace engine {
+
+#include "readme/engine.inc"
+
+}  // namespace engine
+
+TEST_CASE("README: driving a call with CallEngine", "[readme]") {
+  using namespace std::chrono_literals;
+  std::vector<int> attempts;
+  const auto took = engine::drive([&](int number) -> std::optional<llmretry::Failure> {
+    attempts.push_back(number);
+    if (number < 3) return llmretry::classify_status(503);
+    return std::nullopt;
+  });
+  CHECK(attempts == std::vector<int>{1, 2, 3});
+  CHECK(took <= 1500ms);  // two full-jitter waits of at most 0.5 s and 1 s, in virtual time
+  CHECK(engine::drive([](int) { return std::optional<llmretry::Failure>(llmretry::classify_status(400)); }) == 0ms);
 }
 
 namespace testing_your_code {

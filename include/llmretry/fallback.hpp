@@ -295,14 +295,17 @@ decltype(auto) route_guards_of(None& none, First& first, Rest&... rest) noexcept
   else return route_guards_of(none, rest...);
 }
 
+/// Returns a tuple of a reference to `part`, or an empty one when it is the RouteGuards.
+template <class Part>
+auto unless_route_guards(Part& part) noexcept {
+  if constexpr (is_route_guards<std::decay_t<Part>>::value) return std::tuple<>{};
+  else return std::tuple<Part&>(part);
+}
+
 /// Returns a tuple of references to the `parts` that are not RouteGuards: what call_with_retry takes.
 template <class... Parts>
 auto without_route_guards(Parts&... parts) noexcept {
-  const auto keep = [](auto& part) {
-    if constexpr (is_route_guards<std::decay_t<decltype(part)>>::value) return std::tuple<>{};
-    else return std::tuple<decltype(part)>(part);
-  };
-  return std::tuple_cat(keep(parts)...);
+  return std::tuple_cat(unless_route_guards(parts)...);
 }
 
 template <class Call>
