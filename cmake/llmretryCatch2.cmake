@@ -26,6 +26,7 @@ message(STATUS "llmretry tests: Catch2 ${Catch2_VERSION} (${Catch2_DIR})")
 # Catch2::Catch2 has no main in either version: tests/support/catch_main.cpp is the runner's main.
 add_library(llmretry_catch2 STATIC "${CMAKE_CURRENT_LIST_DIR}/../tests/support/catch_main.cpp")
 target_include_directories(llmretry_catch2 PUBLIC "${CMAKE_CURRENT_LIST_DIR}/../tests/support")
-target_compile_definitions(llmretry_catch2 PUBLIC LLMRETRY_CATCH2_MAJOR=${LLMRETRY_CATCH2_MAJOR})
+target_compile_definitions(llmretry_catch2 PUBLIC LLMRETRY_CATCH2_MAJOR=${LLMRETRY_CATCH2_MAJOR}
+  LLMRETRY_TEST_TIME_SCALE=${LLMRETRY_TEST_TIME_FACTOR})
 target_link_libraries(llmretry_catch2 PUBLIC Catch2::Catch2)
 target_compile_features(llmretry_catch2 PUBLIC cxx_std_17)

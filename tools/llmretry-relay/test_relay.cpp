@@ -29,6 +29,7 @@
 
 #include <child_process.hpp>
 #include <llmretry_catch.hpp>
+#include <test_time.hpp>
 
 using namespace std::chrono_literals;
 using llmretry::testing::LoopbackProvider;
@@ -48,19 +49,26 @@ std::filesystem::path work_dir(const std::string& name) {
   return dir;
 }
 
-/// llmretry-relay as a child process: started with `arguments` and OPENAI_API_KEY set to upstream_key (and
-/// `environment` added), its stdout and stderr in files. Once it prints its address, port() is set.
+/// The requests a relay started by the tests serves at once, unless a test sets --threads: more than the
+/// 16 concurrent clients of the busiest case can hold (the relay keeps half of a small pool for requests
+/// waiting upstream), far fewer than the 512 threads of a relay in production, which each case would start.
+constexpr const char* test_threads = "48";
+
+/// llmretry-relay as a child process: started with `arguments` (and --threads test_threads unless they set
+/// it) and OPENAI_API_KEY set to upstream_key (and `environment` added), its stdout and stderr in files.
+/// Once it prints its address, port() is set.
 class Relay : public llmretry_test::ChildProcess {
  public:
   Relay(const std::string& name, const std::vector<std::string>& arguments,
         const std::vector<std::string>& environment = {})
-      : ChildProcess(LLMRETRY_RELAY_PROGRAM, arguments, work_dir(name), {"OPENAI_", "LLMRETRY_RELAY_"},
+      : ChildProcess(LLMRETRY_RELAY_PROGRAM, with_threads(arguments), work_dir(name), {"OPENAI_", "LLMRETRY_RELAY_"},
                      with_upstream_key(environment)) {}
 
-  /// Waits until the relay prints "listening on http://127.0.0.1:PORT" (at most 10 s). Returns *this.
+  /// Waits until the relay prints "listening on http://127.0.0.1:PORT" (at most 10 s, scaled). Returns *this.
   Relay& started() {
     constexpr std::string_view prefix = "listening on http://";
-    for (int i = 0; i < 2000; ++i) {
+    const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(10s);
+    while (std::chrono::steady_clock::now() < give_up) {
       const std::string text = out();
       const auto at = text.find(prefix);
       if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
@@ -81,12 +89,17 @@ class Relay : public llmretry_test::ChildProcess {
   int port() const { return port_; }
   httplib::Client client() const {
     httplib::Client client("127.0.0.1", port_);
-    client.set_read_timeout(30, 0);
+    client.set_read_timeout(llmretry_test::scaled(30s));
     client.set_tcp_nodelay(true);  // headers and body leave at once, never held back for an ACK
     return client;
   }
 
  private:
+  static std::vector<std::string> with_threads(std::vector<std::string> arguments) {
+    if (std::find(arguments.begin(), arguments.end(), "--threads") == arguments.end())
+      arguments.insert(arguments.end(), {"--threads", test_threads});
+    return arguments;
+  }
   static std::vector<std::string> with_upstream_key(std::vector<std::string> environment) {
     environment.insert(environment.begin(), std::string("OPENAI_API_KEY=") + upstream_key);
     return environment;
@@ -130,9 +143,9 @@ int send_raw(int port, const std::string& bytes) {
   return fd;
 }
 
-/// Returns what the server answers on `fd` until it closes the connection or 5 s pass.
+/// Returns what the server answers on `fd` until it closes the connection or 5 s (scaled) pass.
 std::string read_raw(int fd) {
-  timeval timeout{5, 0};
+  timeval timeout{llmretry_test::scaled(5s).count(), 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   std::string answer;
   char buffer[4096];
