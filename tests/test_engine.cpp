@@ -65,7 +65,8 @@ struct CountingGuard {
 
   Admission<Ticket> admit(const Attempt& /*attempt*/) {
     if (admitted >= refuse_from)
-      return Admission<Ticket>::refuse(Refusal{StopReason::refused, Failure::of(FailureKind::server_error, Sent::not_sent)});
+      return Admission<Ticket>::refuse(
+          Refusal{StopReason::refused, Failure::of(FailureKind::server_error, Sent::not_sent)});
     ++admitted;
     return Admission<Ticket>::go(Ticket{this}, wait);
   }

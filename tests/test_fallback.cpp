@@ -312,8 +312,8 @@ class LoggingGuard {
     log_->entries.push_back(route_ + " admit " + std::to_string(attempt.number));
     for (const auto& name : log_->refused)
       if (name == route_)
-        return Admission<Ticket>::refuse(
-            Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent), LimitType::tokens});
+        return Admission<Ticket>::refuse(Refusal{
+            StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent), LimitType::tokens});
     return Admission<Ticket>::go(Ticket{log_, route_});
   }
 
@@ -324,8 +324,7 @@ class LoggingGuard {
 
 }  // namespace
 
-TEST_CASE("route_guards: a guard of the user's on each route sees its attempts, before the route's own",
-          "[fallback]") {
+TEST_CASE("route_guards: a guard of the user's on each route sees its attempts, before the route's own", "[fallback]") {
   const FallbackChain chain{routes()};
   FakeSleep sleep;
   Recorder recorder;
@@ -335,15 +334,13 @@ TEST_CASE("route_guards: a guard of the user's on each route sees its attempts, 
       call_with_fallback(chain, providers, no_jitter(), recorder.options, sleep,
                          route_guards([&](const Route& route) { return LoggingGuard(log, route.provider); }));
   CHECK(routed.route == "openai/gpt-5.5");
-  CHECK(log.entries == std::vector<std::string>{"anthropic admit 1", "anthropic failed server_error",
-                                                "anthropic admit 2", "anthropic failed server_error",
-                                                "anthropic admit 3", "anthropic failed server_error",
-                                                "anthropic admit 4", "anthropic failed server_error",
-                                                "openai admit 1", "openai succeeded"});
+  CHECK(log.entries == std::vector<std::string>{
+                           "anthropic admit 1", "anthropic failed server_error", "anthropic admit 2",
+                           "anthropic failed server_error", "anthropic admit 3", "anthropic failed server_error",
+                           "anthropic admit 4", "anthropic failed server_error", "openai admit 1", "openai succeeded"});
 }
 
-TEST_CASE("route_guards: a refusal of the user's guard moves the call like the route's own pacing",
-          "[fallback]") {
+TEST_CASE("route_guards: a refusal of the user's guard moves the call like the route's own pacing", "[fallback]") {
   const FallbackChain chain{routes()};
   FakeSleep sleep;
   Recorder recorder;

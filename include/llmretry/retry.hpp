@@ -349,7 +349,7 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   auto& check = detail::pick<Part::answer_check>(no_check, parts...);
   using Options = std::remove_const_t<std::remove_reference_t<decltype(options)>>;
   CallEngine<std::remove_reference_t<decltype(guard)>&, Options> engine(detail::prevalidated, policy, guard, options,
-                                                                       detail::takes_attempt_v<Call>);
+                                                                        detail::takes_attempt_v<Call>);
   if constexpr (is_result_like_v<R>) {
     return detail::run_results<R>(engine, call, check, sleep, rng, on_retry);
   } else {

@@ -268,12 +268,12 @@ TEST_CASE("mul_div_up: exact a * b / c rounded up, saturated, in standard C++") 
   constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
   CHECK(mul_div_up(0, 60'000'000'000, 7) == 0);
   CHECK(mul_div_up(1, 60'000'000'000, 600) == 100'000'000);
-  CHECK(mul_div_up(1, 10, 3) == 4);                     // rounded up
-  CHECK(mul_div_up(max, max, max) == max);              // a product of 126 bits, divided back
-  CHECK(mul_div_up(max, max, 1) == max);                // saturated
-  CHECK(mul_div_up(max, 2, 3) == (max / 3) * 2 + 1);    // 2^64 - 2 over 3, rounded up
+  CHECK(mul_div_up(1, 10, 3) == 4);                   // rounded up
+  CHECK(mul_div_up(max, max, max) == max);            // a product of 126 bits, divided back
+  CHECK(mul_div_up(max, max, 1) == max);              // saturated
+  CHECK(mul_div_up(max, 2, 3) == (max / 3) * 2 + 1);  // 2^64 - 2 over 3, rounded up
   CHECK(mul_div_up(std::int64_t{1} << 40, std::int64_t{1} << 40, std::int64_t{1} << 18) == std::int64_t{1} << 62);
-  static_assert(mul_div_up(3, 5, 2) == 8);              // usable in constant expressions
+  static_assert(mul_div_up(3, 5, 2) == 8);  // usable in constant expressions
 #ifdef __SIZEOF_INT128__
   // Against the compiler's 128-bit arithmetic, on numbers of every size.
   __extension__ using wide = unsigned __int128;

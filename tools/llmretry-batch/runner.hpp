@@ -130,7 +130,7 @@ class Runner {
     std::optional<Engine> engine;
     bool started = false;  ///< its engine has given its first step
     bool begun = false;    ///< the operation was begun in this run
-    bool done = false;   ///< its line is written
+    bool done = false;     ///< its line is written
     std::mutex mutex;
   };
 

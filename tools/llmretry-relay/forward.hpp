@@ -167,8 +167,7 @@ class Forwarder {
     };
 
     try {
-      auto routed =
-          llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep, shared);
+      auto routed = llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep, shared);
       const llmretry::metrics::Target answered = target(chain, routed.route, in);
       if (const auto usage = llmretry::json::usage_of(routed.answer.body))
         observer_.tokens_used(answered, static_cast<std::uint64_t>(usage->tokens()));

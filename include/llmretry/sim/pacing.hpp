@@ -199,7 +199,8 @@ class Buckets {
 
 /// The run of simulate_paced with calls admitted by the guards `make_guard()` returns, one per call.
 template <class MakeGuard>
-sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderModel& provider, sim::Time& now, MakeGuard make_guard) {
+sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderModel& provider, sim::Time& now,
+                           MakeGuard make_guard) {
   const sim::Workload& w = scenario.workload;
   const Cost estimate{1, w.prompt_tokens, w.max_tokens};
   const Cost usage{1, w.prompt_tokens, w.output_tokens};
@@ -288,8 +289,9 @@ sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderMode
         if (!reply.failure) {
           if (scenario.provider_counts_usage) provider.refund(now, w.max_tokens - w.output_tokens);
           totals.tokens_used += usage.tokens();
-          carry_out(i, call.engine->succeeded(PacedAnswer{
-                           scenario.provider_counts_usage ? std::optional<Cost>(usage) : std::nullopt, reply.reported}));
+          carry_out(i,
+                    call.engine->succeeded(PacedAnswer{
+                        scenario.provider_counts_usage ? std::optional<Cost>(usage) : std::nullopt, reply.reported}));
           break;
         }
         if (reply.outcome == sim::Outcome::refused) ++totals.refused;
@@ -321,13 +323,14 @@ namespace llmretry::sim {
   Time now{0};
   PacedTotals totals;
   switch (scenario.admission) {
-    case AdmissionMode::none: totals = detail::run_paced(scenario, provider, now, [] { return detail::Unpaced{}; }); break;
+    case AdmissionMode::none:
+      totals = detail::run_paced(scenario, provider, now, [] { return detail::Unpaced{}; });
+      break;
     case AdmissionMode::spacing: {
       const std::chrono::milliseconds interval{
           60'000 / std::max<std::int64_t>(1, scenario.limits[Dimension::requests_per_minute]->limit)};
       Time next_start{0};
-      totals = detail::run_paced(scenario, provider, now,
-                                 [&] { return detail::Spacing(next_start, interval, now); });
+      totals = detail::run_paced(scenario, provider, now, [&] { return detail::Spacing(next_start, interval, now); });
       break;
     }
     case AdmissionMode::buckets: {
@@ -336,8 +339,8 @@ namespace llmretry::sim {
         if (scenario.limits[d]) minute[d] = Limit::per_minute(scenario.limits[d]->limit);
       RateLimiter buckets(minute);
       std::int64_t reserved = 0;
-      totals = detail::run_paced(scenario, provider, now,
-                                 [&] { return detail::Buckets(buckets, estimate, now, reserved); });
+      totals =
+          detail::run_paced(scenario, provider, now, [&] { return detail::Buckets(buckets, estimate, now, reserved); });
       totals.tokens_reserved = reserved;
       break;
     }
