@@ -297,7 +297,7 @@ class CallEngine {
   std::optional<GiveUp> gave_up_;
   Attempt attempt_;
   int made_ = 0;
-  bool tells_time_left_;
+  bool tells_time_left_ = true;
   bool waiting_for_capacity_ = false;
 };
 

@@ -222,8 +222,8 @@ sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderMode
 
   enum class Kind : std::uint8_t { ready, start, resume, answered };
   struct Due {
-    Kind kind;
-    std::size_t call;
+    Kind kind = Kind::ready;
+    std::size_t call = 0;
     sim::Reply reply;
   };
   sim::EventQueue<Due> queue;
