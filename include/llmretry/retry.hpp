@@ -149,6 +149,7 @@ R refused_result(const Refusal& refusal) {
 /// until the engine says attempt or done. Returns that step.
 template <class Engine, class Sleep>
 Step carry_out_waits(Engine& engine, Step step, Sleep& sleep) {
+  if (step.kind != Step::Kind::wait) return step;  // the common case, kept apart from the loop below
   while (step.kind == Step::Kind::wait) {
     if constexpr (std::is_invocable_v<Sleep&, std::chrono::milliseconds, WaitReason>) sleep(step.wait, step.reason);
     else sleep(step.wait);

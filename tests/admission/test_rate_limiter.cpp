@@ -263,8 +263,10 @@ TEST_CASE("A usage out of range from the provider is bounded, never overflows", 
   CHECK(negative.status() != ReservationStatus::too_large);
 }
 
-TEST_CASE("mul_div_up: exact a * b / c rounded up, saturated, in standard C++") {
-  using llmretry::detail::mul_div_up;
+TEST_CASE("mul_div_up_portable: exact a * b / c rounded up, saturated, in standard C++") {
+  constexpr auto mul_div_up = [](std::int64_t a, std::int64_t b, std::int64_t c) {
+    return llmretry::detail::mul_div_up_portable(a, b, c);
+  };
   constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
   CHECK(mul_div_up(0, 60'000'000'000, 7) == 0);
   CHECK(mul_div_up(1, 60'000'000'000, 600) == 100'000'000);
@@ -290,6 +292,7 @@ TEST_CASE("mul_div_up: exact a * b / c rounded up, saturated, in standard C++") 
     const std::int64_t expected = exact > static_cast<wide>(max) ? max : static_cast<std::int64_t>(exact);
     INFO(a << " * " << b << " / " << c);
     REQUIRE(mul_div_up(a, b, c) == expected);
+    REQUIRE(llmretry::detail::mul_div_up(a, b, c) == expected);
   }
 #endif
 }

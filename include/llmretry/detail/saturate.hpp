@@ -26,10 +26,10 @@ using std::chrono::milliseconds;
   return value < limit.count() ? milliseconds{value} : limit;
 }
 
-/// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max: the time
-/// `a` units of a limit of `c` per period `b` take to refill. Exact for every input, in standard C++: the
-/// product is formed in 128 bits from 32-bit halves when it does not fit 64.
-[[nodiscard]] constexpr std::int64_t mul_div_up(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
+/// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max, in
+/// standard C++: the 128-bit product from 32-bit halves when it does not fit 64 bits, then long division.
+/// What mul_div_up computes where the compiler has no 128-bit integer.
+[[nodiscard]] constexpr std::int64_t mul_div_up_portable(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
   using u64 = std::uint64_t;
   constexpr u64 max = static_cast<u64>(std::numeric_limits<std::int64_t>::max());
   const auto x = static_cast<u64>(a);
@@ -61,6 +61,20 @@ using std::chrono::milliseconds;
   }
   if (quotient >= max) return saturated(quotient);
   return saturated(quotient + (remainder != 0 ? 1 : 0));
+}
+
+/// Returns `a * b / c` rounded up, for non-negative a, b and positive c, saturated at int64 max: the time
+/// `a` units of a limit of `c` per period `b` take to refill. With the compiler's 128-bit integer where it
+/// has one (GCC, Clang), else mul_div_up_portable; the same result either way.
+[[nodiscard]] constexpr std::int64_t mul_div_up(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
+#ifdef __SIZEOF_INT128__
+  __extension__ using wide = unsigned __int128;
+  const auto quotient = (static_cast<wide>(a) * static_cast<wide>(b) + static_cast<wide>(c) - 1) / static_cast<wide>(c);
+  constexpr auto max = static_cast<wide>(std::numeric_limits<std::int64_t>::max());
+  return static_cast<std::int64_t>(quotient > max ? max : quotient);
+#else
+  return mul_div_up_portable(a, b, c);
+#endif
 }
 
 }  // namespace llmretry::detail
