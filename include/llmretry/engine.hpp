@@ -99,12 +99,15 @@ std::chrono::steady_clock::time_point now_on(const Options& options) {
 /// ended, asks the policy's RetryState what follows a failure, and says why the call stopped. It never
 /// sleeps and never blocks: a guard's wait for capacity and the wait after a failure are steps, which the
 /// driver carries out its own way (a sleep, a timer, a job queue's not_before, virtual time) before
-/// resume(). It reads only the clock of `options` (CallOptions::clock), and only for a deadline.
+/// resume(). It reads only the clock of `options` (CallOptions::clock), and only for a deadline. What a
+/// guard does is the guard's: its own clock, and Deployment::Pacing's ticket blocks in begin() while it
+/// waits for a concurrency slot (a wait for capacity is tied to its instant: carry it out on time).
 ///
 /// The steps: start() once, then for an attempt step make attempt() and report it with succeeded() or
 /// failed() (or abandoned() for an outcome that is not a failure), and after a wait step call resume().
 /// A done step ends the call: gave_up() is null after a success.
-/// Nothing is allocated, drawn or read from a clock when the first attempt succeeds.
+/// The engine allocates nothing, draws nothing and reads no clock when the first attempt succeeds (with a
+/// deadline, it reads the clock before an attempt of a guarded call, or of one told the time left).
 /// Not thread-safe: one call, one driver at a time (the guard may be shared, as its own contract says).
 ///
 /// `Guard`: a guard (see guard.hpp) held by value, or a reference type to share one (`CallEngine<G&>`;
@@ -131,6 +134,9 @@ class CallEngine {
   CallEngine(const RetryPolicy& policy, Guard&& guard, const Options& options)
       : CallEngine((policy.validate(), detail::prevalidated), policy, std::forward<Guard>(guard), options) {}
 
+  /// The policy and the options are held by reference: a temporary would dangle.
+  CallEngine(const RetryPolicy&& policy, Guard&& guard, const Options& options) = delete;
+  CallEngine(const RetryPolicy& policy, Guard&& guard, const Options&& options) = delete;
   CallEngine(const CallEngine&) = delete;
   CallEngine& operator=(const CallEngine&) = delete;
   CallEngine(CallEngine&&) = delete;

@@ -1,6 +1,6 @@
-// The workers of llmretry-batch: each job taken from the queue is one step of its request's CallEngine,
-// paced by one Deployment; a wait (for capacity, or after a failure) puts the job back in the queue with the
-// wait as its not_before.
+// The workers of llmretry-batch: each job taken from the queue is one attempt of its request's CallEngine,
+// paced by one Deployment; the wait after a failure puts the job back in the queue with the wait as its
+// not_before.
 #ifndef LLMRETRY_BATCH_RUNNER_HPP
 #define LLMRETRY_BATCH_RUNNER_HPP
 
@@ -69,9 +69,9 @@ struct Settings {
 
 /// Sends every pending request until each has a line in the output or errors file. Each request has its
 /// CallEngine, admitted by the Deployment; each job taken from the queue carries out the engine's next
-/// step: an attempt is sent with the request's Idempotency-Key, and a wait (for capacity, which counts
-/// toward the policy's max_total_wait, or after a failure) puts the job back in the queue delayed by it,
-/// never slept by the worker.
+/// steps: the wait for capacity (slept by the worker, and counted toward the policy's max_total_wait), then
+/// the attempt, sent with the request's Idempotency-Key; a wait after a failure puts the job back in the
+/// queue delayed by it, never slept by the worker.
 /// The order of writes keeps "no completed request is sent again" true across a crash: the line is durable
 /// before the operation is marked completed and the job acknowledged.
 class Runner {
@@ -186,14 +186,16 @@ class Runner {
     return false;
   }
 
-  /// Carries out the next step of `line`'s engine: the attempt (and what follows it), or a wait, for which
-  /// the job goes back to the queue. Writes the line once the call is done.
+  /// Carries out the next step of `line`'s engine: the attempt (and what follows it; a wait after a
+  /// failure puts the job back in the queue). A wait for capacity is slept here, holding the job: the
+  /// reservation is for that instant, and the workers bound how many are held at once. Writes the line once
+  /// the call is done.
   void step(Line& line, const llmretry::store::Job& job, Stores& stores, llmretry::ThreadRng& rng) {
     Engine& engine = *line.engine;
-    const llmretry::Step next = std::exchange(line.started, true) ? engine.resume() : engine.start();
-    if (next.kind == llmretry::Step::Kind::wait) {
-      (void)stores.queue().retry_later(job.id, job.token, next.wait);
-      return;
+    llmretry::Step next = std::exchange(line.started, true) ? engine.resume() : engine.start();
+    while (next.kind == llmretry::Step::Kind::wait) {
+      std::this_thread::sleep_for(next.wait);
+      next = engine.resume();
     }
     if (next.kind == llmretry::Step::Kind::done) return give_up(line, job, stores);
     ++stats_.requests;

@@ -2,6 +2,7 @@
 #define LLMRETRY_SIM_SIMULATION_HPP
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -181,7 +182,8 @@ struct Group {
     ClientResult& client = result.clients[i];
     CallEngine<NoGuard>& engine = *callers[i].engine;
     // Without a guard or a deadline, each step after a wait (and the first) is the attempt.
-    (void)(client.attempts.empty() ? engine.start() : engine.resume());
+    [[maybe_unused]] const Step step = client.attempts.empty() ? engine.start() : engine.resume();
+    assert(step.kind == Step::Kind::attempt);
     const Reply reply = provider.request(event.at);
     Attempt attempt;
     attempt.number = engine.attempt().number;
