@@ -182,8 +182,8 @@ struct Group {
     ClientResult& client = result.clients[i];
     CallEngine<NoGuard>& engine = *callers[i].engine;
     // Without a guard or a deadline, each step after a wait (and the first) is the attempt.
-    [[maybe_unused]] const Step step = client.attempts.empty() ? engine.start() : engine.resume();
-    assert(step.kind == Step::Kind::attempt);
+    [[maybe_unused]] const Step next = client.attempts.empty() ? engine.start() : engine.resume();
+    assert(next.kind == Step::Kind::attempt);
     const Reply reply = provider.request(event.at);
     Attempt attempt;
     attempt.number = engine.attempt().number;
