@@ -134,23 +134,11 @@ struct PacedAnswer {
   RateLimits rate_limits;
 };
 
-/// A guard that admits every attempt at once and learns nothing: retries only.
-struct Unpaced {
-  struct Ticket {
-    template <class... Answer>
-    void succeeded(const Answer&... /*answer*/) const noexcept {}
-    void failed(const Failure& /*failure*/) const noexcept {}
-  };
-  [[nodiscard]] Admission<Ticket> admit(const Attempt& /*attempt*/) const noexcept {
-    return Admission<Ticket>::go(Ticket{});
-  }
-};
-
 /// A guard that starts one attempt every `interval` (shared by every call through `next_start`), tokens
 /// ignored.
 class Spacing {
  public:
-  using Ticket = Unpaced::Ticket;
+  using Ticket = NoGuard::Ticket;
   /// `next_start` and `now` are the run's, and outlive the guard.
   Spacing(sim::Time& next_start, std::chrono::milliseconds interval, const sim::Time& now) noexcept
       : next_start_(&next_start), interval_(interval), now_(&now) {}
@@ -323,9 +311,7 @@ namespace llmretry::sim {
   Time now{0};
   PacedTotals totals;
   switch (scenario.admission) {
-    case AdmissionMode::none:
-      totals = detail::run_paced(scenario, provider, now, [] { return detail::Unpaced{}; });
-      break;
+    case AdmissionMode::none: totals = detail::run_paced(scenario, provider, now, [] { return NoGuard{}; }); break;
     case AdmissionMode::spacing: {
       const std::chrono::milliseconds interval{
           60'000 / std::max<std::int64_t>(1, scenario.limits[Dimension::requests_per_minute]->limit)};
