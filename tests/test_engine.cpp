@@ -311,4 +311,5 @@ TEST_CASE("WaitReason names") {
   CHECK(std::string(to_string(WaitReason::backoff)) == "backoff");
   CHECK(std::string(to_string(WaitReason::provider)) == "provider");
   CHECK(std::string(to_string(WaitReason::capacity)) == "capacity");
+  CHECK(std::string(to_string(WaitReason::slot)) == "slot");
 }

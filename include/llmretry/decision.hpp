@@ -52,14 +52,17 @@ enum class WaitReason {
   backoff,   ///< after a failure: the policy's backoff
   provider,  ///< after a failure: the wait the provider asked for (Retry-After), longer than the backoff
   capacity,  ///< before an attempt: a guard has no capacity for it sooner (a rate limit, a 429's pause)
+  slot,      ///< before an attempt: in line for a concurrency slot, at most the wait; ends early when the
+             ///< slot comes (the guard tells the call's Waker)
 };
 
-/// Returns the snake_case name of a wait reason: "backoff", "provider" or "capacity".
+/// Returns the snake_case name of a wait reason: "backoff", "provider", "capacity" or "slot".
 [[nodiscard]] constexpr const char* to_string(WaitReason reason) noexcept {
   switch (reason) {
     case WaitReason::backoff: return "backoff";
     case WaitReason::provider: return "provider";
     case WaitReason::capacity: return "capacity";
+    case WaitReason::slot: return "slot";
   }
   return "unknown";
 }

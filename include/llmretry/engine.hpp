@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "attempt.hpp"
+#include "clock.hpp"
 #include "decision.hpp"
 #include "detail/config.hpp"
 #include "failure.hpp"
@@ -41,8 +42,8 @@ struct CallOptions {
   /// No wait may end after this point on `clock`, and a call that takes an Attempt is told the time left.
   /// Unset: no deadline, and the clock is never read.
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  /// The clock for `deadline`; empty: std::chrono::steady_clock::now.
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  /// The clock for `deadline`; empty: the real one.
+  Clock clock;
   /// Your own classifier for exceptions: return the Failure, or nullopt to leave the exception to
   /// propagate unretried. Empty: failure_of (ProviderError and its subclasses).
   std::function<std::optional<Failure>(const std::exception&)> classify;
@@ -60,7 +61,8 @@ struct Step {
     done,     ///< the call is over: it succeeded, or gave up (CallEngine::gave_up() says why)
   };
   Kind kind = Kind::attempt;
-  std::chrono::milliseconds wait{0};        ///< for a wait: how long from when the step was returned
+  std::chrono::milliseconds wait{0};        ///< for a wait: how long from when the step was returned (for a
+                                            ///< slot: at most; milliseconds::max(): no bound)
   WaitReason reason = WaitReason::backoff;  ///< for a wait: why
 
   /// Returns a step to make the attempt now.
@@ -82,13 +84,11 @@ struct NoCallOptions {
   static constexpr std::optional<std::chrono::steady_clock::time_point> deadline{};
 };
 
-/// Returns the time on `options`' clock (steady_clock without one).
+/// Returns the time on `options`' clock (the real one without one).
 template <class Options>
-std::chrono::steady_clock::time_point now_on(const Options& options) {
-  if constexpr (!std::is_same_v<Options, NoCallOptions>) {
-    if (options.clock) return options.clock();
-  }
-  return std::chrono::steady_clock::now();
+std::chrono::steady_clock::time_point clock_of(const Options& options) {
+  if constexpr (std::is_same_v<Options, NoCallOptions>) return real_now();
+  else return now_on(options.clock);
 }
 
 }  // namespace detail
@@ -100,8 +100,9 @@ std::chrono::steady_clock::time_point now_on(const Options& options) {
 /// sleeps and never blocks: a guard's wait for capacity and the wait after a failure are steps, which the
 /// driver carries out its own way (a sleep, a timer, a job queue's not_before, virtual time) before
 /// resume(). It reads only the clock of `options` (CallOptions::clock), and only for a deadline. What a
-/// guard does is the guard's: its own clock, and Deployment::Pacing's ticket blocks in begin() while it
-/// waits for a concurrency slot (a wait for capacity is tied to its instant: carry it out on time).
+/// guard does is the guard's: its own clock. A wait for capacity is tied to its instant: carry it out on
+/// time. A wait for a concurrency slot (WaitReason::slot) lasts at most its `wait` (milliseconds::max():
+/// no bound) and ends sooner when the slot comes, which the guard tells the Waker given to wake_with().
 ///
 /// The steps: start() once, then for an attempt step make attempt() and report it with succeeded() or
 /// failed() (or abandoned() for an outcome that is not a failure), and after a wait step call resume().
@@ -147,12 +148,17 @@ class CallEngine {
   /// refused it or the deadline had passed. Call it once, first.
   [[nodiscard]] Step start() { return admit(); }
 
-  /// Returns the step after a wait step was carried out: the attempt (admitted again after a failure's
-  /// wait), another wait, or done when it was refused.
+  /// Returns the step after a wait step was carried out (or a wait for a slot was woken): the attempt
+  /// (admitted again after a failure's wait), another wait, or done when it was refused.
   [[nodiscard]] Step resume() {
-    if (std::exchange(waiting_for_capacity_, false)) return begin(true);
+    if (std::exchange(admitted_, false)) return begin(true);
     return admit();
   }
+
+  /// Sets the driver's Waker, told when a wait for a concurrency slot can end sooner (see Waker); it must
+  /// outlive the call. Without one (null), such a wait lasts until its end: a driver whose guard may have a
+  /// concurrency limit gives one before start().
+  void wake_with(Waker* waker) noexcept { waker_ = waker; }
 
   /// Records that the attempt succeeded with `answer` (nothing for a call that returns void): the
   /// guard's ticket learns it. Returns done. Throws what the ticket throws (the call is over all the same).
@@ -190,7 +196,8 @@ class CallEngine {
   [[nodiscard]] const Attempt& attempt() const noexcept { return attempt_; }
   /// Returns how many attempts were made (the current one included once it was admitted).
   [[nodiscard]] int attempts() const noexcept { return made_; }
-  /// Returns the total of the waits so far (failures' and guards').
+  /// Returns the total of the waits so far: after failures and for capacity (a wait for a slot, which may
+  /// end early, is not counted).
   [[nodiscard]] std::chrono::milliseconds waited() const noexcept {
     return state_ ? state_->waited() : std::chrono::milliseconds{0};
   }
@@ -222,15 +229,15 @@ class CallEngine {
           ticket_.reset();
           return refuse(Refusal{*stop, Failure::timed_out(Sent::not_sent)});
         }
-        waiting_for_capacity_ = true;
+        admitted_ = true;
         return Step::wait_for(admission.wait(), WaitReason::capacity);
       }
     }
     return begin(false);
   }
 
-  /// Begins the admitted attempt (after its wait for capacity, when `after_wait`): the deadline again,
-  /// then the ticket's begin (a concurrency slot).
+  /// Begins the admitted attempt (after a wait for capacity or a slot, when `after_wait`): the deadline
+  /// again, then the ticket's begin (a concurrency slot).
   Step begin([[maybe_unused]] bool after_wait) {
     if constexpr (guarded) {
       if (after_wait && options_.deadline) {
@@ -241,9 +248,14 @@ class CallEngine {
         }
       }
       if constexpr (detail::has_begin<Ticket>::value) {
-        if (auto refusal = ticket_->begin(std::as_const(attempt_))) {
+        const Begin answer = detail::begin_ticket(*ticket_, std::as_const(attempt_), waker_);
+        if (answer.kind() == Begin::Kind::refuse) {
           ticket_.reset();
-          return refuse(*refusal);
+          return refuse(answer.refusal());
+        }
+        if (answer.kind() == Begin::Kind::wait) {
+          admitted_ = true;
+          return Step::wait_for(answer.wait(), WaitReason::slot);
         }
       }
     }
@@ -272,7 +284,7 @@ class CallEngine {
 
   std::optional<std::chrono::milliseconds> time_left() const {
     using namespace std::chrono;
-    const auto now = detail::now_on(options_);
+    const auto now = detail::clock_of(options_);
     return *options_.deadline > now ? floor<milliseconds>(*options_.deadline - now) : milliseconds::zero();
   }
 
@@ -303,8 +315,9 @@ class CallEngine {
   std::optional<GiveUp> gave_up_;
   Attempt attempt_;
   int made_ = 0;
+  Waker* waker_ = nullptr;
   bool tells_time_left_ = true;
-  bool waiting_for_capacity_ = false;
+  bool admitted_ = false;  ///< the attempt was admitted and waits (for capacity or a slot) to begin
 };
 
 /// An lvalue guard is shared (held by reference), a temporary one moved in.

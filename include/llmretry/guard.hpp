@@ -32,10 +32,14 @@
 /// that is not a provider failure, or the loop did not send the attempt after all) can give back what it
 /// held. A ticket may also have
 ///
+///   Begin ticket.begin(const Attempt& attempt, Waker* waker);   // or, never waiting:
 ///   std::optional<Refusal> ticket.begin(const Attempt& attempt);
 ///
 /// called after the admission's wait, just before the attempt is sent (to take a concurrency slot
-/// without holding it while waiting for rate); a refusal there ends the call as a refusal from admit.
+/// without holding it while waiting for rate). It answers go; a refusal, which ends the call as a refusal
+/// from admit; or a wait for a slot (WaitReason::slot): the driver waits at most that long, woken sooner
+/// by `waker` (when not null) once the slot came, then calls begin again, which answers go, another wait,
+/// or the refusal of a wait that ran out. A ticket destroyed while it waits leaves the line.
 /// Pass a guard to call_with_retry among its trailing arguments, by reference: it is shared.
 
 namespace llmretry {
@@ -45,6 +49,58 @@ struct Refusal {
   StopReason reason = StopReason::refused;
   Failure failure;                       ///< what the caller sees, such as a wait after which the guard may admit again
   LimitType limit = LimitType::unknown;  ///< for a refusal for want of capacity: the limit that refused
+};
+
+/// Wakes the driver of a call that waits for a concurrency slot (WaitReason::slot) when the slot came before
+/// the wait ran out. wake() runs on the thread that gave the slot back, with the slot's lock held, maybe
+/// before the driver began the wait: it only marks or schedules the call's resume (a flag and a notify, a
+/// posted task, an event), never calls into the call or the guard.
+class Waker {
+ public:
+  /// The slot came: resume the call.
+  virtual void wake() noexcept = 0;
+
+ protected:
+  Waker() = default;
+  Waker(const Waker&) = default;
+  Waker& operator=(const Waker&) = default;
+  Waker(Waker&&) = default;
+  Waker& operator=(Waker&&) = default;
+  ~Waker() = default;
+};
+
+/// A ticket's answer to begin(): begin the attempt now, wait for a slot, or refuse.
+class Begin {
+ public:
+  enum class Kind : unsigned char {
+    go,      ///< send the attempt now
+    wait,    ///< wait for a slot at most wait() (milliseconds::max(): no bound), then begin again
+    refuse,  ///< the attempt is refused: refusal()
+  };
+
+  /// Returns the answer to send the attempt now.
+  [[nodiscard]] static Begin go() noexcept { return Begin{Kind::go, {}, {}}; }
+  /// Returns the answer to wait for a slot at most `at_most` (milliseconds::max(): no bound).
+  [[nodiscard]] static Begin wait_at_most(std::chrono::milliseconds at_most) noexcept {
+    return Begin{Kind::wait, at_most, {}};
+  }
+  /// Returns the answer refusing the attempt.
+  [[nodiscard]] static Begin refuse(const Refusal& refusal) noexcept { return Begin{Kind::refuse, {}, refusal}; }
+
+  /// Returns what the answer says to do.
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  /// Returns the longest wait. Requires kind() == Kind::wait.
+  [[nodiscard]] std::chrono::milliseconds wait() const noexcept { return wait_; }
+  /// Returns the refusal. Requires kind() == Kind::refuse.
+  [[nodiscard]] const Refusal& refusal() const noexcept { return refusal_; }
+
+ private:
+  Begin(Kind kind, std::chrono::milliseconds wait, const Refusal& refusal) noexcept
+      : kind_(kind), wait_(wait), refusal_(refusal) {}
+
+  Kind kind_;
+  std::chrono::milliseconds wait_;
+  Refusal refusal_;
 };
 
 /// A guard's answer before an attempt: go (after `wait`, zero for at once) holding a ticket, or refuse.
@@ -111,10 +167,32 @@ class AttemptRefused : public ProviderError {
 namespace detail {
 
 template <class T, class = void>
-struct has_begin : std::false_type {};
+struct has_plain_begin : std::false_type {};
 template <class T>
-struct has_begin<T, std::void_t<decltype(std::declval<T&>().begin(std::declval<const Attempt&>()))>> : std::true_type {
-};
+struct has_plain_begin<T, std::void_t<decltype(std::declval<T&>().begin(std::declval<const Attempt&>()))>>
+    : std::true_type {};
+template <class T, class = void>
+struct has_waiting_begin : std::false_type {};
+template <class T>
+struct has_waiting_begin<
+    T, std::void_t<decltype(std::declval<T&>().begin(std::declval<const Attempt&>(), std::declval<Waker*>()))>>
+    : std::true_type {};
+
+template <class T>
+struct has_begin : std::bool_constant<has_plain_begin<T>::value || has_waiting_begin<T>::value> {};
+
+/// Returns what `ticket`'s begin answers (go for a ticket without one; the form with a Waker when it has both).
+template <class Ticket>
+Begin begin_ticket(Ticket& ticket, const Attempt& attempt, Waker* waker) {
+  if constexpr (has_waiting_begin<Ticket>::value) {
+    return ticket.begin(attempt, waker);
+  } else if constexpr (has_plain_begin<Ticket>::value) {
+    if (const std::optional<Refusal> refusal = ticket.begin(attempt)) return Begin::refuse(*refusal);
+    return Begin::go();
+  } else {
+    return Begin::go();
+  }
+}
 
 template <class T, class = void>
 struct is_guard : std::false_type {};
@@ -135,11 +213,9 @@ class OptionalGuard {
   class Ticket {
    public:
     explicit Ticket(std::optional<detail::ticket_t<Guard>> inner) : inner_(std::move(inner)) {}
-    [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
-      if constexpr (detail::has_begin<detail::ticket_t<Guard>>::value) {
-        if (inner_) return inner_->begin(attempt);
-      }
-      return std::nullopt;
+    /// Returns what the held guard's ticket answers, or go.
+    [[nodiscard]] Begin begin(const Attempt& attempt, Waker* waker) {
+      return inner_ ? detail::begin_ticket(*inner_, attempt, waker) : Begin::go();
     }
     template <class... Answer>
     void succeeded(const Answer&... answer) {
@@ -180,12 +256,14 @@ class GuardSet {
    public:
     explicit Ticket(detail::ticket_t<Guards>&&... tickets) : tickets_(std::move(tickets)...) {}
 
-    /// Calls begin on each ticket that has one, in order. Returns the first refusal (the tickets that
-    /// began give back when this ticket is destroyed), or nullopt.
-    [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
-      std::optional<Refusal> refusal;
-      std::apply([&](auto&... ticket) { (void)((begin_one(ticket, attempt, refusal), !refusal) && ...); }, tickets_);
-      return refusal;
+    /// Calls begin on each ticket that has one, in order, from the first that has not answered go yet.
+    /// Returns the first wait or refusal (the tickets that began give back when this ticket is destroyed),
+    /// or go.
+    [[nodiscard]] Begin begin(const Attempt& attempt, Waker* waker) {
+      Begin answer = Begin::go();
+      std::size_t index = 0;
+      std::apply([&](auto&... ticket) { (void)(begin_one(ticket, index++, attempt, waker, answer) && ...); }, tickets_);
+      return answer;
     }
     /// Tells every ticket the attempt succeeded with `answer`. When one throws, the tickets after it are
     /// still told; then the first exception is rethrown.
@@ -218,12 +296,18 @@ class GuardSet {
 #endif
     }
 
+    /// Begins the ticket at `index` unless it began already. Returns true when it goes.
     template <class One>
-    static void begin_one(One& ticket, const Attempt& attempt, std::optional<Refusal>& refusal) {
-      if constexpr (detail::has_begin<One>::value) refusal = ticket.begin(attempt);
+    bool begin_one(One& ticket, std::size_t index, const Attempt& attempt, Waker* waker, Begin& answer) {
+      if (index < begun_) return true;
+      answer = detail::begin_ticket(ticket, attempt, waker);
+      if (answer.kind() != Begin::Kind::go) return false;
+      begun_ = index + 1;
+      return true;
     }
 
     std::tuple<detail::ticket_t<Guards>...> tickets_;
+    std::size_t begun_ = 0;  ///< the tickets before this one answered go
   };
 
   /// Holds each guard: by reference when given as a variable, by value when given as a temporary.

@@ -11,6 +11,7 @@
 #include "admission.hpp"
 #include "attempt.hpp"
 #include "backoff.hpp"
+#include "clock.hpp"
 #include "decision.hpp"
 #include "engine.hpp"
 #include "errors.hpp"

@@ -1,10 +1,13 @@
 #ifndef LLMRETRY_RETRY_HPP
 #define LLMRETRY_RETRY_HPP
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <type_traits>
@@ -29,6 +32,32 @@ struct RealSleep {
   void operator()(std::chrono::duration<Rep, Period> wait) const {
     std::this_thread::sleep_for(wait);
   }
+};
+
+/// The Waker of a call whose waits are carried out on one thread: wait() blocks until the slot came.
+class BlockingWaker final : public Waker {
+ public:
+  /// Marks the slot come and wakes the thread in wait().
+  void wake() noexcept override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+    ready_.notify_one();  // under the lock: the waiting thread may destroy this object once it returns
+  }
+
+  /// Blocks until wake() was called (since the last wait returned) or `at_most` passed on the real clock
+  /// (milliseconds::max(): no bound). Returns true when woken.
+  bool wait(std::chrono::milliseconds at_most) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto woken = [this] { return woken_; };
+    if (at_most == std::chrono::milliseconds::max()) ready_.wait(lock, woken);
+    else ready_.wait_for(lock, at_most, woken);
+    return std::exchange(woken_, false);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  bool woken_ = false;
 };
 
 /// The default `on_retry`: does nothing.
@@ -145,14 +174,41 @@ R refused_result(const Refusal& refusal) {
   }
 }
 
-/// Carries out `step` and the waits after it with `sleep` (told why when it takes a WaitReason too)
-/// until the engine says attempt or done. Returns that step.
-template <class Engine, class Sleep>
-Step carry_out_waits(Engine& engine, Step step, Sleep& sleep) {
+/// How often a sleep of the caller's looks whether the concurrency slot a call waits for came.
+inline constexpr std::chrono::milliseconds slot_poll{10};
+
+/// The waits of a blocking call: `sleep` carries them out (told why when it takes a WaitReason too); a wait
+/// for a slot blocks on the call's BlockingWaker with the default sleep, and is slept in pieces of at most
+/// slot_poll with the caller's (which may be virtual time).
+template <class Sleep, bool Wakes>
+struct BlockingWaits {
+  Sleep& sleep;
+  std::conditional_t<Wakes, BlockingWaker, bool> waker{};
+
+  void carry_out(const Step& step) {
+    if constexpr (Wakes) {
+      if (step.reason == WaitReason::slot) {
+        if constexpr (std::is_same_v<Sleep, RealSleep>) (void)waker.wait(step.wait);
+        else sleep_for(std::min(step.wait, slot_poll), step.reason);
+        return;
+      }
+    }
+    sleep_for(step.wait, step.reason);
+  }
+
+  void sleep_for(std::chrono::milliseconds wait, WaitReason reason) {
+    if constexpr (std::is_invocable_v<Sleep&, std::chrono::milliseconds, WaitReason>) sleep(wait, reason);
+    else sleep(wait);
+  }
+};
+
+/// Carries out `step` and the waits after it with `waits` until the engine says attempt or done. Returns
+/// that step.
+template <class Engine, class Waits>
+Step carry_out_waits(Engine& engine, Step step, Waits& waits) {
   if (step.kind != Step::Kind::wait) return step;  // the common case, kept apart from the loop below
   while (step.kind == Step::Kind::wait) {
-    if constexpr (std::is_invocable_v<Sleep&, std::chrono::milliseconds, WaitReason>) sleep(step.wait, step.reason);
-    else sleep(step.wait);
+    waits.carry_out(step);
     step = engine.resume();
   }
   return step;
@@ -167,9 +223,9 @@ std::optional<Failure> rejected(const Check& check, const Answer& answer) {
 
 #if LLMRETRY_HAS_EXCEPTIONS
 /// The blocking driver of a call that reports failures by throwing: carries out `engine`'s steps, its
-/// waits with `sleep`, telling `on_retry` before each wait after a failure.
-template <class R, class Engine, class Call, class Check, class Options, class Sleep, class Rng, class OnRetry>
-R run_throwing(Engine& engine, Call& call, const Check& check, const Options& options, Sleep& sleep, Rng& rng,
+/// waits with `waits`, telling `on_retry` before each wait after a failure.
+template <class R, class Engine, class Call, class Check, class Options, class Waits, class Rng, class OnRetry>
+R run_throwing(Engine& engine, Call& call, const Check& check, const Options& options, Waits& waits, Rng& rng,
                OnRetry& on_retry) {
   constexpr bool plain = std::is_same_v<Check, NoAnswerCheck> && !Engine::guarded;
   static_assert(!std::is_void_v<R> || std::is_same_v<Check, NoAnswerCheck>,
@@ -177,7 +233,7 @@ R run_throwing(Engine& engine, Call& call, const Check& check, const Options& op
   static_assert(plain || std::is_void_v<R> || std::is_move_constructible_v<R> || std::is_reference_v<R>,
                 "with a guard or an answer check, the call's result must be movable");
   using Kept = std::conditional_t<std::is_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>, R>;
-  if (carry_out_waits(engine, engine.start(), sleep).kind == Step::Kind::done)
+  if (carry_out_waits(engine, engine.start(), waits).kind == Step::Kind::done)
     throw AttemptRefused(*engine.first_refusal());
   for (;;) {
     // What the attempt left: its exception, or its answer (kept for the guard, or to return when the check
@@ -232,7 +288,7 @@ R run_throwing(Engine& engine, Call& call, const Check& check, const Options& op
     const Step step = engine.failed(failure, rng);
     if (step.kind == Step::Kind::done) return end();
     on_retry(engine.attempts(), failure, step.wait);
-    if (carry_out_waits(engine, step, sleep).kind == Step::Kind::done) return end();
+    if (carry_out_waits(engine, step, waits).kind == Step::Kind::done) return end();
   }
 }
 #endif
@@ -246,10 +302,10 @@ std::optional<Failure> failure_in(const R& result, const Check& check) {
 
 /// The blocking driver of a call that returns a result-like value: the last result comes back when it
 /// gives up. Carries out `engine`'s steps as run_throwing does.
-template <class R, class Engine, class Call, class Check, class Sleep, class Rng, class OnRetry>
-R run_results(Engine& engine, Call& call, const Check& check, Sleep& sleep, Rng& rng, OnRetry& on_retry) {
+template <class R, class Engine, class Call, class Check, class Waits, class Rng, class OnRetry>
+R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng& rng, OnRetry& on_retry) {
   constexpr bool can_refuse = Engine::guarded || takes_attempt_v<Call>;
-  if (carry_out_waits(engine, engine.start(), sleep).kind == Step::Kind::done) {
+  if (carry_out_waits(engine, engine.start(), waits).kind == Step::Kind::done) {
     if constexpr (can_refuse) return refused_result<R>(*engine.first_refusal());
   }
   // Returns true when the call goes on after `failure`: the wait after it (and any before the next
@@ -258,7 +314,7 @@ R run_results(Engine& engine, Call& call, const Check& check, Sleep& sleep, Rng&
     const Step step = engine.failed(failure, rng);
     if (step.kind == Step::Kind::done) return false;
     on_retry(engine.attempts(), failure, step.wait);
-    return carry_out_waits(engine, step, sleep).kind != Step::Kind::done;
+    return carry_out_waits(engine, step, waits).kind != Step::Kind::done;
   };
   if constexpr (std::is_move_assignable_v<R>) {
     // One result for every attempt, built where the caller receives it: a success copies nothing, and a
@@ -287,7 +343,7 @@ R run_results(Engine& engine, Call& call, const Check& check, Sleep& sleep, Rng&
       on_retry(engine.attempts(), *failure, step.wait);
       last.reset();
       last.emplace(std::move(result));
-      if (carry_out_waits(engine, step, sleep).kind == Step::Kind::done) return *std::move(last);
+      if (carry_out_waits(engine, step, waits).kind == Step::Kind::done) return *std::move(last);
     }
   }
 }
@@ -308,8 +364,10 @@ R run_results(Engine& engine, Call& call, const Check& check, Sleep& sleep, Rng&
 ///
 /// After the policy come, in any order and each at most once, what you want to change (each recognised
 /// by its type): a `sleep(std::chrono::milliseconds)` that carries out each wait, or a
-/// `sleep(std::chrono::milliseconds, WaitReason)` that is told why too (backoff, provider, capacity)
-/// (default RealSleep; a recorder such as testing::FakeSleep must be passed as an lvalue); `rng`, any
+/// `sleep(std::chrono::milliseconds, WaitReason)` that is told why too (backoff, provider, capacity, slot)
+/// (default RealSleep; a recorder such as testing::FakeSleep must be passed as an lvalue; a wait for a
+/// concurrency slot, which the default ends as soon as the slot comes, is slept in pieces of at most
+/// 10 ms by your own); `rng`, any
 /// UniformRandomBitGenerator, used by reference and only for jitter (default ThreadRng); `on_retry(attempt,
 /// failure, wait)`, run before each wait after a failure; a guard (see guard.hpp), shared by reference,
 /// that admits each attempt and learns its outcome; `check_answer(check)`; and CallOptions.
@@ -349,13 +407,16 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   auto& guard = detail::pick<Part::guard>(no_guard, parts...);
   auto& check = detail::pick<Part::answer_check>(no_check, parts...);
   using Options = std::remove_const_t<std::remove_reference_t<decltype(options)>>;
-  CallEngine<std::remove_reference_t<decltype(guard)>&, Options> engine(detail::prevalidated, policy, guard, options,
-                                                                        detail::takes_attempt_v<Call>);
+  using Engine = CallEngine<std::remove_reference_t<decltype(guard)>&, Options>;
+  constexpr bool wakes = Engine::guarded && detail::has_begin<typename Engine::Ticket>::value;
+  detail::BlockingWaits<std::remove_reference_t<decltype(sleep)>, wakes> waits{sleep};  // outlives the engine
+  Engine engine(detail::prevalidated, policy, guard, options, detail::takes_attempt_v<Call>);
+  if constexpr (wakes) engine.wake_with(&waits.waker);
   if constexpr (is_result_like_v<R>) {
-    return detail::run_results<R>(engine, call, check, sleep, rng, on_retry);
+    return detail::run_results<R>(engine, call, check, waits, rng, on_retry);
   } else {
 #if LLMRETRY_HAS_EXCEPTIONS
-    return detail::run_throwing<R>(engine, call, check, options, sleep, rng, on_retry);
+    return detail::run_throwing<R>(engine, call, check, options, waits, rng, on_retry);
 #else
     static_assert(is_result_like_v<R>, "without exceptions, the call must return a result-like value");
 #endif

@@ -3,8 +3,11 @@
 #include <llmretry/retry.hpp>
 #include <llmretry/testing.hpp>
 
+#include <atomic>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -199,6 +202,190 @@ TEST_CASE("A concurrency slot is held only while the attempt is in flight", "[de
   CHECK_THROWS_AS(call_with_retry([] {}, no_jitter(), sleep, blocked, call_options), AttemptRefused);
   CHECK(stats.stopped == StopReason::no_capacity);
   slots.release();
+}
+
+TEST_CASE("A wait for a concurrency slot is a step: in virtual time it moves the manual clock", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  auto options = options_with(clock, Limits{});
+  options.concurrency = 1;
+  options.max_queue_wait = 1500ms;
+  Deployment deployment{options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  REQUIRE(slots.try_acquire());  // someone else holds the only slot, and never gives it back
+  auto pacing = deployment.pace(Cost{});
+  CallOptions call_options;
+  call_options.clock = std::ref(clock);
+  int calls = 0;
+  try {
+    call_with_retry([&] { ++calls; }, no_jitter(), sleep, pacing, call_options);
+    FAIL("the call was not refused");
+  } catch (const AttemptRefused& refused) {
+    CHECK(refused.reason() == StopReason::no_capacity);
+  }
+  CHECK(calls == 0);
+  CHECK(sleep.total() == 1500ms);  // slept in pieces of 10 ms, each on the manual clock
+  CHECK(sleep.waits().size() == 150);
+  CHECK(sleep.reasons() == std::vector<WaitReason>(150, WaitReason::slot));
+  CHECK(clock.now() == ManualClock::time_point{} + 1500ms);
+  CHECK(slots.waiting() == 0);  // the call left the line
+  CHECK(slots.in_use() == 1);
+  slots.release();
+}
+
+TEST_CASE("A call waiting in line gets the slot as soon as it is given back", "[deployment]") {
+  ManualClock clock;
+  auto options = options_with(clock, Limits{});
+  options.concurrency = 1;
+  Deployment deployment{options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  REQUIRE(slots.try_acquire());
+  int pieces = 0;
+  const auto sleep = [&](milliseconds wait, WaitReason reason) {
+    CHECK(reason == WaitReason::slot);
+    CHECK(wait == 10ms);  // no max_queue_wait, no deadline: a wait without bound, looked at every 10 ms
+    clock.advance(wait);
+    if (++pieces == 3) slots.release();  // the holder is done during the third piece
+  };
+  auto pacing = deployment.pace(Cost{});
+  int in_use_during = -1;
+  call_with_retry([&] { in_use_during = slots.in_use(); }, no_jitter(), sleep, pacing);
+  CHECK(pieces == 3);
+  CHECK(in_use_during == 1);
+  CHECK(slots.in_use() == 0);
+}
+
+TEST_CASE("A slot's wait ends at the call's deadline, refused for the deadline", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  auto options = options_with(clock, Limits{});
+  options.concurrency = 1;
+  options.max_queue_wait = 10s;
+  Deployment deployment{options};
+  REQUIRE(deployment.concurrency()->try_acquire());
+  auto pacing = deployment.pace(Cost{});
+  CallOptions call_options;
+  call_options.clock = std::ref(clock);
+  call_options.deadline = clock.now() + 35ms;
+  CallStats stats;
+  call_options.stats = &stats;
+  CHECK_THROWS_AS(call_with_retry([] {}, no_jitter(), sleep, pacing, call_options), AttemptRefused);
+  CHECK(stats.stopped == StopReason::deadline);
+  CHECK(sleep.total() == 35ms);
+  CHECK(deployment.concurrency()->waiting() == 0);
+  deployment.concurrency()->release();
+}
+
+TEST_CASE("With the default sleep, a call in line is woken when the slot is given back", "[deployment]") {
+  DeploymentOptions options;
+  options.concurrency = 1;
+  Deployment deployment{options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  REQUIRE(slots.try_acquire());
+  std::atomic<bool> answered{false};
+  std::thread in_line([&] {
+    auto pacing = deployment.pace(Cost{});
+    call_with_retry([&] { answered = true; }, no_jitter(), pacing);  // no bound: only the release ends its wait
+  });
+  while (slots.waiting() == 0) std::this_thread::yield();
+  CHECK_FALSE(answered);
+  slots.release();
+  in_line.join();
+  CHECK(answered);
+  CHECK(slots.in_use() == 0);
+}
+
+namespace {
+
+struct CountingWaker final : Waker {
+  int woken = 0;
+  void wake() noexcept override { ++woken; }
+};
+
+}  // namespace
+
+TEST_CASE("CallEngine waits for a slot without blocking, told by its Waker when it comes", "[deployment]") {
+  ManualClock clock;
+  auto options = options_with(clock, Limits{});
+  options.concurrency = 1;
+  Deployment deployment{options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  const RetryPolicy policy = no_jitter();
+  const CallOptions call_options;
+  CountingWaker waker;
+  REQUIRE(slots.try_acquire());
+
+  SECTION("the slot comes: the call goes") {
+    CallEngine engine(policy, deployment.pace(Cost{}), call_options);
+    engine.wake_with(&waker);
+    const Step first = engine.start();
+    REQUIRE(first.kind == Step::Kind::wait);
+    CHECK(first.reason == WaitReason::slot);
+    CHECK(first.wait == milliseconds::max());
+    CHECK(slots.waiting() == 1);
+    const Step again = engine.resume();  // resumed before the slot came: wait on
+    CHECK(again.kind == Step::Kind::wait);
+    CHECK(waker.woken == 0);
+    slots.release();
+    CHECK(waker.woken == 1);
+    CHECK(slots.in_use() == 1);  // handed to the call in line
+    REQUIRE(engine.resume().kind == Step::Kind::attempt);
+    CHECK(engine.attempts() == 1);
+    CHECK(engine.succeeded().kind == Step::Kind::done);
+    CHECK(slots.in_use() == 0);
+  }
+  SECTION("a call given up while in line leaves it") {
+    {
+      CallEngine engine(policy, deployment.pace(Cost{}), call_options);
+      engine.wake_with(&waker);
+      CHECK(engine.start().kind == Step::Kind::wait);
+      CHECK(slots.waiting() == 1);
+    }
+    CHECK(slots.waiting() == 0);
+    slots.release();
+    CHECK(waker.woken == 0);
+    CHECK(slots.in_use() == 0);
+  }
+  SECTION("a call given up after the slot came gives it back") {
+    {
+      CallEngine engine(policy, deployment.pace(Cost{}), call_options);
+      engine.wake_with(&waker);
+      CHECK(engine.start().kind == Step::Kind::wait);
+      slots.release();
+      CHECK(waker.woken == 1);
+      CHECK(slots.in_use() == 1);
+    }
+    CHECK(slots.in_use() == 0);
+  }
+}
+
+TEST_CASE("guards() begins each ticket once across a wait for a slot", "[deployment]") {
+  struct CountingGuard {
+    int* begun;
+    struct Ticket {
+      int* begun;
+      std::optional<Refusal> begin(const Attempt& /*attempt*/) {
+        ++*begun;
+        return std::nullopt;
+      }
+      void succeeded() const noexcept {}
+      void failed(const Failure& /*failure*/) const noexcept {}
+    };
+    Admission<Ticket> admit(const Attempt& /*attempt*/) { return Admission<Ticket>::go(Ticket{begun}); }
+  };
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  auto options = options_with(clock, Limits{});
+  options.concurrency = 1;
+  options.max_queue_wait = 50ms;
+  Deployment deployment{options};
+  REQUIRE(deployment.concurrency()->try_acquire());
+  int begun = 0;
+  CHECK_THROWS_AS(call_with_retry([] {}, no_jitter(), sleep, guards(CountingGuard{&begun}, deployment.pace(Cost{}))),
+                  AttemptRefused);
+  CHECK(sleep.waits().size() == 5);
+  CHECK(begun == 1);
+  deployment.concurrency()->release();
 }
 
 TEST_CASE("A 429 asking for an absurd wait pauses a day at most", "[deployment]") {

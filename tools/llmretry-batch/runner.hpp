@@ -14,6 +14,7 @@
 #include <llmretry/json/usage.hpp>
 #include <llmretry/policy.hpp>
 #include <llmretry/random.hpp>
+#include <llmretry/retry.hpp>
 #include <llmretry/store/job_queue.hpp>
 #include <llmretry/store/operations.hpp>
 
@@ -94,6 +95,7 @@ class Runner {
       index_.emplace(pending[i].key, i);
       lines_[i].request = std::move(pending[i]);
       lines_[i].engine.emplace(settings_.policy, deployment_.pace(lines_[i].request.estimate), call_options_);
+      lines_[i].engine->wake_with(&lines_[i].waker);
     }
   }
 
@@ -127,6 +129,7 @@ class Runner {
   /// handed out again after its visibility timeout while its first worker still holds it.
   struct Line {
     Request request;
+    llmretry::BlockingWaker waker;  ///< for a wait for a concurrency slot; outlives the engine
     std::optional<Engine> engine;
     bool started = false;  ///< its engine has given its first step
     bool begun = false;    ///< the operation was begun in this run
@@ -187,14 +190,15 @@ class Runner {
   }
 
   /// Carries out the next step of `line`'s engine: the attempt (and what follows it; a wait after a
-  /// failure puts the job back in the queue). A wait for capacity is slept here, holding the job: the
-  /// reservation is for that instant, and the workers bound how many are held at once. Writes the line once
-  /// the call is done.
+  /// failure puts the job back in the queue). A wait for capacity or a slot is waited here, holding the
+  /// job: the reservation is for that instant, and the workers bound how many are held at once. Writes the
+  /// line once the call is done.
   void step(Line& line, const llmretry::store::Job& job, Stores& stores, llmretry::ThreadRng& rng) {
     Engine& engine = *line.engine;
     llmretry::Step next = std::exchange(line.started, true) ? engine.resume() : engine.start();
     while (next.kind == llmretry::Step::Kind::wait) {
-      std::this_thread::sleep_for(next.wait);
+      if (next.reason == llmretry::WaitReason::slot) (void)line.waker.wait(next.wait);
+      else std::this_thread::sleep_for(next.wait);
       next = engine.resume();
     }
     if (next.kind == llmretry::Step::Kind::done) return give_up(line, job, stores);

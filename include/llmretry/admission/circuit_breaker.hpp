@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "../attempt.hpp"
+#include "../clock.hpp"
 #include "../decision.hpp"
 #include "../detail/config.hpp"
 #include "../detail/sliding_window.hpp"
@@ -57,8 +58,8 @@ struct CircuitBreakerOptions {
   std::chrono::milliseconds break_duration{std::chrono::seconds{15}};
   /// How many attempts may be in flight at once while half-open (at least 1).
   int half_open_probes = 1;
-  /// The clock; empty: std::chrono::steady_clock::now. A virtual-time driver passes its own.
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  /// The clock; empty: the real one. A virtual-time driver passes its own.
+  Clock clock;
   /// Told every change of state, after it happened, outside the breaker's lock, on the thread that
   /// caused it (which may call the breaker). Empty: nobody.
   std::function<void(const CircuitTransition&)> on_transition;
@@ -122,7 +123,7 @@ class CircuitBreaker {
   /// Returns the options it was made with.
   [[nodiscard]] const CircuitBreakerOptions& options() const noexcept { return options_; }
   /// Returns the time on the breaker's clock.
-  [[nodiscard]] time_point now() const { return options_.clock ? options_.clock() : std::chrono::steady_clock::now(); }
+  [[nodiscard]] time_point now() const { return now_on(options_.clock); }
 
   /// Returns true when `failure` counts against the deployment: a server error, a timeout or a failed
   /// connection.

@@ -2,6 +2,7 @@
 #define LLMRETRY_ADMISSION_DEPLOYMENT_HPP
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "../attempt.hpp"
+#include "../clock.hpp"
 #include "../decision.hpp"
 #include "../failure.hpp"
 #include "../guard.hpp"
@@ -56,8 +58,11 @@ struct DeploymentOptions {
   /// The most a call waits for capacity (rate, then a slot) before it is refused with
   /// StopReason::no_capacity; empty: as long as its deadline and wait budget allow.
   std::optional<std::chrono::milliseconds> max_queue_wait;
-  /// The clock of the pacing; empty: std::chrono::steady_clock::now. A virtual-time driver passes its own.
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  /// The clock of the pacing and of its waits for a slot; empty: the real one. A virtual-time driver passes
+  /// its own.
+  Clock clock;
+  /// The wall clock for reset times the provider gives as dates; empty: the real one.
+  WallClock wall_clock;
   /// Reads the actual usage from a successful answer's body (such as llmretry::json::usage_of), so that
   /// the reservation is settled with it; empty: the estimate stays charged.
   UsageReader read_usage;
@@ -86,7 +91,7 @@ class Deployment {
   /// Returns the options it was made with.
   [[nodiscard]] const DeploymentOptions& options() const noexcept { return options_; }
   /// Returns the time on the deployment's clock.
-  [[nodiscard]] time_point now() const { return options_.clock ? options_.clock() : std::chrono::steady_clock::now(); }
+  [[nodiscard]] time_point now() const { return now_on(options_.clock); }
   /// Returns the rate limiter.
   [[nodiscard]] RateLimiter& limiter() noexcept { return limiter_; }
   [[nodiscard]] const RateLimiter& limiter() const noexcept { return limiter_; }
@@ -141,15 +146,17 @@ class Deployment {
 };
 
 /// The guard of one call through a Deployment. Before each attempt it reserves the estimate (the wait
-/// until capacity comes is slept by call_with_retry), then takes a concurrency slot just before sending,
-/// so that waiting for rate holds no slot. After the attempt it settles: the answer's usage and
+/// until capacity comes is a step of the call's driver), then takes a concurrency slot just before
+/// sending, so that waiting for rate holds no slot; a slot not free is a wait in line (WaitReason::slot),
+/// never a blocked thread. After the attempt it settles: the answer's usage and
 /// rate-limit headers (read from its `body` and `headers` members, when it has them, such as
 /// curl::Response) on success; what the failure says was used otherwise. Refuses with
 /// StopReason::no_capacity a cost above a limit or a wait beyond max_queue_wait, and with
 /// StopReason::deadline a wait beyond the call's deadline.
 class Deployment::Pacing {
  public:
-  /// What one attempt holds: its reservation and its slot, given back or settled however it ends.
+  /// What one attempt holds: its reservation and its slot (or its place in line for one), given back or
+  /// settled however it ends.
   class Ticket {
    public:
     Ticket(Deployment& deployment, Reservation reservation, std::optional<std::chrono::milliseconds> slot_wait)
@@ -158,26 +165,46 @@ class Deployment::Pacing {
         : deployment_(other.deployment_),
           reservation_(std::move(other.reservation_)),
           slot_wait_(other.slot_wait_),
-          slot_(std::exchange(other.slot_, false)) {}
+          slot_(std::exchange(other.slot_, false)),
+          line_(std::move(other.line_)) {}
     Ticket& operator=(Ticket&&) = delete;
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
     ~Ticket() {
       deployment_->limiter().cancel(reservation_);
+      if (line_ && !deployment_->concurrency()->withdraw(*line_)) slot_ = true;  // granted as it left
       release();
     }
 
-    /// Takes a concurrency slot, waiting in line at most the call's time left and max_queue_wait.
-    /// Returns the refusal when none came in time.
-    [[nodiscard]] std::optional<Refusal> begin(const Attempt& attempt) {
+    /// Takes a concurrency slot: at once when one is free and nobody waits; otherwise it gets in line and
+    /// answers a wait of at most the call's time left and what max_queue_wait leaves (`waker`, when not
+    /// null, is told when the slot came). Begun again after the wait, it answers go once the slot came,
+    /// the rest of the wait, or the refusal (deadline or no_capacity) once the wait ran out.
+    [[nodiscard]] Begin begin(const Attempt& attempt, Waker* waker) {
       ConcurrencyLimit* limit = deployment_->concurrency();
-      if (limit == nullptr) return std::nullopt;
-      const std::optional<std::chrono::milliseconds> wait = shorter_wait(slot_wait_, attempt.time_left);
-      slot_ = wait ? limit->acquire_until(std::chrono::steady_clock::now() + *wait)
-                   : limit->acquire_until(std::chrono::steady_clock::time_point::max());
-      if (slot_) return std::nullopt;
-      return Refusal{reason_for_wait(attempt.time_left, slot_wait_),
-                     Failure::of(FailureKind::rate_limited, Sent::not_sent), LimitType::concurrency};
+      if (limit == nullptr || slot_) return Begin::go();
+      if (!line_) {
+        const std::optional<std::chrono::milliseconds> wait = shorter_wait(slot_wait_, attempt.time_left);
+        const StopReason reason = reason_for_wait(attempt.time_left, slot_wait_);
+        if (limit->try_acquire()) return took_slot();
+        if (wait && *wait <= std::chrono::milliseconds::zero()) return Begin::refuse(refusal(reason));
+        line_ = std::make_unique<Line>(waker, reason);
+        if (wait) {
+          const time_point now = deployment_->now();
+          const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(time_point::max() - now);
+          line_->until = now + std::min(*wait, room);
+        }
+        if (limit->enqueue(*line_)) return took_slot();
+        return Begin::wait_at_most(wait.value_or(std::chrono::milliseconds::max()));
+      }
+      if (line_->granted_slot.load(std::memory_order_acquire)) return took_slot();
+      if (!line_->until) return Begin::wait_at_most(std::chrono::milliseconds::max());
+      if (const time_point now = deployment_->now(); now < *line_->until)
+        return Begin::wait_at_most(std::chrono::ceil<std::chrono::milliseconds>(*line_->until - now));
+      if (!limit->withdraw(*line_)) return took_slot();  // granted as the wait ran out
+      const StopReason reason = line_->reason;
+      line_.reset();
+      return Begin::refuse(refusal(reason));
     }
 
     /// Settles with the answer's usage and learns from its rate-limit headers; an answer with `usage` and
@@ -190,7 +217,7 @@ class Deployment::Pacing {
         const std::optional<Cost> usage = reported_usage(answer, deployment_->options().read_usage);
         std::optional<RateLimits> reported;
         if constexpr (detail::has_headers<Answer>::value)
-          reported = parse_rate_limits(answer.headers, std::chrono::system_clock::now());
+          reported = parse_rate_limits(answer.headers, now_on(deployment_->options().wall_clock));
         deployment_->succeeded(reservation_, usage, reported ? &*reported : nullptr, deployment_->now());
       }
       release();
@@ -207,6 +234,27 @@ class Deployment::Pacing {
     }
 
    private:
+    /// A place in line for a slot: on the heap, so that it stays put while the ticket moves.
+    struct Line final : ConcurrencyLimit::Waiter {
+      Line(Waker* to_wake, StopReason why) noexcept : waker(to_wake), reason(why) {}
+      void granted() override {
+        granted_slot.store(true, std::memory_order_release);
+        if (waker != nullptr) waker->wake();
+      }
+      Waker* waker;
+      StopReason reason;                ///< why the call stops if the wait runs out
+      std::optional<time_point> until;  ///< when the wait runs out, on the deployment's clock; none: never
+      std::atomic<bool> granted_slot{false};
+    };
+
+    Begin took_slot() noexcept {
+      line_.reset();
+      slot_ = true;
+      return Begin::go();
+    }
+    static Refusal refusal(StopReason reason) noexcept {
+      return Refusal{reason, Failure::of(FailureKind::rate_limited, Sent::not_sent), LimitType::concurrency};
+    }
     void release() {
       if (std::exchange(slot_, false)) deployment_->concurrency()->release();
     }
@@ -215,6 +263,7 @@ class Deployment::Pacing {
     Reservation reservation_;
     std::optional<std::chrono::milliseconds> slot_wait_;
     bool slot_ = false;
+    std::unique_ptr<Line> line_;  ///< set while it waits in line
   };
 
   Pacing(Deployment& deployment, const Cost& estimate) noexcept : deployment_(&deployment), estimate_(estimate) {}

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "../attempt.hpp"
+#include "../clock.hpp"
 #include "../decision.hpp"
 #include "../detail/config.hpp"
 #include "../detail/sliding_window.hpp"
@@ -29,8 +30,8 @@ struct RetryBudgetOptions {
   double min_per_second = 1.0;
   /// How long a first attempt or a retry counts, in [10 ms, 1 hour].
   std::chrono::milliseconds window{std::chrono::seconds{10}};
-  /// The clock; empty: std::chrono::steady_clock::now. A virtual-time driver passes its own.
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  /// The clock; empty: the real one. A virtual-time driver passes its own.
+  Clock clock;
 
   /// Throws std::invalid_argument naming the field when a value is out of its range.
   void validate() const {
@@ -72,7 +73,7 @@ class RetryBudget {
   /// Returns the options it was made with.
   [[nodiscard]] const RetryBudgetOptions& options() const noexcept { return options_; }
   /// Returns the time on the budget's clock.
-  [[nodiscard]] time_point now() const { return options_.clock ? options_.clock() : std::chrono::steady_clock::now(); }
+  [[nodiscard]] time_point now() const { return now_on(options_.clock); }
 
   /// Records a first attempt made at `now`: it earns `ratio` retries for a window.
   void deposit(time_point now) {

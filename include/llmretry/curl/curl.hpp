@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../attempt.hpp"
+#include "../clock.hpp"
 #include "../detail/config.hpp"
 #include "../detail/text.hpp"
 #include "../errors.hpp"
@@ -194,10 +195,7 @@ inline bool ends_stream(Provider provider, const SseEvent& event) noexcept {
 /// What the callbacks of one transfer fill in.
 struct Transfer {
   Transfer(CURL* easy, const Options& transfer_options)
-      : handle(easy),
-        options(&transfer_options),
-        sse(transfer_options.max_event_bytes),
-        last_byte(std::chrono::steady_clock::now()) {}
+      : handle(easy), options(&transfer_options), sse(transfer_options.max_event_bytes), last_byte(real_now()) {}
 
   CURL* handle;
   const Options* options;
@@ -250,7 +248,7 @@ struct Transfer {
 
 inline std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
   auto& transfer = *static_cast<Transfer*>(user);
-  transfer.last_byte = std::chrono::steady_clock::now();
+  transfer.last_byte = real_now();
   std::string_view line(data, size * count);
   transfer.header_bytes += line.size();
   if (transfer.header_bytes > transfer.options->max_header_bytes) {
@@ -278,7 +276,7 @@ inline std::size_t on_header(char* data, std::size_t size, std::size_t count, vo
 
 inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
   auto& transfer = *static_cast<Transfer*>(user);
-  transfer.last_byte = std::chrono::steady_clock::now();
+  transfer.last_byte = real_now();
   const std::string_view bytes(data, size * count);
   try {
     if (!transfer.is_event_stream()) {
@@ -317,7 +315,7 @@ inline int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_
   auto& transfer = *static_cast<Transfer*>(user);
   const Options& options = *transfer.options;
   transfer.cancelled = options.cancel != nullptr && options.cancel->load();
-  transfer.idle = options.idle_timeout && std::chrono::steady_clock::now() - transfer.last_byte > *options.idle_timeout;
+  transfer.idle = options.idle_timeout && real_now() - transfer.last_byte > *options.idle_timeout;
   return transfer.cancelled || transfer.idle ? 1 : 0;
 }
 
@@ -555,9 +553,8 @@ inline Response Session::perform(const Request& request, const Options& options,
   if (status < 200 || status > 299) {
     const ErrorFields fields =
         options.read_error && !transfer.error_body_cut ? options.read_error(transfer.response.body) : ErrorFields{};
-    const Failure failure =
-        classify_provider_response(options.provider, transfer.response.status, transfer.response.headers,
-                                   std::chrono::system_clock::now(), fields);
+    const Failure failure = classify_provider_response(options.provider, transfer.response.status,
+                                                       transfer.response.headers, real_wall_now(), fields);
     detail::throw_failure(transfer, secrets, describe(failure) + detail::server_word(fields, secrets), failure);
   }
   if (transfer.is_event_stream() && (!transfer.ended || transfer.sse.partial())) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 
+#include "../clock.hpp"
 #include "../detail/header_lookup.hpp"
 #include "../detail/http_date.hpp"
 #include "../detail/number.hpp"
@@ -25,10 +26,10 @@ namespace llmretry {
   return detail::clamped_time_point(*seconds);
 }
 
-/// Returns parse_http_date(text, system_clock::now()).
+/// Returns parse_http_date(text, real_wall_now()).
 [[nodiscard]] inline std::optional<std::chrono::system_clock::time_point> parse_http_date(
     std::string_view text) noexcept {
-  return parse_http_date(text, std::chrono::system_clock::now());
+  return parse_http_date(text, real_wall_now());
 }
 
 /// Returns the value of one Retry-After style header as a wait from `now`: delay-seconds (fractions

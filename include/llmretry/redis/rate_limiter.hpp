@@ -19,6 +19,7 @@
 #include "../admission/rate_limiter.hpp"
 #include "../admission/settlement.hpp"
 #include "../attempt.hpp"
+#include "../clock.hpp"
 #include "../guard.hpp"
 #include "connection.hpp"
 
@@ -101,12 +102,14 @@ class RateLimiter {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
-  /// The limiter `name` on `connection` (which must outlive it) with `limits`. Throws std::invalid_argument
-  /// naming the dimension and field when a limit makes no sense (Limits::validate).
-  RateLimiter(Connection& connection, std::string_view name, const Limits& limits)
+  /// The limiter `name` on `connection` (which must outlive it) with `limits`; its guards and the round trip
+  /// of a reserve read `clock` (empty: the real one). Throws std::invalid_argument naming the dimension and
+  /// field when a limit makes no sense (Limits::validate).
+  RateLimiter(Connection& connection, std::string_view name, const Limits& limits, Clock clock = {})
       : connection_(connection),
         key_(connection.options().prefix + "limit:{" + std::string(name) + "}"),
-        limits_(limits) {
+        limits_(limits),
+        clock_(std::move(clock)) {
     limits_.validate();
     std::chrono::milliseconds longest{0};
     for (const auto& limit : limits_.by_dimension)
@@ -138,10 +141,10 @@ class RateLimiter {
       reservation.charged_[i] = held * 1000;
       args.insert(args.end(), {std::to_string(i), std::to_string(held), std::to_string(burst)});
     }
-    const auto sent = std::chrono::steady_clock::now();
+    const time_point sent = this->now();
     const Reply reply = run("rate limiter reserve", detail::reserve_script, args);
     const std::chrono::microseconds wait{reply[1].integer()};
-    if (wait > wait.zero()) reservation.start_ = now + (std::chrono::steady_clock::now() - sent) + wait;
+    if (wait > wait.zero()) reservation.start_ = now + (this->now() - sent) + wait;
     else reservation.start_ = now;
     if (const long long dimension = reply[2].integer(); dimension >= 0)
       reservation.limited_by_ = static_cast<Dimension>(dimension);
@@ -186,6 +189,8 @@ class RateLimiter {
 
   /// Returns the limits it paces with.
   [[nodiscard]] const Limits& limits() const noexcept { return limits_; }
+  /// Returns the time on the limiter's clock.
+  [[nodiscard]] time_point now() const { return now_on(clock_); }
 
   class Pacing;
   /// Returns the guard that paces one call of estimated cost `estimate` (see estimate_cost) through this
@@ -217,6 +222,7 @@ class RateLimiter {
   std::string key_;
   Limits limits_;
   std::string linger_;  ///< the longest period in ms: how long the hash outlives its last TAT
+  Clock clock_;
 };
 
 /// The guard of one call through a redis::RateLimiter (made by RateLimiter::pace). Before each attempt it
@@ -256,18 +262,17 @@ class RateLimiter::Pacing {
     template <class Answer>
     void succeeded(const Answer& answer) {
       const Cost usage = reported_usage(answer, pacing_->read_usage_).value_or(reservation_.cost());
-      pacing_->guarded([&] { pacing_->limiter_->settle(reservation_, usage, std::chrono::steady_clock::now()); });
+      pacing_->guarded([&] { pacing_->limiter_->settle(reservation_, usage, pacing_->limiter_->now()); });
     }
     /// Settles a call that returned nothing: the estimate stays charged.
     void succeeded() {
-      pacing_->guarded(
-          [&] { pacing_->limiter_->settle(reservation_, reservation_.cost(), std::chrono::steady_clock::now()); });
+      pacing_->guarded([&] { pacing_->limiter_->settle(reservation_, reservation_.cost(), pacing_->limiter_->now()); });
     }
     /// Settles with what the failure kept charged (see charge_after).
     void failed(const Failure& failure) {
       pacing_->guarded([&] {
         if (const std::optional<Cost> charged = charge_after(failure, reservation_.cost()))
-          pacing_->limiter_->settle(reservation_, *charged, std::chrono::steady_clock::now());
+          pacing_->limiter_->settle(reservation_, *charged, pacing_->limiter_->now());
         else pacing_->limiter_->cancel(reservation_);
       });
     }
@@ -284,7 +289,7 @@ class RateLimiter::Pacing {
   /// Reserves the estimate for the attempt on the server. Returns the ticket and the wait until capacity
   /// comes, or the refusal (see the class).
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
-    const auto now = std::chrono::steady_clock::now();
+    const time_point now = limiter_->now();
     std::optional<Reservation> reservation;
     guarded(
         [&] { reservation.emplace(limiter_->reserve(estimate_, now, shorter_wait(max_wait_, attempt.time_left))); });

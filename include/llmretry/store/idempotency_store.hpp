@@ -123,7 +123,7 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
 
   [[nodiscard]] ClaimResult claim(std::string_view key, std::string_view fingerprint, std::string_view token) override {
     check_idempotency_key(key, token);
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     sweep(now);
     auto found = live(key, now);
@@ -144,7 +144,7 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   }
 
   [[nodiscard]] bool complete(std::string_view key, std::string_view token, const StoredResponse& response) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto found = held(key, token, now);
     if (found == records_.end()) return false;
@@ -156,7 +156,7 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   }
 
   [[nodiscard]] bool release(std::string_view key, std::string_view token) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto found = held(key, token, now);
     if (found == records_.end() || found->second.response) return false;
@@ -165,7 +165,7 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   }
 
   [[nodiscard]] bool renew(std::string_view key, std::string_view token) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto found = held(key, token, now);
     if (found == records_.end() || found->second.response) return false;

@@ -125,7 +125,7 @@ class MemoryJobQueue final : public JobQueue {
 
   [[nodiscard]] bool enqueue(const NewJob& job) override {
     check_job_id(job.id);
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     if (jobs_.count(job.id) != 0) return false;
     Record& record = jobs_[job.id];
@@ -139,7 +139,7 @@ class MemoryJobQueue final : public JobQueue {
   }
 
   [[nodiscard]] std::optional<Job> take() override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     promote(now);
     while (!ready_.empty()) {
@@ -167,7 +167,7 @@ class MemoryJobQueue final : public JobQueue {
   }
 
   [[nodiscard]] bool retry_later(std::string_view id, std::string_view token, std::chrono::milliseconds wait) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     Record* record = held(id, token);
     if (record == nullptr) return false;
@@ -178,7 +178,7 @@ class MemoryJobQueue final : public JobQueue {
   }
 
   [[nodiscard]] bool bury(std::string_view id, std::string_view token) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     Record* record = held(id, token);
     if (record == nullptr) return false;
@@ -188,7 +188,7 @@ class MemoryJobQueue final : public JobQueue {
   }
 
   [[nodiscard]] bool extend(std::string_view id, std::string_view token) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     Record* record = held(id, token);
     if (record == nullptr) return false;

@@ -102,7 +102,7 @@ class MemoryOperationsTable final : public OperationsTable {
       : options_(options), clock_(std::move(clock)) {}
 
   [[nodiscard]] BeginResult begin(std::string_view id, std::string_view provider, std::string_view model) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     Operation* record = live(id, now);
     if (record != nullptr && record->status != OperationStatus::failed) return {false, *record};
@@ -119,7 +119,7 @@ class MemoryOperationsTable final : public OperationsTable {
   }
 
   [[nodiscard]] bool complete(std::string_view id, std::string_view provider_request_id, Usage usage) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     Operation* record = live(id, now);
     if (record == nullptr) return false;
@@ -133,7 +133,7 @@ class MemoryOperationsTable final : public OperationsTable {
   }
 
   [[nodiscard]] bool fail(std::string_view id) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     Operation* record = live(id, now);
     if (record == nullptr || record->status == OperationStatus::completed) return false;
@@ -145,7 +145,7 @@ class MemoryOperationsTable final : public OperationsTable {
   }
 
   [[nodiscard]] std::optional<Operation> find(std::string_view id) override {
-    const auto now = detail::now(clock_);
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     const Operation* record = live(id, now);
     if (record == nullptr) return std::nullopt;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "../clock.hpp"
 #include "../redis/connection.hpp"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration,*-avoid-non-const-global-variables): POSIX
@@ -165,7 +166,7 @@ class RedisServer {
       throw std::runtime_error("RedisServer: cannot start " + options_.executable + ": " + std::strerror(spawned) +
                                " (Debian: apt-get install redis-server)");
     }
-    const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
+    const auto deadline = real_now() + options_.start_timeout;
     redis::Options options = connection_options();
     options.connect_timeout = options.command_timeout = std::chrono::milliseconds(500);
     while (true) {
@@ -180,7 +181,7 @@ class RedisServer {
       } catch (const redis::Error&) {
         // not listening yet (or still loading its append-only file)
       }
-      if (std::chrono::steady_clock::now() > deadline) {
+      if (real_now() > deadline) {
         kill();
         throw std::runtime_error("RedisServer: no PONG from port " + port + " in time:" + log_tail());
       }

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../clock.hpp"
 #include "../../detail/text.hpp"
 #include "rate_limit.hpp"
 
@@ -145,7 +146,7 @@ class LoopbackProvider {
   /// limits.latency (and its own delay). Returns *this.
   /// Throws std::invalid_argument naming the field when a limit makes no sense.
   LoopbackProvider& enforce(const Limits& limits) {
-    const LoopbackRateLimit rate(limits, std::chrono::steady_clock::now());
+    const LoopbackRateLimit rate(limits, real_now());
     std::lock_guard<std::mutex> lock(mutex_);
     rate_.emplace(rate);
     return *this;
@@ -320,7 +321,7 @@ class LoopbackProvider {
       bool admitted = true;
       if (rate_) {
         usage = loopback_usage(request.body, rate_->limits());
-        LoopbackRateLimit::Verdict verdict = rate_->admit(usage->tokens(), std::chrono::steady_clock::now());
+        LoopbackRateLimit::Verdict verdict = rate_->admit(usage->tokens(), real_now());
         admitted = verdict.admitted;
         if (!admitted) scripted = rate_limit_exceeded(verdict.limited_by, verdict.wait);
         rate_headers = std::move(verdict.headers);

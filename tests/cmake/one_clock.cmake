@@ -1,0 +1,20 @@
+# Only include/llmretry/clock.hpp reads the real clocks: every other header under include/ takes a Clock
+# (or WallClock) or calls real_now() / real_wall_now().
+# Usage: cmake -DSOURCE_DIR=<llmretry> -P one_clock.cmake
+file(GLOB_RECURSE _headers RELATIVE "${SOURCE_DIR}/include" "${SOURCE_DIR}/include/*.hpp")
+set(_found "")
+foreach(_header IN LISTS _headers)
+  if(_header STREQUAL "llmretry/clock.hpp")
+    continue()
+  endif()
+  file(STRINGS "${SOURCE_DIR}/include/${_header}" _lines REGEX "(steady_clock|system_clock)::now")
+  foreach(_line IN LISTS _lines)
+    string(STRIP "${_line}" _line)
+    string(APPEND _found "\n  ${_header}: ${_line}")
+  endforeach()
+endforeach()
+if(_found)
+  message(FATAL_ERROR "headers that read a real clock themselves (use llmretry/clock.hpp):${_found}")
+endif()
+list(LENGTH _headers _count)
+message(STATUS "${_count} headers checked: only llmretry/clock.hpp reads the real clocks")
