@@ -20,7 +20,9 @@
 #include <chrono>
 #include <functional>
 #include <initializer_list>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -62,6 +64,29 @@ std::string error_code_of(std::string_view body) {
 TEST_CASE("README: quick start", "[readme]") {
   CHECK(quick_start::ask("hello") == "answer to hello");
   CHECK(quick_start::posts == 3);
+}
+
+namespace on_retry_hook {
+
+#include "readme/on_retry_hook.inc"
+
+}  // namespace on_retry_hook
+
+TEST_CASE("docs/calling.md: an on-retry hook that logs", "[readme]") {
+  using llmretry_catch::contains;
+  std::ostringstream log;
+  struct Capture {  // std::clog writes to `log` while it lives, whatever the call throws
+    std::streambuf* kept;
+    ~Capture() { std::clog.rdbuf(kept); }
+  } capture{std::clog.rdbuf(log.rdbuf())};
+  int calls = 0;
+  const std::string answer = on_retry_hook::ask_logged([&]() -> std::string {
+    if (++calls == 1) throw llmretry::ProviderError("overloaded", 503);
+    return "answer";
+  });
+  CHECK(answer == "answer");
+  CHECK(calls == 2);
+  CHECK_THAT(log.str(), contains("attempt 1 failed ("));
 }
 
 namespace engine {
