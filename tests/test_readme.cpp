@@ -9,7 +9,7 @@
 #include <llmretry/llmretry.hpp>
 #include <llmretry/metrics.hpp>
 #include <llmretry/testing.hpp>
-#if LLMRETRY_README_HTTP
+#if defined(LLMRETRY_README_HTTP)
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/testing/loopback/provider.hpp>
@@ -243,7 +243,7 @@ TEST_CASE("README: metrics", "[readme]") {
   CHECK_THAT(text, contains("llm_tokens_used_total{provider=\"openai\",model=\"gpt-4o-mini\"} 42\n"));
 }
 
-#if LLMRETRY_README_HTTP
+#if defined(LLMRETRY_README_HTTP)
 namespace front_door {
 
 #include "readme/front_door.inc"
