@@ -1,16 +1,28 @@
-// The README's C++ snippets, compiled and run as written: tests/CMakeLists.txt extracts each block marked
-// `<!-- compiled: NAME -->` into readme/NAME.inc, included below after the stand-ins it names.
+// The C++ snippets of README.md and docs/, compiled and run as written: tests/CMakeLists.txt extracts each
+// block marked `<!-- compiled: NAME -->` into readme/NAME.inc, included below after the stand-ins it names.
+// The snippets that speak HTTP (LLMRETRY_README_HTTP: curl and the loopback provider are built) run against
+// the loopback provider.
 #include <llmretry/fallback.hpp>
+#include <llmretry/json/estimate.hpp>
 #include <llmretry/json/routing_policy.hpp>
 #include <llmretry/json/usage.hpp>
 #include <llmretry/llmretry.hpp>
 #include <llmretry/metrics.hpp>
 #include <llmretry/testing.hpp>
+#if defined(LLMRETRY_README_HTTP)
+#include <llmretry/curl/curl.hpp>
+#include <llmretry/json/error_fields.hpp>
+#include <llmretry/testing/loopback/provider.hpp>
+#endif
+
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <functional>
 #include <initializer_list>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -52,6 +64,29 @@ std::string error_code_of(std::string_view body) {
 TEST_CASE("README: quick start", "[readme]") {
   CHECK(quick_start::ask("hello") == "answer to hello");
   CHECK(quick_start::posts == 3);
+}
+
+namespace on_retry_hook {
+
+#include "readme/on_retry_hook.inc"
+
+}  // namespace on_retry_hook
+
+TEST_CASE("docs/calling.md: an on-retry hook that logs", "[readme]") {
+  using llmretry_catch::contains;
+  std::ostringstream log;
+  struct Capture {  // std::clog writes to `log` while it lives, whatever the call throws
+    std::streambuf* kept;
+    ~Capture() { std::clog.rdbuf(kept); }
+  } capture{std::clog.rdbuf(log.rdbuf())};
+  int calls = 0;
+  const std::string answer = on_retry_hook::ask_logged([&]() -> std::string {
+    if (++calls == 1) throw llmretry::ProviderError("overloaded", 503);
+    return "answer";
+  });
+  CHECK(answer == "answer");
+  CHECK(calls == 2);
+  CHECK_THAT(log.str(), contains("attempt 1 failed ("));
 }
 
 namespace engine {
@@ -109,6 +144,25 @@ TEST_CASE("README: pacing", "[readme]") {
   CHECK(stats.granted == 2);
   CHECK(stats.tokens_reserved == 2 * (2 + 300));
   CHECK(pacing::gpt4o_mini().limiter().limit(llmretry::Dimension::requests_per_minute)->burst == 10);
+}
+
+namespace pacing_json {
+
+// Stand-in for the application's client: posts the body, returns the answer.
+std::string post(const std::string& text) { return "answer to " + text; }
+
+#include "readme/pacing_json.inc"
+
+}  // namespace pacing_json
+
+TEST_CASE("README: pacing, estimated from the request body", "[readme]") {
+  llmretry::DeploymentOptions options;
+  options.name = "openai/gpt-4o-mini";
+  options.limits[llmretry::Dimension::tokens_per_minute] = llmretry::Limit::per_minute_paced(300'000);
+  llmretry::Deployment deployment(options);
+  const std::string text = R"({"model": "gpt-4o-mini", "max_tokens": 300, "n": 2})";  // 51 characters: 13 tokens
+  CHECK(pacing_json::complete_body(deployment, text) == "answer to " + text);
+  CHECK(deployment.limiter().stats().tokens_reserved == 13 + 2 * 300);
 }
 
 namespace fleet {
@@ -188,3 +242,42 @@ TEST_CASE("README: metrics", "[readme]") {
   CHECK_THAT(text, contains("llm_tokens_reserved_total{provider=\"openai\",model=\"gpt-4o-mini\"} 305\n"));
   CHECK_THAT(text, contains("llm_tokens_used_total{provider=\"openai\",model=\"gpt-4o-mini\"} 42\n"));
 }
+
+#if defined(LLMRETRY_README_HTTP)
+namespace front_door {
+
+#include "readme/front_door.inc"
+
+}  // namespace front_door
+
+TEST_CASE("README: the front door's chat over libcurl", "[readme]") {
+  llmretry::testing::LoopbackProvider provider;
+  provider.then(llmretry::testing::LoopbackProvider::service_unavailable())
+      .then(llmretry::testing::LoopbackProvider::chat_completion("hello back"));
+  const std::string answer = front_door::chat(provider.base_url() + "/v1", "test-key", R"({"model": "m"})");
+  CHECK(nlohmann::json::parse(answer).at("choices").at(0).at("message").at("content") == "hello back");
+  const auto requests = provider.requests();
+  REQUIRE(requests.size() == 2);
+  CHECK(requests[0].path == "/v1/chat/completions");
+  CHECK(requests[0].header("Authorization") == "Bearer test-key");
+  CHECK(requests[0].header("Idempotency-Key") == requests[1].header("Idempotency-Key"));
+}
+
+namespace real_http {
+
+#include "readme/real_http.inc"
+
+}  // namespace real_http
+
+TEST_CASE("docs/real-http.md: a chat completion over libcurl", "[readme]") {
+  llmretry::testing::LoopbackProvider provider;
+  provider.then(llmretry::testing::LoopbackProvider::service_unavailable())
+      .then(llmretry::testing::LoopbackProvider::chat_completion("hello back"));
+  CHECK(real_http::ask(provider.base_url() + "/v1", "test-key", "Hello") == "hello back");
+  const auto requests = provider.requests();
+  REQUIRE(requests.size() == 2);
+  const auto body = nlohmann::json::parse(requests[0].body);
+  CHECK(body.at("messages").at(0).at("content") == "Hello");
+  CHECK(requests[1].header("X-Attempt") == "2");
+}
+#endif
