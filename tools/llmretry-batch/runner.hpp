@@ -131,9 +131,10 @@ class Runner {
     Request request;
     llmretry::BlockingWaker waker;  ///< for a wait for a concurrency slot; outlives the engine
     std::optional<Engine> engine;
-    bool started = false;  ///< its engine has given its first step
-    bool begun = false;    ///< the operation was begun in this run
-    bool done = false;     ///< its line is written
+    bool started = false;       ///< its engine has given its first step
+    bool begun = false;         ///< the operation was begun in this run
+    bool may_have_run = false;  ///< an attempt of this run failed after it may have been processed
+    bool done = false;          ///< its line is written
     std::mutex mutex;
   };
 
@@ -218,6 +219,7 @@ class Runner {
       return succeed(line, job, stores, *response);
     }
     if (failure.kind == llmretry::FailureKind::rate_limited) ++stats_.rate_limited;
+    if (failure.sent == llmretry::Sent::maybe_processed) line.may_have_run = true;
     const llmretry::Step after = engine.failed(failure, rng);
     if (after.kind == llmretry::Step::Kind::done)
       return give_up(line, job, stores, error_response ? &*error_response : nullptr);
@@ -246,13 +248,13 @@ class Runner {
   }
 
   /// Writes the errors line of a request whose engine gave up (`response`: the last attempt's error
-  /// answer, if any); an operation that certainly did not run is marked failed, one that may have run
-  /// stays in flight.
+  /// answer, if any); an operation that certainly did not run is marked failed, one of which any attempt
+  /// may have run (not only the last) stays in flight.
   void give_up(Line& line, const llmretry::store::Job& job, Stores& stores,
                const llmretry::curl::Response* response = nullptr) {
     const llmretry::GiveUp& gave_up = *line.engine->gave_up();
     errors_.append(failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response));
-    if (gave_up.failure.sent != llmretry::Sent::maybe_processed)
+    if (!line.may_have_run && gave_up.failure.sent != llmretry::Sent::maybe_processed)
       (void)stores.operations().fail(settings_.batch_name + line.request.key);
     stats_.gave_up(llmretry::to_string(gave_up.reason));
     finish(line, job, stores, false);

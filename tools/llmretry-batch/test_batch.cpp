@@ -314,6 +314,29 @@ TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line
   CHECK(taken_jobs(server) == 0);
 }
 
+TEST_CASE("--redis: a request that may have run before its last failure stays in flight", "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::service_unavailable());  // may have been processed (and billed)
+  provider.then(LoopbackProvider::rate_limit_exceeded("requests", std::chrono::hours{1}));  // refused, no work
+  const auto dir = work_dir("redis-in-flight");
+  const std::string path = (dir / "input.jsonl").string();
+  std::ofstream(path) << R"({"custom_id":"once","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n';
+  Child child({path, (dir / "output.jsonl").string(), "--concurrency", "1", "--redis", url_of(server)},
+              provider.base_url() + "/v1/", dir);
+  CHECK(child.wait() == 1);
+  INFO(child.out() << child.err());
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].at("error").at("stop_reason") == "provider_wait_too_long");
+  CHECK(provider.request_count() == 2);
+  llmretry::redis::Connection connection(server.connection_options());
+  const auto keys = connection.command("keys", {"KEYS", "llmretry:op:*"});
+  REQUIRE(keys.size() == 1);
+  // The last failure did no work, but the 503 before it may have: not "failed", which may begin again as new.
+  CHECK(connection.command("hget", {"HGET", keys[0].text(), "status"}).text() == "in_flight");
+}
+
 TEST_CASE("--redis: a second llmretry-batch on the same output is refused while the first runs", "[redis]") {
   llmretry::testing::RedisServer server;
   LoopbackProvider provider;
