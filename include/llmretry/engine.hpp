@@ -1,6 +1,7 @@
 #ifndef LLMRETRY_ENGINE_HPP
 #define LLMRETRY_ENGINE_HPP
 
+#include <cassert>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -60,7 +61,7 @@ struct Step {
     wait,     ///< wait `wait`, then call CallEngine::resume()
     done,     ///< the call is over: it succeeded, or gave up (CallEngine::gave_up() says why)
   };
-  Kind kind = Kind::attempt;
+  Kind kind = Kind::done;
   std::chrono::milliseconds wait{0};        ///< for a wait: how long from when the step was returned (for a
                                             ///< slot: at most; milliseconds::max(): no bound)
   WaitReason reason = WaitReason::backoff;  ///< for a wait: why
@@ -109,7 +110,9 @@ std::chrono::steady_clock::time_point clock_of(const Options& options) {
 /// A done step ends the call: gave_up() is null after a success.
 /// The engine allocates nothing, draws nothing and reads no clock when the first attempt succeeds (with a
 /// deadline, it reads the clock before an attempt of a guarded call, or of one told the time left).
-/// Not thread-safe: one call, one driver at a time (the guard may be shared, as its own contract says).
+/// Not thread-safe: one call, one driver at a time (the guard may be shared, as its own contract says). Steps
+/// out of order (an outcome with no attempt under way, a resume after done) are a bug, caught by assert in a
+/// build without NDEBUG.
 ///
 /// `Guard`: a guard (see guard.hpp) held by value, or a reference type to share one (`CallEngine<G&>`;
 /// the deduction guide picks it for an lvalue). `Options`: CallOptions, held by reference.
@@ -146,11 +149,15 @@ class CallEngine {
 
   /// Returns the first step: the first attempt, or a wait for capacity before it, or done when the guard
   /// refused it or the deadline had passed. Call it once, first.
-  [[nodiscard]] Step start() { return admit(); }
+  [[nodiscard]] Step start() {
+    assert(made_ == 0 && !gave_up_ && !admitted_ && "CallEngine::start: call it once, first");
+    return admit();
+  }
 
   /// Returns the step after a wait step was carried out (or a wait for a slot was woken): the attempt
   /// (admitted again after a failure's wait), another wait, or done when it was refused.
   [[nodiscard]] Step resume() {
+    assert(!gave_up_ && "CallEngine::resume: the call is over");
     if (std::exchange(admitted_, false)) return begin(true);
     return admit();
   }
@@ -164,6 +171,7 @@ class CallEngine {
   /// guard's ticket learns it. Returns done. Throws what the ticket throws (the call is over all the same).
   template <class... Answer>
   Step succeeded(const Answer&... answer) {
+    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::succeeded: no attempt is under way");
     if constexpr (guarded) {
       if (auto ticket = take_ticket()) ticket->succeeded(answer...);
     }
@@ -175,6 +183,7 @@ class CallEngine {
   /// call gives up (options.on_give_up has been told, gave_up() says why).
   template <class Rng>
   Step failed(const Failure& failure, Rng& rng) {
+    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::failed: no attempt is under way");
     if constexpr (guarded) {
       if (auto ticket = take_ticket()) ticket->failed(failure);
     }
