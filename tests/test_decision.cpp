@@ -6,19 +6,15 @@
 #include <stdexcept>
 #include <vector>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
+using llmretry_test::no_jitter;
 
 namespace {
-RetryPolicy no_jitter(milliseconds base = 500ms) {
-  RetryPolicy policy;
-  policy.base = base;
-  policy.jitter = Jitter::none;
-  return policy;
-}
 Failure rate_limited(std::optional<milliseconds> wait = std::nullopt) {
   Failure failure = classify_status(429);
   failure.provider_wait = wait;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -16,14 +17,9 @@ using llmretry::testing::ManualClock;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 using Kind = Step::Kind;
+using llmretry_test::no_jitter;
 
 namespace {
-
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
-}
 
 Failure rate_limited(milliseconds wait) {
   Failure failure = Failure::of(FailureKind::rate_limited, Sent::refused);

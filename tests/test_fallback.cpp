@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -15,14 +16,9 @@ using namespace std::chrono_literals;
 using llmretry::testing::FakeSleep;
 using llmretry::testing::ManualClock;
 using llmretry::testing::SimulatedProvider;
+using llmretry_test::no_jitter;
 
 namespace {
-
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
-}
 
 // The chain of the routing policy: anthropic first; openai on 5xx or 429 after the retries; google for a
 // longer context or when the primary is unavailable.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "give_up_recorder.hpp"
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -18,14 +19,9 @@ using llmretry::testing::ManualClock;
 using llmretry::testing::SimulatedProvider;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
+using llmretry_test::no_jitter;
 
 namespace {
-
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
-}
 
 // A guard that answers each admission from a script (a wait, or a refusal) and writes down everything
 // it hears: admissions, outcomes, and tickets given back without an outcome.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "give_up_recorder.hpp"
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -18,14 +19,9 @@ using llmretry::testing::ManualClock;
 using llmretry::testing::SimulatedProvider;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
+using llmretry_test::no_jitter;
 
 namespace {
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
-}
-
 struct Recorded {
   int attempt;
   FailureKind kind;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "give_up_recorder.hpp"
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -14,6 +15,7 @@ using namespace std::chrono_literals;
 using llmretry::testing::FakeSleep;
 using llmretry::testing::ManualClock;
 using llmretry::testing::SimulatedProvider;
+using llmretry_test::no_jitter;
 using std::chrono::milliseconds;
 
 namespace {
@@ -48,12 +50,6 @@ struct Fixture {
   }
   CircuitState state() { return breaker.state(clock.now()); }
 };
-
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
-}
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -18,6 +19,7 @@ using namespace std::chrono_literals;
 using llmretry::testing::FakeSleep;
 using llmretry::testing::ManualClock;
 using llmretry::testing::SimulatedProvider;
+using llmretry_test::no_jitter;
 using std::chrono::milliseconds;
 
 namespace {
@@ -31,12 +33,6 @@ struct Answer {
 std::optional<Cost> usage_in(std::string_view body) {
   if (body.empty()) return std::nullopt;
   return Cost{1, 0, std::stoll(std::string(body))};  // the test's answers carry their output tokens
-}
-
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
 }
 
 DeploymentOptions options_with(ManualClock& clock, Limits limits) {

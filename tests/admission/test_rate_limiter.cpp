@@ -7,12 +7,14 @@
 #include <thread>
 #include <vector>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using time_point = RateLimiter::time_point;
+using llmretry_test::tokens;
 
 namespace {
 const time_point t0 = time_point{} + 1000s;
@@ -23,7 +25,6 @@ Limits rpm(std::int64_t limit, std::optional<std::int64_t> burst = {}) {
   return limits;
 }
 
-Cost tokens(std::int64_t input, std::int64_t output = 0) { return Cost{1, input, output}; }
 }  // namespace
 
 TEST_CASE("Requests start as fast as the burst allows, then evenly spaced", "[rate_limiter]") {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "give_up_recorder.hpp"
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
@@ -14,6 +15,7 @@ using namespace std::chrono_literals;
 using llmretry::testing::FakeSleep;
 using llmretry::testing::ManualClock;
 using llmretry::testing::SimulatedProvider;
+using llmretry_test::no_jitter;
 
 namespace {
 
@@ -24,12 +26,6 @@ RetryBudgetOptions options_with(ManualClock& clock, double ratio, double min_per
   options.window = 10s;
   options.clock = std::ref(clock);
   return options;
-}
-
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
 }
 
 }  // namespace

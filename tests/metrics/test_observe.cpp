@@ -17,19 +17,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
 using llmretry::testing::FakeSleep;
 using llmretry::testing::SimulatedProvider;
+using llmretry_test::no_jitter;
 
 namespace {
-
-RetryPolicy no_jitter() {
-  RetryPolicy policy;
-  policy.jitter = Jitter::none;
-  return policy;
-}
 
 const metrics::Target gpt{"openai", "gpt-5.5"};
 

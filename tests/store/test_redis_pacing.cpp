@@ -16,6 +16,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 #include "redis_fixture.hpp"
 
@@ -29,6 +30,7 @@ using llmretry::Limits;
 using llmretry::RetryPolicy;
 using llmretry::StopReason;
 using llmretry::redis::RateLimiter;
+using llmretry_test::tokens;
 using std::chrono::milliseconds;
 
 namespace {
@@ -38,8 +40,6 @@ Limits only(Dimension dimension, std::int64_t per_hour, std::optional<std::int64
   limits[dimension] = Limit{per_hour, 1h, burst};
   return limits;
 }
-
-Cost tokens(std::int64_t input, std::int64_t output = 0) { return Cost{1, input, output}; }
 
 /// An answer with a body, as curl::Response has: its usage is the number of output tokens it holds.
 struct Answer {

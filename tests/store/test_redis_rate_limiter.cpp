@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "helpers.hpp"
 #include "llmretry_catch.hpp"
 #include "redis_fixture.hpp"
 
@@ -18,6 +19,7 @@ using llmretry::Dimension;
 using llmretry::Limit;
 using llmretry::Limits;
 using llmretry::ReservationStatus;
+using llmretry_test::tokens;
 using std::chrono::milliseconds;
 
 namespace {
@@ -33,8 +35,6 @@ Limits only(Dimension dimension, const Limit& limit) {
   limits[dimension] = limit;
   return limits;
 }
-
-Cost tokens(std::int64_t input, std::int64_t output = 0) { return Cost{1, input, output}; }
 
 /// True when `wait` is `expected`, give or take the time the test takes (the server's clock runs).
 bool about(milliseconds wait, milliseconds expected) { return wait > expected - 500ms && wait < expected + 500ms; }

@@ -32,11 +32,17 @@
 #include <vector>
 
 #include "answers.hpp"
+#include "common/command_line.hpp"
+#include "common/periodic_thread.hpp"
+#include "common/program.hpp"
 #include "input.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 
 namespace {
+
+using llmretry_tools::environment;
+using llmretry_tools::UsageError;
 
 constexpr const char* description =
     R"(Sends every request of INPUT.jsonl (the OpenAI Batch API input format: custom_id, method, url,
@@ -50,11 +56,6 @@ constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL; never printed).
 Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage or input,
 3 stopped by a file or Redis failure (rerun to resume).)";
-
-/// A problem with the command line or the environment: exit status 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct Options {
   std::string input;
@@ -83,14 +84,7 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: keep the job queue and operations table in Redis (default: in memory)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    std::exit(0);
-  } catch (const CLI::ParseError& error) {
-    throw UsageError(error.what());
-  }
+  llmretry_tools::parse_command_line(app, argc, argv);
   if (options.input.empty()) throw UsageError("INPUT is required");
   if (options.output.empty()) throw UsageError("OUTPUT is required");
   if (options.errors.empty()) {
@@ -100,12 +94,6 @@ Options parse(int argc, char** argv) {
   }
   if (options.errors == options.output) throw UsageError("--errors: must not be OUTPUT");
   return options;
-}
-
-/// Returns the value of the environment variable `name`, empty when unset.
-std::string environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
 }
 
 /// Returns the deployment's options: the limits given, each enforced per second (a burst of a minute's
@@ -177,38 +165,35 @@ std::string batch_name(const std::string& output) {
   return "batch:" + fingerprint.substr(fingerprint.find(':') + 1, 16);
 }
 
-/// Prints the progress line on stderr every half second until `stop` is set, then once more and a newline.
+/// Prints the progress line on stderr every half second until destroyed, then once more and a newline.
 class Progress {
  public:
   Progress(const batch::Stats& stats, std::int64_t total, std::int64_t done_before)
-      : thread_([this, &stats, total, done_before] {
-          const auto start = std::chrono::steady_clock::now();
-          std::unique_lock<std::mutex> lock(mutex_);
-          for (bool last = false; !last;) {
-            last = wake_.wait_for(lock, std::chrono::milliseconds{500}, [this] { return stop_; });
-            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            std::fprintf(stderr, "\r%s\x1b[K%s", batch::progress_line(stats, total, done_before, seconds).c_str(),
-                         last ? "\n" : "");
-          }
-        }) {}
+      : stats_(stats), total_(total), done_before_(done_before) {
+    thread_.emplace(std::chrono::milliseconds{500}, [this] { return print(""); });
+  }
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   Progress(Progress&&) = delete;
   Progress& operator=(Progress&&) = delete;
   ~Progress() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
+    thread_.reset();
+    print("\n");
   }
 
  private:
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
+  /// Prints the line over the last one, then `end`. Returns true.
+  bool print(const char* end) const {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::fprintf(stderr, "\r%s\x1b[K%s", batch::progress_line(stats_, total_, done_before_, seconds).c_str(), end);
+    return true;
+  }
+
+  const batch::Stats& stats_;
+  const std::int64_t total_;
+  const std::int64_t done_before_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::optional<llmretry_tools::PeriodicThread> thread_;  ///< last: it starts once the rest is ready
 };
 
 /// Runs the batch. Returns the exit status.
@@ -274,16 +259,12 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const UsageError& error) {
-    std::cerr << "llmretry-batch: " << error.what() << " (see --help)\n";
-    return 2;
-  } catch (const batch::InputError& error) {
-    std::cerr << "llmretry-batch: " << error.what() << '\n';
-    return 2;
-  } catch (const std::exception& error) {
-    std::cerr << "llmretry-batch: stopped: " << error.what() << "; what is written stays valid: rerun to resume\n";
-    return 3;
-  }
+  llmretry_tools::MainOptions statuses;
+  statuses.usage_suffix = " (see --help)";
+  statuses.other = [](const std::exception& error) -> llmretry_tools::Exit {
+    if (dynamic_cast<const batch::InputError*>(&error) != nullptr) return {2, error.what()};
+    return {3, std::string("stopped: ") + error.what() + "; what is written stays valid: rerun to resume"};
+  };
+  return llmretry_tools::run_main(
+      "llmretry-batch", [&] { return run(parse(argc, argv)); }, statuses);
 }

@@ -11,6 +11,9 @@
 #include <exception>
 #include <iostream>
 
+#include "common/command_line.hpp"
+#include "common/program.hpp"
+
 namespace {
 
 constexpr const char* description =
@@ -19,9 +22,8 @@ per second, as OpenAI does: x-ratelimit-* headers on every answer, a 429 rate_li
 retry-after-ms when over, and a chat completion with its usage otherwise. Prints the base URL, then serves
 until interrupted, and prints how many requests it served and refused.)";
 
-}  // namespace
-
-int main(int argc, char** argv) {
+/// Serves until SIGINT or SIGTERM. Returns the exit status.
+int run(int argc, char** argv) {
   int port = 0;
   std::int64_t latency_ms = 20;
   llmretry::testing::LoopbackLimits limits;
@@ -35,15 +37,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
   app.add_option("--latency", latency_ms, "milliseconds each answer takes (default 20)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{60'000}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& error) {
-    std::cerr << "llmretry-loopback: " << error.what() << " (see --help)\n";
-    return 2;
-  }
+  llmretry_tools::parse_command_line(app, argc, argv);
   limits.latency = std::chrono::milliseconds{latency_ms};
 
   sigset_t stop_signals;
@@ -51,18 +45,22 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before the server's threads start: they inherit it
-  try {
-    llmretry::testing::LoopbackProvider provider(port);
-    provider.enforce(limits);
-    std::printf("%s/v1\n", provider.base_url().c_str());
-    std::fflush(stdout);
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
-    std::printf("served %lld, refused %lld (429)\n", static_cast<long long>(provider.served()),
-                static_cast<long long>(provider.refused()));
-  } catch (const std::exception& error) {
-    std::cerr << "llmretry-loopback: " << error.what() << '\n';
-    return 1;
-  }
+  llmretry::testing::LoopbackProvider provider(port);
+  provider.enforce(limits);
+  std::printf("%s/v1\n", provider.base_url().c_str());
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  std::printf("served %lld, refused %lld (429)\n", static_cast<long long>(provider.served()),
+              static_cast<long long>(provider.refused()));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  llmretry_tools::MainOptions statuses;
+  statuses.usage_suffix = " (see --help)";
+  return llmretry_tools::run_main(
+      "llmretry-loopback", [&] { return run(argc, argv); }, statuses);
 }

@@ -28,16 +28,21 @@
 #include <thread>
 #include <vector>
 
+#include "common/command_line.hpp"
+#include "common/program.hpp"
 #include "config.hpp"
 #include "forward.hpp"
 #include "routes.hpp"
 #include "security.hpp"
 #include "server.hpp"
 #if LLMRETRY_RELAY_REDIS
-#include "redis_pool.hpp"
+#include "common/redis_pool.hpp"
 #endif
 
 namespace {
+
+using llmretry_tools::environment;
+using llmretry_tools::UsageError;
 
 constexpr const char* description =
     R"(Serves POST /v1/chat/completions, /v1/responses and /v1/embeddings on --listen and sends each
@@ -52,11 +57,6 @@ constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY (never printed); LLMRETRY_RELAY_CLIENT_KEY, required to
 listen on an address other than loopback: clients then send Authorization: Bearer <it>.
 Exit status: 0 stopped by SIGINT or SIGTERM, 1 failed to serve, 2 bad usage or configuration.)";
-
-/// A problem with the command line, the configuration or the environment: exit status 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct Options {
   std::string listen = "127.0.0.1:8080";
@@ -104,22 +104,10 @@ Options parse(int argc, char** argv) {
   app.add_option("--idempotency-lease", lease_ms, "the idempotency claims' lease in ms (for tests)")
       ->check(CLI::Range(std::int64_t{30}, std::int64_t{86'400'000}))
       ->group("");  // hidden: the default suits every deployment
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    std::exit(0);
-  } catch (const CLI::ParseError& error) {
-    throw UsageError(error.what());
-  }
+  llmretry_tools::parse_command_line(app, argc, argv);
   options.pace.max_wait = std::chrono::milliseconds{max_wait_ms};
   options.idempotency_lease = std::chrono::milliseconds{lease_ms};
   return options;
-}
-
-std::string environment(const std::string& name) {
-  const char* value = std::getenv(name.c_str());
-  return value != nullptr ? value : "";
 }
 
 /// Returns the host and port of --listen "HOST:PORT". Throws UsageError.
@@ -151,8 +139,8 @@ class RedisState {
     } catch (const std::invalid_argument& error) {
       throw UsageError(std::string("--redis: ") + error.what());
     }
-    pool_ = std::make_unique<relay::RedisPool>(redis, connections);
-    idempotency_ = std::make_unique<relay::PooledIdempotencyStore>(*pool_, idempotency);
+    pool_ = std::make_unique<llmretry_tools::RedisPool>(redis, connections);
+    idempotency_ = std::make_unique<llmretry_tools::PooledIdempotencyStore>(*pool_, idempotency);
 #else
     static_cast<void>(idempotency);
     static_cast<void>(connections);
@@ -183,7 +171,7 @@ class RedisState {
 
  private:
 #if LLMRETRY_RELAY_REDIS
-  std::unique_ptr<relay::RedisPool> pool_;
+  std::unique_ptr<llmretry_tools::RedisPool> pool_;
 #endif
   std::unique_ptr<llmretry::store::IdempotencyStore> idempotency_;
 };
@@ -266,13 +254,5 @@ int main(int argc, char** argv) {
   // A write to a peer that went away (hiredis writes without MSG_NOSIGNAL) must fail, not kill the relay:
   // ignored before any thread starts, which all inherit it.
   std::signal(SIGPIPE, SIG_IGN);
-  try {
-    return run(parse(argc, argv));
-  } catch (const UsageError& error) {
-    std::cerr << "llmretry-relay: " << error.what() << '\n';
-    return 2;
-  } catch (const std::exception& error) {
-    std::cerr << "llmretry-relay: " << error.what() << '\n';
-    return 1;
-  }
+  return llmretry_tools::run_main("llmretry-relay", [&] { return run(parse(argc, argv)); });
 }

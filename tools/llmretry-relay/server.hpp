@@ -25,9 +25,9 @@
 #include <string_view>
 #include <utility>
 
+#include "common/lease_renewer.hpp"
 #include "errors.hpp"
 #include "forward.hpp"
-#include "lease_renewer.hpp"
 #include "model_labels.hpp"
 #include "routes.hpp"
 #include "security.hpp"
@@ -309,7 +309,7 @@ class Server {
                                                                          const std::atomic<bool>* cancel) {
       Answer answer;
       {
-        const LeaseRenewer renewer(idempotency_, key, token, settings_.idempotency_lease / 3);
+        const llmretry_tools::LeaseRenewer renewer(idempotency_, key, token, settings_.idempotency_lease / 3);
         answer = forwarder_.forward(chain, in, on_event, cancel);
       }
       try {

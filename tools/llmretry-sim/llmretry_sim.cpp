@@ -21,11 +21,15 @@
 #include <string_view>
 #include <vector>
 
+#include "common/command_line.hpp"
+#include "common/program.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
 using llmretry::Jitter;
 using llmretry::sim::Scenario;
+using llmretry_tools::UsageError;
 using std::chrono::milliseconds;
 namespace sim = llmretry::sim;
 namespace scenarios = llmretry::sim::scenarios;
@@ -88,11 +92,6 @@ Options take their value as --option VALUE or --option=VALUE.
 Durations: numbers with units h, m, s, ms, us or ns, one after another (0.5s, 500ms, 1m30s),
 or a bare number of seconds (2, 0.25). Exit status: 0, or 2 for a bad option.
 )";
-
-/// A bad command line: the message names the option; exit status 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 /// Returns a duration option's value: a sequence of numbers with units h, m, s, ms, us or ns ("0.5s",
 /// "500ms", "1m30s"), or a bare number of seconds. Throws UsageError naming the option otherwise.
@@ -232,53 +231,45 @@ Edit retry_after_header(std::string_view value) {
   };
 }
 
+/// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
 Options parse(int argc, char** argv) {
   Options options;
-  const auto fields = setters();
   std::vector<Edit> edits;
   bool compare = true;
-  constexpr std::string_view other_options[] = {"--scenario", "--seeds", "--jitter", "--retry-after", "--svg", "--csv"};
-  for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    std::optional<std::string_view> attached;  // the value of --flag=value
-    if (const auto equals = flag.find('='); flag.substr(0, 2) == "--" && equals != std::string_view::npos) {
-      attached = flag.substr(equals + 1);
-      flag = flag.substr(0, equals);
-    }
-    if (flag == "--help" || flag == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    }
-    if (flag == "--table") {
-      if (attached) throw UsageError("--table takes no value (see --help)");
-      options.table = true;
-      continue;
-    }
-    if (fields.count(flag) == 0 &&
-        std::find(std::begin(other_options), std::end(other_options), flag) == std::end(other_options))
-      throw UsageError("'" + std::string(flag) + "' is not an option (see --help)");
-    if (!attached && i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value (see --help)");
-    const std::string_view value = attached ? *attached : std::string_view{argv[++i]};
-    if (const auto field = fields.find(flag); field != fields.end()) {
-      edits.push_back(field->second(flag, value));
-    } else if (flag == "--scenario") {
-      options.pacing = value == "pacing";
-      options.fleet = value == "fleet";
-      if (!options.pacing && !options.fleet) options.runs = scenario_runs(value);
-    } else if (flag == "--seeds") {
-      options.seeds = parse_integer(flag, value, 1, 1'000'000);
-    } else if (flag == "--jitter") {
-      const Jitter jitter = parse_jitter(value);
-      compare = false;
-      edits.push_back([jitter](Scenario& s) { s.policy.jitter = jitter; });
-    } else if (flag == "--retry-after") {
-      compare = false;
-      edits.push_back(retry_after_header(value));
-    } else if (flag == "--svg") {
-      options.svg = value;
-    } else {
-      options.csv = value;
-    }
+  CLI::App app{"", "llmretry-sim"};
+  app.allow_extras();  // named below, as an unknown option
+  const auto value_option = [&app](const std::string& flag, std::function<void(const std::string&)> read) {
+    app.add_option_function<std::string>(flag, std::move(read))->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  for (const auto& [flag, set] : setters())
+    value_option(std::string(flag),
+                 [&edits, flag = flag, set = set](const std::string& value) { edits.push_back(set(flag, value)); });
+  value_option("--scenario", [&options](const std::string& value) {
+    options.pacing = value == "pacing";
+    options.fleet = value == "fleet";
+    if (!options.pacing && !options.fleet) options.runs = scenario_runs(value);
+  });
+  value_option("--seeds",
+               [&options](const std::string& value) { options.seeds = parse_integer("--seeds", value, 1, 1'000'000); });
+  value_option("--jitter", [&](const std::string& value) {
+    const Jitter jitter = parse_jitter(value);
+    compare = false;
+    edits.push_back([jitter](Scenario& s) { s.policy.jitter = jitter; });
+  });
+  value_option("--retry-after", [&](const std::string& value) {
+    compare = false;
+    edits.push_back(retry_after_header(value));
+  });
+  value_option("--svg", [&options](const std::string& value) { options.svg = value; });
+  value_option("--csv", [&options](const std::string& value) { options.csv = value; });
+  app.add_flag("--table", options.table);
+  for (int i = 1; i < argc; ++i)  // CLI11 would read --table=yes as --table
+    if (std::string_view(argv[i]).substr(0, 8) == "--table=") throw UsageError("--table takes no value (see --help)");
+  llmretry_tools::parse_command_line(app, argc, argv, usage);
+  if (const auto extras = app.remaining(); !extras.empty()) {
+    std::string flag = extras.front();
+    if (flag.substr(0, 2) == "--") flag = flag.substr(0, flag.find('='));
+    throw UsageError("'" + flag + "' is not an option (see --help)");
   }
   if (!compare) {
     options.runs.resize(1);
@@ -444,18 +435,12 @@ void show_fleet() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options options;
-  try {
-    options = parse(argc, argv);
+  return llmretry_tools::run_main("llmretry-sim", [&] {
+    const Options options = parse(argc, argv);
     for (std::size_t i = 0; i < options.runs.size(); ++i) {  // before a run that may take long
       check_writable("--svg", output_path(options.svg, i));
       check_writable("--csv", output_path(options.csv, i));
     }
-  } catch (const UsageError& error) {
-    std::cerr << "llmretry-sim: " << error.what() << '\n';
-    return 2;
-  }
-  try {
     if (options.pacing) {
       show_pacing();
       return 0;
@@ -471,9 +456,6 @@ int main(int argc, char** argv) {
       axis_end = std::max(axis_end, results.back().totals.makespan);
     }
     for (std::size_t i = 0; i < options.runs.size(); ++i) show(options.runs[i], results[i], i, options, axis_end);
-  } catch (const std::exception& error) {
-    std::cerr << "llmretry-sim: " << error.what() << '\n';
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

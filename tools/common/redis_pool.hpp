@@ -1,7 +1,7 @@
-// The Redis connections of llmretry-relay with --redis: a few, handed out in turn, so that its hundreds of
-// threads do not all wait for one connection (each redis::Connection runs one command at a time).
-#ifndef LLMRETRY_RELAY_REDIS_POOL_HPP
-#define LLMRETRY_RELAY_REDIS_POOL_HPP
+// A few Redis connections handed out in turn, so that the many threads of a tool do not all wait for one
+// connection (each redis::Connection runs one command at a time); an idempotency store over them.
+#ifndef LLMRETRY_TOOLS_COMMON_REDIS_POOL_HPP
+#define LLMRETRY_TOOLS_COMMON_REDIS_POOL_HPP
 
 #include <llmretry/redis/connection.hpp>
 #include <llmretry/redis/idempotency_store.hpp>
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace relay {
+namespace llmretry_tools {
 
 /// `size` connections to one Redis server, and the index of the next one to use. Thread-safe.
 class RedisPool {
@@ -66,6 +66,6 @@ class PooledIdempotencyStore final : public llmretry::store::IdempotencyStore {
   std::vector<std::unique_ptr<llmretry::redis::IdempotencyStore>> stores_;
 };
 
-}  // namespace relay
+}  // namespace llmretry_tools
 
-#endif  // LLMRETRY_RELAY_REDIS_POOL_HPP
+#endif  // LLMRETRY_TOOLS_COMMON_REDIS_POOL_HPP
