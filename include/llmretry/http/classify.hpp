@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_CLASSIFY_HPP
-#define LLMRETRY_CLASSIFY_HPP
+#ifndef LLMRETRY_HTTP_CLASSIFY_HPP
+#define LLMRETRY_HTTP_CLASSIFY_HPP
 
 #include <chrono>
 #include <string_view>
@@ -24,4 +24,4 @@ template <class Headers>
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_CLASSIFY_HPP
+#endif  // LLMRETRY_HTTP_CLASSIFY_HPP

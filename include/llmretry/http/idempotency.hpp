@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_IDEMPOTENCY_HPP
-#define LLMRETRY_IDEMPOTENCY_HPP
+#ifndef LLMRETRY_HTTP_IDEMPOTENCY_HPP
+#define LLMRETRY_HTTP_IDEMPOTENCY_HPP
 
 #include <cstdint>
 #include <limits>
@@ -40,4 +40,4 @@ template <class Rng>
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_IDEMPOTENCY_HPP
+#endif  // LLMRETRY_HTTP_IDEMPOTENCY_HPP

@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_STATUS_HPP
-#define LLMRETRY_STATUS_HPP
+#ifndef LLMRETRY_HTTP_STATUS_HPP
+#define LLMRETRY_HTTP_STATUS_HPP
 
 #include <string_view>
 
@@ -48,4 +48,4 @@ namespace llmretry {
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_STATUS_HPP
+#endif  // LLMRETRY_HTTP_STATUS_HPP
