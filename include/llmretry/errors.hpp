@@ -12,7 +12,6 @@
 
 #include "detail/config.hpp"
 #include "failure.hpp"
-#include "http/status.hpp"
 
 namespace llmretry {
 

@@ -32,5 +32,6 @@
 #include "result.hpp"
 #include "retry.hpp"
 #include "version.hpp"
+#include "vocabulary.hpp"
 
 #endif  // LLMRETRY_LLMRETRY_HPP

@@ -6,7 +6,6 @@
 
 #include "../failure.hpp"
 #include "headers.hpp"
-#include "status.hpp"
 
 namespace llmretry {
 

@@ -14,7 +14,6 @@
 #include "../detail/uniform.hpp"
 #include "../failure.hpp"
 #include "../http/rate_limits.hpp"
-#include "../http/status.hpp"
 #include "event_queue.hpp"
 #include "random.hpp"
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "../http/idempotency.hpp"
+#include "../detail/uuid.hpp"
 #include "clock.hpp"
 
 /// A job queue shared by workers: ready jobs by priority, delayed jobs until their not_before, taken jobs
@@ -150,7 +150,7 @@ class MemoryJobQueue final : public JobQueue {
         continue;
       }
       ++record.job.attempts;
-      record.job.token = new_idempotency_key();
+      record.job.token = detail::random_uuid();
       schedule(record, State::taken, now + options_.visibility_timeout);
       return record.job;
     }
