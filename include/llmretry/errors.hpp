@@ -12,6 +12,7 @@
 
 #include "detail/config.hpp"
 #include "failure.hpp"
+#include "vocabulary.hpp"
 
 namespace llmretry {
 
@@ -72,6 +73,24 @@ class ConnectionError : public ProviderError {
       : ProviderError(message, Failure::connection_failed(sent)) {}
   /// A failed connection classified by the caller, kept whole. Requires failure.kind == FailureKind::connection.
   ConnectionError(const std::string& message, const Failure& failure) : ProviderError(message, failure) {}
+};
+
+/// The first attempt of a call was not made: a guard refused it, or the call's deadline had passed.
+/// Thrown by call_with_retry when the call reports failures by throwing; a later attempt refused ends
+/// the call like any give-up, with the last failure.
+class AttemptRefused : public ProviderError {
+ public:
+  /// `refusal`: why, and the failure to report.
+  explicit AttemptRefused(const Refusal& refusal)
+      : ProviderError(std::string("attempt refused (") + to_string(refusal.reason) + "): " + describe(refusal.failure),
+                      refusal.failure),
+        reason_(refusal.reason) {}
+
+  /// Returns why the attempt was refused.
+  [[nodiscard]] StopReason reason() const noexcept { return reason_; }
+
+ private:
+  StopReason reason_;
 };
 
 namespace detail {

@@ -143,25 +143,6 @@ struct Failure {
   return "unknown";
 }
 
-/// Which limit a rate-limit hit or a refusal for want of capacity ran into.
-enum class LimitType {
-  requests,     ///< requests per minute (or per day)
-  tokens,       ///< tokens per minute (or per day), input or output tokens
-  concurrency,  ///< requests in flight
-  unknown,      ///< not said (a provider's 429, a guard that does not know)
-};
-
-/// Returns the snake_case name of a limit type: "requests", "tokens", "concurrency" or "unknown".
-[[nodiscard]] constexpr const char* to_string(LimitType type) noexcept {
-  switch (type) {
-    case LimitType::requests: return "requests";
-    case LimitType::tokens: return "tokens";
-    case LimitType::concurrency: return "concurrency";
-    case LimitType::unknown: break;
-  }
-  return "unknown";
-}
-
 /// Returns a one-line description for logs, such as "HTTP 429 rate_limited, retry after 511 ms".
 [[nodiscard]] inline std::string describe(const Failure& failure) {
   std::string text;
