@@ -54,14 +54,14 @@ int wait_for(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/// Returns `call()`, called again every 20 ms while it throws redis::Error (the server is down), for up to 30 s.
+/// Returns `call()`, called again every 20 ms while it throws redis::RedisError (the server is down), for up to 30 s.
 template <class Call>
 auto persist(Call call) {
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (true) {
     try {
       return call();
-    } catch (const llmretry::redis::Error&) {
+    } catch (const llmretry::redis::RedisError&) {
       if (std::chrono::steady_clock::now() > deadline) throw;
       std::this_thread::sleep_for(20ms);
     }

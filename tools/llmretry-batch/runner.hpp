@@ -55,7 +55,7 @@ class Stores {
   virtual llmretry::store::OperationsTable& operations() = 0;
 };
 
-/// Opens the stores of one worker. Throws what the stores throw (such as redis::Error).
+/// Opens the stores of one worker. Throws what the stores throw (such as redis::RedisError).
 using OpenStores = std::function<std::unique_ptr<Stores>()>;
 
 /// How the requests are sent.

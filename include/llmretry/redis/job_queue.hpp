@@ -118,7 +118,7 @@ return 1
 }  // namespace detail
 
 /// A job queue in Redis named `name`, under `<prefix>queue:{<name>}:...`. Every process that opens the
-/// same name on the same server shares it. Throws redis::Error from every operation when the server cannot
+/// same name on the same server shares it. Throws redis::RedisError from every operation when the server cannot
 /// be reached or answers with an error.
 class JobQueue final : public store::JobQueue {
  public:

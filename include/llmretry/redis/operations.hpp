@@ -57,7 +57,7 @@ return 1
 }  // namespace detail
 
 /// Operations in Redis, under `<prefix>op:<id>`, each forgotten `retention` after its last write. Throws
-/// redis::Error from every operation when the server cannot be reached or answers with an error.
+/// redis::RedisError from every operation when the server cannot be reached or answers with an error.
 class OperationsTable final : public store::OperationsTable {
  public:
   /// A table on `connection` (which must outlive it) with `options`.

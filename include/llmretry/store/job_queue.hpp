@@ -85,7 +85,7 @@ class JobQueue {
 
   /// Adds `job`: ready, or delayed by job.delay. Returns false when a job with that id is in the queue
   /// (dead letter included), and nothing changes. Throws std::invalid_argument for a bad id, and the
-  /// implementation's errors (such as redis::Error).
+  /// implementation's errors (such as redis::RedisError).
   [[nodiscard]] virtual bool enqueue(const NewJob& job) = 0;
   /// Takes the ready job of highest priority (oldest first), after promoting the due delayed jobs and the
   /// taken jobs whose visibility timeout passed; a job that used up max_attempts goes to the dead letter

@@ -81,7 +81,7 @@ class OperationsTable {
   /// Records, before sending, that operation `id` goes to `provider` / `model`. Returns started with the
   /// new in_flight record when there was none or it had failed; else not started, with the existing record
   /// (in_flight: it may have run, do not send it elsewhere; completed: it ran). Throws the implementation's
-  /// errors (such as redis::Error).
+  /// errors (such as redis::RedisError).
   [[nodiscard]] virtual BeginResult begin(std::string_view id, std::string_view provider, std::string_view model) = 0;
   /// Records that `id` completed as `provider_request_id` with `usage`. Returns true when it was in_flight,
   /// or already completed with that provider_request_id (a repeated call); false otherwise (unknown,

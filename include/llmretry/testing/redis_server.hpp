@@ -178,7 +178,7 @@ class RedisServer {
       try {
         redis::Connection connection(options);
         if (connection.command("ping", {"PING"}).text() == "PONG") return;
-      } catch (const redis::Error&) {
+      } catch (const redis::RedisError&) {
         // not listening yet (or still loading its append-only file)
       }
       if (real_now() > deadline) {
