@@ -2,14 +2,16 @@
 #define LLMRETRY_VOCABULARY_HPP
 
 /// The names every part of llmretry shares, in one light header that any header may include (the
-/// engine and its drivers, the guards, the metrics, the simulator, the tools): why a call stopped
-/// (StopReason), why it waits (WaitReason), which limit refused it (LimitType), a guard's refusal
-/// (Refusal), what a call that gave up reports and what a call spent (GiveUp, CallStats), why it moved to
-/// another deployment (FallbackReason). It includes only failure.hpp and light standard headers: no
-/// <functional>, no policy, guard or admission code. CallOptions, which holds std::function and a Clock,
-/// is the engine's (engine.hpp); AttemptRefused, an exception, is with the others in errors.hpp.
+/// engine and its drivers, the guards, the metrics, the simulator, the stores, the tools): why a call
+/// stopped (StopReason), why it waits (WaitReason), which limit refused it (LimitType), a guard's refusal
+/// (Refusal), what a call that gave up reports and what a call spent (GiveUp, CallStats), what a call
+/// costs or used (Cost), why it moved to another deployment (FallbackReason). It includes only
+/// failure.hpp and light standard headers: no <functional>, no policy, guard or admission code.
+/// CallOptions, which holds std::function and a Clock, is the engine's (engine.hpp); AttemptRefused, an
+/// exception, is with the others in errors.hpp.
 
 #include <chrono>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string_view>
@@ -112,6 +114,23 @@ struct CallStats {
   int attempts = 0;                     ///< attempts made
   std::chrono::milliseconds waited{0};  ///< total time waited between and before attempts
   std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded
+};
+
+/// What one call costs, estimated before it is sent (the upper bound: the prompt and max output tokens)
+/// or measured from the response's usage (json::usage_of); what a rate limit is charged, and what an
+/// operation's record keeps (store::Operation::usage).
+struct Cost {
+  std::int64_t requests = 1;       ///< requests: 1 per attempt
+  std::int64_t input_tokens = 0;   ///< prompt tokens
+  std::int64_t output_tokens = 0;  ///< output tokens (estimated: max_tokens x n)
+
+  /// Returns input plus output tokens.
+  [[nodiscard]] constexpr std::int64_t tokens() const noexcept { return input_tokens + output_tokens; }
+
+  friend constexpr bool operator==(const Cost& a, const Cost& b) noexcept {
+    return a.requests == b.requests && a.input_tokens == b.input_tokens && a.output_tokens == b.output_tokens;
+  }
+  friend constexpr bool operator!=(const Cost& a, const Cost& b) noexcept { return !(a == b); }
 };
 
 /// Why a call that gave up on one deployment may move to another.

@@ -173,7 +173,7 @@ TEST_CASE("redis faults: SIGKILL mid-run, restart from the append-only file: no 
         const std::string line = job->id + "\n";
         if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
           throw std::runtime_error("write failed");
-        if (!persist([&] { return operations.complete(job->id, "req-" + job->id, {1, 1}); }))
+        if (!persist([&] { return operations.complete(job->id, "req-" + job->id, llmretry::Cost{1, 1, 1}); }))
           throw std::runtime_error("operation " + job->id + " not completed");
         if (!persist([&] { return keys.complete(job->id, job->token, {200, "done"}); }))
           throw std::runtime_error("lease of " + job->id + " lost");

@@ -240,8 +240,7 @@ class Runner {
     const auto usage = llmretry::json::usage_of(response.body).value_or(llmretry::Cost{1, 0, 0});
     stats_.tokens_used += usage.tokens();
     (void)stores.operations().complete(settings_.batch_name + line.request.key,
-                                       std::string(response.header("x-request-id").value_or("")),
-                                       {usage.input_tokens, usage.output_tokens});
+                                       std::string(response.header("x-request-id").value_or("")), usage);
     finish(line, job, stores, true);
   }
 
