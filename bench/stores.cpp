@@ -8,7 +8,7 @@
 #include <llmretry/redis/rate_limiter.hpp>
 #include <llmretry/store/idempotency_store.hpp>
 #include <llmretry/store/job_queue.hpp>
-#include <llmretry/testing/redis_server.hpp>
+#include <llmretry/redis/testing_server.hpp>
 
 #include <algorithm>
 #include <chrono>

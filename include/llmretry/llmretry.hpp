@@ -6,7 +6,7 @@
 /// so is what counts and exports metrics (metrics::Registry, the Prometheus text, the OpenTelemetry
 /// attributes): <llmretry/metrics.hpp>; the events and the observe() guard are here;
 /// so are the adapters that need a dependency: <llmretry/curl/curl.hpp>, <llmretry/json.hpp>,
-/// <llmretry/redis.hpp> and <llmretry/testing/loopback/provider.hpp>.
+/// <llmretry/redis.hpp> and <llmretry/loopback.hpp>.
 
 #include "admission.hpp"
 #include "attempt.hpp"

@@ -3,7 +3,8 @@
 
 /// The stores and the rate limiter shared through Redis (target llmretry::redis, hiredis): the connection,
 /// the idempotency store, the operations table, the job queue and the rate limiter with its guard.
-/// Namespace llmretry::redis.
+/// Namespace llmretry::redis. The throwaway server for tests, testing::RedisServer, is apart:
+/// <llmretry/redis/testing_server.hpp>.
 
 #include "redis/connection.hpp"
 #include "redis/idempotency_store.hpp"

@@ -7,7 +7,7 @@
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/json/usage.hpp>
 #include <llmretry/retry.hpp>
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 
 #include <algorithm>
 #include <atomic>
