@@ -9,10 +9,10 @@
 using namespace std::chrono_literals;
 using llmretry::FailureKind;
 using llmretry::sim::Bucket;
+using llmretry::sim::BusyAnswer;
 using llmretry::sim::Outcome;
 using llmretry::sim::ProviderModel;
 using llmretry::sim::ProviderSpec;
-using llmretry::sim::BusyAnswer;
 using llmretry::sim::RetryAfterMode;
 using llmretry::sim::Time;
 

@@ -12,8 +12,8 @@
 #include "redis_fixture.hpp"
 
 using namespace std::chrono_literals;
-using llmretry::redis::RedisError;
 using llmretry::redis::ErrorKind;
+using llmretry::redis::RedisError;
 
 namespace {
 

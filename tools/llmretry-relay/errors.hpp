@@ -25,8 +25,7 @@ struct ErrorReply {
 
 /// Returns the OpenAI-style body {"error": {"message": ..., "type": ..., "code": ...}} of `reply`.
 inline std::string error_body(const ErrorReply& reply) {
-  const nlohmann::json body = {
-      {"error", {{"message", reply.message}, {"type", reply.type}, {"code", reply.code}}}};
+  const nlohmann::json body = {{"error", {{"message", reply.message}, {"type", reply.type}, {"code", reply.code}}}};
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -93,8 +93,8 @@ class OperationsTable final : public store::OperationsTable {
 
   [[nodiscard]] std::optional<store::Operation> find(std::string_view id) override {
     const Reply fields = connection_.command(
-        "operations find", {"HMGET", redis_key(id), "status", "provider", "model", "provider_request_id",
-                            "requests", "input_tokens", "output_tokens", "created_at", "updated_at"});
+        "operations find", {"HMGET", redis_key(id), "status", "provider", "model", "provider_request_id", "requests",
+                            "input_tokens", "output_tokens", "created_at", "updated_at"});
     if (fields[0].is_nil()) return std::nullopt;
     return read(id, fields);
   }

@@ -43,7 +43,8 @@ struct Operation {
   std::string provider;  ///< where it was (last) sent
   std::string model;
   std::string provider_request_id;  ///< the provider's id of the request that completed it
-  Cost usage{0, 0, 0};  ///< what the request that completed it used, as reported; zero until completed
+  /// What the request that completed it used, as the provider reported it; all zero until completed.
+  Cost usage{0, 0, 0};
   std::chrono::system_clock::time_point created_at;  ///< first begin()
   std::chrono::system_clock::time_point updated_at;  ///< last write
 };
