@@ -5,7 +5,7 @@
 // with per-minute limits hit by a burst (the 429s the clients see, directly and through a relay started with
 // the same limits). Prints each run's figures and the targets met or missed; exits non-zero only when
 // something broke (the relay did not start, requests failed otherwise than with a 429), never for a target.
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 
 #include <curl/curl.h>
 #include <fcntl.h>

@@ -6,9 +6,9 @@
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
 #include <llmretry/redis/rate_limiter.hpp>
+#include <llmretry/redis/testing_server.hpp>
 #include <llmretry/store/idempotency_store.hpp>
 #include <llmretry/store/job_queue.hpp>
-#include <llmretry/testing/redis_server.hpp>
 
 #include <algorithm>
 #include <chrono>

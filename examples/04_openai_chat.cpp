@@ -8,7 +8,7 @@
 // then a 503, then the answer. The API key and the Authorization header are never printed.
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 
 #include <llmretry/llmretry.hpp>
 

@@ -12,7 +12,7 @@
 #if defined(LLMRETRY_README_HTTP)
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 #endif
 
 #include <nlohmann/json.hpp>

@@ -10,11 +10,11 @@
 using namespace llmretry;
 
 namespace my_app {
-// An application's own error type: a to_failure in its namespace makes it usable by call_with_retry.
+// An application's own error type: a failure_of in its namespace makes it usable by call_with_retry.
 struct ApiError {
   int http_status;
 };
-inline llmretry::Failure to_failure(const ApiError& error) { return llmretry::classify_status(error.http_status); }
+inline llmretry::Failure failure_of(const ApiError& error) { return llmretry::classify_status(error.http_status); }
 template <class T>
 struct Expected {  // a minimal expected-like type
   std::optional<T> value;
@@ -36,7 +36,7 @@ TEST_CASE("Result holds a value or an Error", "[result]") {
   CHECK_FALSE(failed.has_value());
   CHECK(failed.error().failure.kind == FailureKind::server_error);
   CHECK(failed.error().message == "HTTP 503");
-  CHECK(to_failure(failed.error()).status == 503);
+  CHECK(failure_of(failed.error()).status == 503);
 }
 
 TEST_CASE("Result<void> is success or an Error", "[result]") {
@@ -56,7 +56,7 @@ TEST_CASE("Result-like types are detected by has_value() and error()", "[result]
   STATIC_REQUIRE_FALSE(is_result_like_v<std::optional<int>>);  // no error(): not a failure channel
 }
 
-TEST_CASE("An application's own error type reaches its to_failure by argument-dependent lookup", "[result]") {
+TEST_CASE("An application's own error type reaches its failure_of by argument-dependent lookup", "[result]") {
   my_app::Expected<int> failed{std::nullopt, my_app::ApiError{429}};
   CHECK(detail::failure_of_result(failed).kind == FailureKind::rate_limited);
 }

@@ -10,62 +10,9 @@
 #include "detail/saturate.hpp"
 #include "failure.hpp"
 #include "policy.hpp"
+#include "vocabulary.hpp"
 
 namespace llmretry {
-
-/// Why a call stopped retrying.
-enum class StopReason {
-  not_retryable,           ///< the failure cannot succeed on another attempt (400, 401, quota...)
-  not_safe_to_repeat,      ///< the request may have been processed and the call is not safe to repeat
-  provider_declined,       ///< the provider said `x-should-retry: false`
-  attempts_exhausted,      ///< max_attempts were made
-  wait_budget,             ///< the next wait would take the total past max_total_wait
-  provider_wait_too_long,  ///< the provider asked for a wait above max_provider_wait
-  deadline,                ///< the next wait would end after the call's deadline, or it has passed
-  refused,                 ///< a guard refused the next attempt (see guard.hpp)
-  no_capacity,             ///< the deployment cannot take the call: its cost exceeds a limit, or its
-                           ///< capacity comes later than the call may wait
-  retry_budget,            ///< the retries shared by the calls to a deployment are used up (RetryBudget)
-  circuit_open,            ///< the deployment's circuit breaker is open (CircuitBreaker)
-};
-
-/// Returns the snake_case name of a stop reason, such as "attempts_exhausted".
-[[nodiscard]] constexpr const char* to_string(StopReason reason) noexcept {
-  switch (reason) {
-    case StopReason::not_retryable: return "not_retryable";
-    case StopReason::not_safe_to_repeat: return "not_safe_to_repeat";
-    case StopReason::provider_declined: return "provider_declined";
-    case StopReason::attempts_exhausted: return "attempts_exhausted";
-    case StopReason::wait_budget: return "wait_budget";
-    case StopReason::provider_wait_too_long: return "provider_wait_too_long";
-    case StopReason::deadline: return "deadline";
-    case StopReason::refused: return "refused";
-    case StopReason::no_capacity: return "no_capacity";
-    case StopReason::retry_budget: return "retry_budget";
-    case StopReason::circuit_open: return "circuit_open";
-  }
-  return "unknown";
-}
-
-/// Why a call waits before its next attempt: what a driver's sleep or timer is told with the wait.
-enum class WaitReason {
-  backoff,   ///< after a failure: the policy's backoff
-  provider,  ///< after a failure: the wait the provider asked for (Retry-After), longer than the backoff
-  capacity,  ///< before an attempt: a guard has no capacity for it sooner (a rate limit, a 429's pause)
-  slot,      ///< before an attempt: in line for a concurrency slot, at most the wait; ends early when the
-             ///< slot comes (the guard tells the call's Waker)
-};
-
-/// Returns the snake_case name of a wait reason: "backoff", "provider", "capacity" or "slot".
-[[nodiscard]] constexpr const char* to_string(WaitReason reason) noexcept {
-  switch (reason) {
-    case WaitReason::backoff: return "backoff";
-    case WaitReason::provider: return "provider";
-    case WaitReason::capacity: return "capacity";
-    case WaitReason::slot: return "slot";
-  }
-  return "unknown";
-}
 
 /// What to do after a failed attempt: retry after `wait`, or stop for `reason`.
 struct Decision {

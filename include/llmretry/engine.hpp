@@ -16,24 +16,9 @@
 #include "failure.hpp"
 #include "guard.hpp"
 #include "policy.hpp"
+#include "vocabulary.hpp"
 
 namespace llmretry {
-
-/// What a call that gave up reports: why it stopped, the last failure, and what it had spent.
-struct GiveUp {
-  StopReason reason;
-  Failure failure;  ///< the last failure, or the refusal's (kind unknown for an unrecognised exception)
-  int attempts;     ///< attempts made, the last one included
-  std::chrono::milliseconds waited;      ///< total time waited between and before attempts
-  LimitType limit = LimitType::unknown;  ///< the limit of the guard's refusal that stopped it, when it said
-};
-
-/// What one call spent, whether it succeeded or gave up.
-struct CallStats {
-  int attempts = 0;                     ///< attempts made
-  std::chrono::milliseconds waited{0};  ///< total time waited between and before attempts
-  std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded
-};
 
 /// Per-call settings beyond the policy. Every member is optional; the defaults cost nothing.
 struct CallOptions {

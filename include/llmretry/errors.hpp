@@ -12,7 +12,7 @@
 
 #include "detail/config.hpp"
 #include "failure.hpp"
-#include "http/status.hpp"
+#include "vocabulary.hpp"
 
 namespace llmretry {
 
@@ -75,25 +75,43 @@ class ConnectionError : public ProviderError {
   ConnectionError(const std::string& message, const Failure& failure) : ProviderError(message, failure) {}
 };
 
+/// The first attempt of a call was not made: a guard refused it, or the call's deadline had passed.
+/// Thrown by call_with_retry when the call reports failures by throwing; a later attempt refused ends
+/// the call like any give-up, with the last failure.
+class AttemptRefused : public ProviderError {
+ public:
+  /// `refusal`: why, and the failure to report.
+  explicit AttemptRefused(const Refusal& refusal)
+      : ProviderError(std::string("attempt refused (") + to_string(refusal.reason) + "): " + describe(refusal.failure),
+                      refusal.failure),
+        reason_(refusal.reason) {}
+
+  /// Returns why the attempt was refused.
+  [[nodiscard]] StopReason reason() const noexcept { return reason_; }
+
+ private:
+  StopReason reason_;
+};
+
 namespace detail {
 
 /// No payload: throw_provider_error throws the plain exception class.
 struct NoPayload {};
 
-/// An exception of class `Error` that also is a `Payload` (such as the curl adapter's response).
-template <class Error, class Payload>
-class ErrorWith final : public Error, public Payload {
+/// An exception of class `Exception` that also is a `Payload` (such as the curl adapter's response).
+template <class Exception, class Payload>
+class ErrorWith final : public Exception, public Payload {
  public:
   ErrorWith(const std::string& message, const Failure& failure, Payload payload)
-      : Error(message, failure), Payload(std::move(payload)) {}
+      : Exception(message, failure), Payload(std::move(payload)) {}
 };
 
 #if LLMRETRY_HAS_EXCEPTIONS
-template <class Error, class Payload>
+template <class Exception, class Payload>
 [[noreturn]] void throw_as(const std::string& message, const Failure& failure, Payload&& payload) {
   using Plain = std::decay_t<Payload>;
-  if constexpr (std::is_same_v<Plain, NoPayload>) throw Error(message, failure);
-  else throw ErrorWith<Error, Plain>(message, failure, std::forward<Payload>(payload));
+  if constexpr (std::is_same_v<Plain, NoPayload>) throw Exception(message, failure);
+  else throw ErrorWith<Exception, Plain>(message, failure, std::forward<Payload>(payload));
 }
 #endif
 
@@ -123,7 +141,8 @@ template <class Payload = detail::NoPayload>
 }
 
 /// Returns the failure a ProviderError (or a class derived from it) carries; nullopt for any other
-/// exception, which is not the provider's doing and is never retried.
+/// exception, which is not the provider's doing and is never retried. (The overloads for a failed
+/// result's error are in result.hpp.)
 inline std::optional<Failure> failure_of(const std::exception& error) noexcept {
   if (const auto* provider_error = dynamic_cast<const ProviderError*>(&error)) return provider_error->failure();
   return std::nullopt;

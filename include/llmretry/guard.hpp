@@ -16,6 +16,7 @@
 #include "detail/config.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
+#include "vocabulary.hpp"
 
 /// Guards: what something shared by many calls (a rate limiter, a circuit breaker, a retry budget) does
 /// around each attempt of call_with_retry. A guard is any object `g` with
@@ -43,13 +44,6 @@
 /// Pass a guard to call_with_retry among its trailing arguments, by reference: it is shared.
 
 namespace llmretry {
-
-/// A guard's refusal of an attempt: the reason the call stops and the failure its caller reads.
-struct Refusal {
-  StopReason reason = StopReason::refused;
-  Failure failure;                       ///< what the caller sees, such as a wait after which the guard may admit again
-  LimitType limit = LimitType::unknown;  ///< for a refusal for want of capacity: the limit that refused
-};
 
 /// Wakes the driver of a call that waits for a concurrency slot (WaitReason::slot) when the slot came before
 /// the wait ran out. wake() runs on the thread that gave the slot back, with the slot's lock held, maybe
@@ -144,24 +138,6 @@ struct NoGuard {
   [[nodiscard]] Admission<Ticket> admit(const Attempt& /*attempt*/) const noexcept {
     return Admission<Ticket>::go(Ticket{});
   }
-};
-
-/// The first attempt of a call was not made: a guard refused it, or the call's deadline had passed.
-/// Thrown by call_with_retry when the call reports failures by throwing; a later attempt refused ends
-/// the call like any give-up, with the last failure.
-class AttemptRefused : public ProviderError {
- public:
-  /// `refusal`: why, and the failure to report.
-  explicit AttemptRefused(const Refusal& refusal)
-      : ProviderError(std::string("attempt refused (") + to_string(refusal.reason) + "): " + describe(refusal.failure),
-                      refusal.failure),
-        reason_(refusal.reason) {}
-
-  /// Returns why the attempt was refused.
-  [[nodiscard]] StopReason reason() const noexcept { return reason_; }
-
- private:
-  StopReason reason_;
 };
 
 namespace detail {

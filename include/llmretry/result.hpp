@@ -18,12 +18,13 @@ struct Error {
   std::string message;
 };
 
-/// Returns the failure an Error carries. call_with_retry finds `to_failure(result.error())` by argument
-/// dependent lookup, so an error type of your own works once it has a `to_failure` in its namespace.
-inline const Failure& to_failure(const Error& error) noexcept { return error.failure; }
+/// Returns the failure an Error carries. call_with_retry finds `failure_of(result.error())` by argument
+/// dependent lookup, so an error type of your own works once it has a `failure_of` in its namespace (the
+/// overload for exceptions is in errors.hpp).
+inline const Failure& failure_of(const Error& error) noexcept { return error.failure; }
 /// Returns the failure itself, so that `std::expected<T, Failure>` (or any expected-like type whose error
 /// is a Failure) works with call_with_retry as it is.
-inline const Failure& to_failure(const Failure& failure) noexcept { return failure; }
+inline const Failure& failure_of(const Failure& failure) noexcept { return failure; }
 
 /// A value or an Error, for code that reports failures without exceptions. Any type with `has_value()`
 /// and `error()` is treated the same way by call_with_retry (std::expected, tl::expected...).
@@ -93,11 +94,11 @@ struct is_result_like<
     R, std::void_t<decltype(bool(std::declval<const R&>().has_value())), decltype(std::declval<const R&>().error())>>
     : std::true_type {};
 
-/// Returns the failure a failed result-like value carries, through `to_failure` found by ADL.
+/// Returns the failure a failed result-like value carries, through `failure_of` found by ADL.
 template <class R>
 Failure failure_of_result(const R& result) {
-  using llmretry::to_failure;
-  return to_failure(result.error());
+  using llmretry::failure_of;
+  return failure_of(result.error());
 }
 
 }  // namespace detail

@@ -359,7 +359,7 @@ R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng&
 ///   as the policy says; giving up rethrows the last exception unchanged. Any other exception is an
 ///   unknown failure: never retried, rethrown at once after on_give_up.
 /// - the call returns a result-like value (has_value() and error(), such as llmretry::Result,
-///   std::expected<T, Failure>): a value without has_value() is a failure, read with `to_failure(error())`;
+///   std::expected<T, Failure>): a value without has_value() is a failure, read with `failure_of(error())`;
 ///   giving up returns the last result unchanged. Exceptions thrown by such a call are not retried.
 ///
 /// After the policy come, in any order and each at most once, what you want to change (each recognised

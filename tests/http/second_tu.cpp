@@ -3,8 +3,8 @@
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/json/usage.hpp>
-#include <llmretry/testing/loopback/provider.hpp>
-#include <llmretry/testing/loopback/rate_limit.hpp>
+#include <llmretry/loopback/provider.hpp>
+#include <llmretry/loopback/rate_limit.hpp>
 
 namespace llmretry_http_second_tu {
 int touch() { return llmretry::json::error_fields("{}").empty() ? 1 : 0; }

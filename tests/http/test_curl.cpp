@@ -2,7 +2,7 @@
 // call_with_retry with a FakeSleep (the waits are recorded, never slept).
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 
 #include <llmretry/http/rate_limits.hpp>
 #include <llmretry/retry.hpp>

@@ -1,7 +1,7 @@
 // The loopback provider on its own, seen by a plain HTTP client (cpp-httplib's): its address, the script
 // served in order, what it records, each ready-made response as it goes on the wire, delays and hangs, and
 // the rate-limited mode (its buckets first on their own, in given time).
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 
 #include <httplib.h>
 

@@ -6,8 +6,8 @@
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/json/usage.hpp>
+#include <llmretry/loopback/provider.hpp>
 #include <llmretry/retry.hpp>
-#include <llmretry/testing/loopback/provider.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -9,10 +9,10 @@
 using namespace std::chrono_literals;
 using llmretry::FailureKind;
 using llmretry::sim::Bucket;
+using llmretry::sim::BusyAnswer;
 using llmretry::sim::Outcome;
 using llmretry::sim::ProviderModel;
 using llmretry::sim::ProviderSpec;
-using llmretry::sim::Refusal;
 using llmretry::sim::RetryAfterMode;
 using llmretry::sim::Time;
 
@@ -121,7 +121,7 @@ TEST_CASE("limits compose: admitted only when every limit has room, and a refusa
 TEST_CASE("conflict refusals are 409 with x-should-retry: true, after the refusal latency") {
   ProviderSpec spec;
   spec.start_interval = 20ms;
-  spec.refusal = Refusal::conflict;
+  spec.busy_answer = BusyAnswer::conflict;
   spec.latency = 40ms;
   spec.refusal_latency = 40ms;
   ProviderModel provider{spec, 1};

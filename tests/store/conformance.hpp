@@ -30,6 +30,7 @@ namespace conformance {
 
 using namespace std::chrono_literals;
 namespace store = llmretry::store;
+using llmretry::Cost;
 
 // A lease, retention or timeout that the tests outlive. On Redis the time really passes (the fixture sleeps),
 // and a check that a renewed lease still holds has a quarter of it to spare against a late wake-up: 1 s
@@ -161,7 +162,7 @@ TEMPLATE_TEST_CASE("operations: one record per operation, written before sending
   CHECK(begun.operation.provider == "anthropic");
   CHECK(begun.operation.model == "claude-sonnet");
   CHECK(begun.operation.provider_request_id.empty());
-  CHECK(begun.operation.usage == store::Usage{});
+  CHECK(begun.operation.usage == Cost{0, 0, 0});
   CHECK(begun.operation.created_at >= before);
   CHECK(begun.operation.created_at <= fixture.now() + 1s);
   CHECK(begun.operation.updated_at == begun.operation.created_at);
@@ -173,16 +174,16 @@ TEMPLATE_TEST_CASE("operations: one record per operation, written before sending
     CHECK(again.operation.provider == "anthropic");
   }
   SECTION("complete records where and for how much; a resumed batch skips it") {
-    CHECK(table->complete("op", "req_abc123", {4180, 612}));
+    CHECK(table->complete("op", "req_abc123", Cost{1, 4180, 612}));
     const auto found = table->find("op");
     REQUIRE(found);
     CHECK(found->status == store::OperationStatus::completed);
     CHECK(found->provider_request_id == "req_abc123");
-    CHECK(found->usage == store::Usage{4180, 612});
+    CHECK(found->usage == Cost{1, 4180, 612});
     CHECK(found->created_at == begun.operation.created_at);
     CHECK(found->updated_at >= found->created_at);
-    CHECK(table->complete("op", "req_abc123", {4180, 612}));  // repeated
-    CHECK_FALSE(table->complete("op", "req_other", {1, 1}));
+    CHECK(table->complete("op", "req_abc123", Cost{1, 4180, 612}));  // repeated
+    CHECK_FALSE(table->complete("op", "req_other", Cost{1, 1, 1}));
     CHECK_FALSE(table->fail("op"));
     const auto again = table->begin("op", "openai", "gpt");
     CHECK_FALSE(again.started);
@@ -216,7 +217,7 @@ TEMPLATE_TEST_CASE("operations: records are forgotten after the retention", "[st
   auto table = fixture.operations(options);
   REQUIRE(table->begin("op", "p", "m").started);
   fixture.advance(short_time / 2);
-  REQUIRE(table->complete("op", "req", {1, 2}));  // a write starts the retention again
+  REQUIRE(table->complete("op", "req", Cost{1, 1, 2}));  // a write starts the retention again
   fixture.advance(short_time * 3 / 4);
   CHECK(table->find("op"));
   fixture.advance(past_it);

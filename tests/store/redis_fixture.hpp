@@ -3,7 +3,7 @@
 #define LLMRETRY_TESTS_STORE_REDIS_FIXTURE_HPP
 
 #include <llmretry/redis/connection.hpp>
-#include <llmretry/testing/redis_server.hpp>
+#include <llmretry/redis/testing_server.hpp>
 
 #include <atomic>
 #include <string>

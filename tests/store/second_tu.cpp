@@ -5,7 +5,7 @@
 #include <llmretry/redis/job_queue.hpp>
 #include <llmretry/redis/operations.hpp>
 #include <llmretry/redis/rate_limiter.hpp>
-#include <llmretry/testing/redis_server.hpp>
+#include <llmretry/redis/testing_server.hpp>
 
 namespace llmretry_redis_second_tu {
 const char* touch() { return llmretry::redis::to_string(llmretry::redis::ErrorKind::timeout); }

@@ -1,4 +1,4 @@
-// Every Redis failure is a redis::Error naming the operation and the server: not running, killed, hung,
+// Every Redis failure is a redis::RedisError naming the operation and the server: not running, killed, hung,
 // wrong type, script error. The connection comes back by itself once the server does.
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
@@ -12,22 +12,22 @@
 #include "redis_fixture.hpp"
 
 using namespace std::chrono_literals;
-using llmretry::redis::Error;
 using llmretry::redis::ErrorKind;
+using llmretry::redis::RedisError;
 
 namespace {
 
-/// Runs `call`, which must throw a redis::Error of `kind` for `operation`; returns its message.
+/// Runs `call`, which must throw a redis::RedisError of `kind` for `operation`; returns its message.
 template <class Call>
 std::string error_of(Call call, ErrorKind kind, const std::string& operation) {
   try {
     call();
-  } catch (const Error& error) {
+  } catch (const RedisError& error) {
     CHECK(error.kind() == kind);
     CHECK(error.operation() == operation);
     return error.what();
   }
-  FAIL("no redis::Error");
+  FAIL("no redis::RedisError");
   return {};
 }
 

@@ -54,14 +54,14 @@ int wait_for(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/// Returns `call()`, called again every 20 ms while it throws redis::Error (the server is down), for up to 30 s.
+/// Returns `call()`, called again every 20 ms while it throws redis::RedisError (the server is down), for up to 30 s.
 template <class Call>
 auto persist(Call call) {
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (true) {
     try {
       return call();
-    } catch (const llmretry::redis::Error&) {
+    } catch (const llmretry::redis::RedisError&) {
       if (std::chrono::steady_clock::now() > deadline) throw;
       std::this_thread::sleep_for(20ms);
     }
@@ -173,7 +173,7 @@ TEST_CASE("redis faults: SIGKILL mid-run, restart from the append-only file: no 
         const std::string line = job->id + "\n";
         if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
           throw std::runtime_error("write failed");
-        if (!persist([&] { return operations.complete(job->id, "req-" + job->id, {1, 1}); }))
+        if (!persist([&] { return operations.complete(job->id, "req-" + job->id, llmretry::Cost{1, 1, 1}); }))
           throw std::runtime_error("operation " + job->id + " not completed");
         if (!persist([&] { return keys.complete(job->id, job->token, {200, "done"}); }))
           throw std::runtime_error("lease of " + job->id + " lost");

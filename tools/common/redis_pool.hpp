@@ -18,7 +18,7 @@ namespace llmretry_tools {
 /// `size` connections to one Redis server, and the index of the next one to use. Thread-safe.
 class RedisPool {
  public:
-  /// Connects `size` times (at least once) with `options`. Throws redis::Error when a connection fails.
+  /// Connects `size` times (at least once) with `options`. Throws redis::RedisError when a connection fails.
   RedisPool(const llmretry::redis::Options& options, std::size_t size) {
     for (std::size_t i = 0; i < (size > 0 ? size : 1); ++i)
       connections_.push_back(std::make_unique<llmretry::redis::Connection>(options));

@@ -55,7 +55,7 @@ class Stores {
   virtual llmretry::store::OperationsTable& operations() = 0;
 };
 
-/// Opens the stores of one worker. Throws what the stores throw (such as redis::Error).
+/// Opens the stores of one worker. Throws what the stores throw (such as redis::RedisError).
 using OpenStores = std::function<std::unique_ptr<Stores>()>;
 
 /// How the requests are sent.
@@ -242,8 +242,7 @@ class Runner {
     const auto usage = llmretry::json::usage_of(response.body).value_or(llmretry::Cost{1, 0, 0});
     stats_.tokens_used += usage.tokens();
     (void)stores.operations().complete(settings_.batch_name + line.request.key,
-                                       std::string(response.header("x-request-id").value_or("")),
-                                       {usage.input_tokens, usage.output_tokens});
+                                       std::string(response.header("x-request-id").value_or("")), usage);
     finish(line, job, stores, true);
   }
 

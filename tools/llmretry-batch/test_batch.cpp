@@ -2,10 +2,10 @@
 // pointed at it with OPENAI_BASE_URL. Every line is answered once, 429s stay rare, a rerun sends nothing,
 // and a run killed with SIGKILL and run again answers no line twice and sends no completed request again;
 // the same with the queue and operations table in Redis (--redis, a redis-server started by the test).
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 #if LLMRETRY_BATCH_TEST_REDIS
 #include <llmretry/redis/connection.hpp>
-#include <llmretry/testing/redis_server.hpp>
+#include <llmretry/redis/testing_server.hpp>
 #endif
 
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // llmretry-loopback: the loopback provider as a program, rate-limited like OpenAI, so that a client (such
 // as llmretry-batch) can be tried without an API key. Serves until interrupted (Ctrl-C, SIGTERM).
 
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 
 #include <CLI/CLI.hpp>
 

@@ -16,22 +16,21 @@ namespace relay {
 inline constexpr const char* json_content_type = "application/json; charset=utf-8";
 
 /// An answer of the relay's own: a status and an OpenAI-style error.
-struct Refusal {
+struct ErrorReply {
   int status;
   std::string message;  ///< what went wrong, for a person; never holds a key
   std::string type;     ///< such as "invalid_request_error"
   std::string code;     ///< a snake_case word, such as "invalid_json" or a stop reason
 };
 
-/// Returns the OpenAI-style body {"error": {"message": ..., "type": ..., "code": ...}} of `refusal`.
-inline std::string error_body(const Refusal& refusal) {
-  const nlohmann::json body = {
-      {"error", {{"message", refusal.message}, {"type", refusal.type}, {"code", refusal.code}}}};
+/// Returns the OpenAI-style body {"error": {"message": ..., "type": ..., "code": ...}} of `reply`.
+inline std::string error_body(const ErrorReply& reply) {
+  const nlohmann::json body = {{"error", {{"message", reply.message}, {"type", reply.type}, {"code", reply.code}}}};
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 /// Returns a 400 invalid_request_error with `code`.
-inline Refusal bad_request(std::string message, std::string code) {
+inline ErrorReply bad_request(std::string message, std::string code) {
   return {400, std::move(message), "invalid_request_error", std::move(code)};
 }
 

@@ -130,7 +130,7 @@ constexpr std::size_t redis_connections = 8;
 class RedisState {
  public:
   /// Connects `connections` times to the server of `url` ("redis://HOST[:PORT]"); its idempotency claims
-  /// have `idempotency`. Throws UsageError for a bad URL, redis::Error when it cannot connect.
+  /// have `idempotency`. Throws UsageError for a bad URL, redis::RedisError when it cannot connect.
   RedisState(const std::string& url, const llmretry::store::IdempotencyOptions& idempotency, std::size_t connections) {
 #if LLMRETRY_RELAY_REDIS
     llmretry::redis::Options redis;

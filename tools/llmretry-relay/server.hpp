@@ -124,9 +124,9 @@ class Server {
   }
 
  private:
-  static void reply(httplib::Response& response, const Refusal& refusal) {
-    response.status = refusal.status;
-    response.set_content(error_body(refusal), json_content_type);
+  static void reply(httplib::Response& response, const ErrorReply& error) {
+    response.status = error.status;
+    response.set_content(error_body(error), json_content_type);
   }
 
   static void wrong_method(httplib::Response& response, const char* allowed) {
@@ -334,11 +334,11 @@ class Server {
     return llmretry::store::fingerprint(scope.append(key));
   }
 
-  /// Answers `refusal`, told to the observer as a request that ended with its code.
-  void refuse(httplib::Response& response, const Incoming& in, const Refusal& refusal) {
+  /// Answers `error`, told to the observer as a request that ended with its code.
+  void refuse(httplib::Response& response, const Incoming& in, const ErrorReply& error) {
     observer_.request_finished({"relay", in.model_label},
-                               refusal.status == 409 || refusal.status == 422 ? refusal.code : "rejected");
-    reply(response, refusal);
+                               error.status == 409 || error.status == 422 ? error.code : "rejected");
+    reply(response, error);
   }
 
   static void send(httplib::Response& response, Answer answer) {

@@ -1,8 +1,8 @@
 // End to end: loopback providers run in this process, llmretry-relay as a child process in front of them;
 // the tests talk to the relay over HTTP (and raw sockets for malformed or slow clients).
-#include <llmretry/testing/loopback/provider.hpp>
+#include <llmretry/loopback/provider.hpp>
 #if LLMRETRY_RELAY_REDIS
-#include <llmretry/testing/redis_server.hpp>
+#include <llmretry/redis/testing_server.hpp>
 #endif
 
 #include <httplib.h>

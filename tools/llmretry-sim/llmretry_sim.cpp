@@ -336,7 +336,7 @@ std::string describe(const Scenario& s) {
   };
   if (p.server_error_rate > 0) text += " 503 for " + share(p.server_error_rate) + " of requests,";
   if (p.timeout_rate > 0) text += " no answer for " + share(p.timeout_rate) + ",";
-  text += p.refusal == sim::Refusal::conflict ? " conflicts answered 409" : " refusals answered 429";
+  text += p.busy_answer == sim::BusyAnswer::conflict ? " conflicts answered 409" : " refusals answered 429";
   text += p.retry_after_header == sim::RetryAfterMode::none ? " without Retry-After"
           : p.retry_after_header == sim::RetryAfterMode::fixed
               ? " with retry-after: " + sim::seconds(p.fixed_retry_after)

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../detail/config.hpp"
+#include "../vocabulary.hpp"
 
 namespace llmretry {
 
@@ -36,17 +37,6 @@ struct Limit {
   }
   /// Returns the burst in force: `burst`, or the whole limit.
   [[nodiscard]] constexpr std::int64_t burst_or_limit() const noexcept { return burst.value_or(limit); }
-};
-
-/// What one call costs, estimated before it is sent (the upper bound: the prompt and max output tokens)
-/// or measured from the response's usage.
-struct Cost {
-  std::int64_t requests = 1;       ///< requests: 1 per attempt
-  std::int64_t input_tokens = 0;   ///< prompt tokens
-  std::int64_t output_tokens = 0;  ///< output tokens (estimated: max_tokens x n)
-
-  /// Returns input plus output tokens.
-  [[nodiscard]] constexpr std::int64_t tokens() const noexcept { return input_tokens + output_tokens; }
 };
 
 /// The dimensions a deployment's limits can apply to, each charged with part of a Cost.

@@ -1,12 +1,11 @@
-#ifndef LLMRETRY_CLASSIFY_HPP
-#define LLMRETRY_CLASSIFY_HPP
+#ifndef LLMRETRY_HTTP_CLASSIFY_HPP
+#define LLMRETRY_HTTP_CLASSIFY_HPP
 
 #include <chrono>
 #include <string_view>
 
 #include "../failure.hpp"
 #include "headers.hpp"
-#include "status.hpp"
 
 namespace llmretry {
 
@@ -24,4 +23,4 @@ template <class Headers>
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_CLASSIFY_HPP
+#endif  // LLMRETRY_HTTP_CLASSIFY_HPP

@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_HEADERS_HPP
-#define LLMRETRY_HEADERS_HPP
+#ifndef LLMRETRY_HTTP_HEADERS_HPP
+#define LLMRETRY_HTTP_HEADERS_HPP
 
 #include <chrono>
 #include <optional>
@@ -80,4 +80,4 @@ template <class Headers>
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_HEADERS_HPP
+#endif  // LLMRETRY_HTTP_HEADERS_HPP

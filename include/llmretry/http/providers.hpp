@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_PROVIDERS_HPP
-#define LLMRETRY_PROVIDERS_HPP
+#ifndef LLMRETRY_HTTP_PROVIDERS_HPP
+#define LLMRETRY_HTTP_PROVIDERS_HPP
 
 #include <chrono>
 #include <optional>
@@ -190,4 +190,4 @@ Failure classify_provider_response(Provider provider, int status, const Headers&
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_PROVIDERS_HPP
+#endif  // LLMRETRY_HTTP_PROVIDERS_HPP

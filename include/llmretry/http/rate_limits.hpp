@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_RATE_LIMITS_HPP
-#define LLMRETRY_RATE_LIMITS_HPP
+#ifndef LLMRETRY_HTTP_RATE_LIMITS_HPP
+#define LLMRETRY_HTTP_RATE_LIMITS_HPP
 
 #include <chrono>
 #include <cstdint>
@@ -94,4 +94,4 @@ template <class Headers>
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_RATE_LIMITS_HPP
+#endif  // LLMRETRY_HTTP_RATE_LIMITS_HPP

@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_SSE_HPP
-#define LLMRETRY_SSE_HPP
+#ifndef LLMRETRY_HTTP_SSE_HPP
+#define LLMRETRY_HTTP_SSE_HPP
 
 #include <cstddef>
 #include <string>
@@ -107,4 +107,4 @@ class SseParser {
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_SSE_HPP
+#endif  // LLMRETRY_HTTP_SSE_HPP

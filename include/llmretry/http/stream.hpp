@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_STREAM_HPP
-#define LLMRETRY_STREAM_HPP
+#ifndef LLMRETRY_HTTP_STREAM_HPP
+#define LLMRETRY_HTTP_STREAM_HPP
 
 #include <cstddef>
 #include <optional>
@@ -65,4 +65,4 @@ class StreamInterrupted : public ProviderError {
 
 }  // namespace llmretry
 
-#endif  // LLMRETRY_STREAM_HPP
+#endif  // LLMRETRY_HTTP_STREAM_HPP

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "../failure.hpp"
-#include "../fallback.hpp"
+#include "../vocabulary.hpp"
 
 namespace llmretry::metrics {
 

@@ -17,7 +17,7 @@
 
 #include "../detail/config.hpp"
 #include "../failure.hpp"
-#include "../fallback.hpp"
+#include "../vocabulary.hpp"
 #include "observer.hpp"
 #include "prometheus.hpp"
 

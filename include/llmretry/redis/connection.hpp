@@ -2,7 +2,7 @@
 #define LLMRETRY_REDIS_CONNECTION_HPP
 
 /// A connection to one Redis server through hiredis (target llmretry::redis): timeouts on connecting and on
-/// every command, Lua scripts by EVALSHA, and every failure thrown as a redis::Error naming the operation.
+/// every command, Lua scripts by EVALSHA, and every failure thrown as a redis::RedisError naming the operation.
 
 #include <hiredis/hiredis.h>
 
@@ -73,7 +73,7 @@ struct Options {
   return options;
 }
 
-/// What kind of failure a redis::Error is.
+/// What kind of failure a redis::RedisError is.
 enum class ErrorKind {
   connection,  ///< could not connect, or the connection broke (refused, reset, closed): the command may
                ///< or may not have run
@@ -92,10 +92,10 @@ enum class ErrorKind {
 }
 
 /// A failure talking to Redis: what() reads "redis <operation> on <host>:<port>: <kind>: <detail>".
-class Error : public std::runtime_error {
+class RedisError : public std::runtime_error {
  public:
   /// A failure of `operation` (such as "idempotency claim") against `server` ("host:port").
-  Error(ErrorKind kind, std::string operation, const std::string& server, const std::string& detail)
+  RedisError(ErrorKind kind, std::string operation, const std::string& server, const std::string& detail)
       : std::runtime_error("redis " + operation + " on " + server + ": " + to_string(kind) + ": " + detail),
         kind_(kind),
         operation_(std::move(operation)) {}
@@ -117,7 +117,7 @@ struct Script {
 
 class Connection;
 
-/// One reply, read through accessors that throw redis::Error (ErrorKind::reply) naming the operation when
+/// One reply, read through accessors that throw redis::RedisError (ErrorKind::reply) naming the operation when
 /// the reply is not of the expected type.
 class Reply {
  public:
@@ -168,7 +168,7 @@ class Reply {
       fail(std::string("expected ") + expected + ", got reply type " + std::to_string(reply_->type));
   }
   [[noreturn]] void fail(const std::string& detail) const {
-    throw Error(ErrorKind::reply, context_->operation, context_->server, detail);
+    throw RedisError(ErrorKind::reply, context_->operation, context_->server, detail);
   }
 
   std::shared_ptr<redisReply> reply_;
@@ -180,7 +180,7 @@ class Reply {
 /// command connects again: nothing is retried behind the caller's back, since the command may have run.
 class Connection {
  public:
-  /// Connects to the server of `options`. Throws redis::Error (operation "connect") when it cannot.
+  /// Connects to the server of `options`. Throws redis::RedisError (operation "connect") when it cannot.
   explicit Connection(Options options) : options_(std::move(options)) {
     const std::lock_guard<std::mutex> lock(mutex_);
     connect("connect");
@@ -190,14 +190,14 @@ class Connection {
   [[nodiscard]] const Options& options() const noexcept { return options_; }
 
   /// Runs the command `args` (such as {"SET", key, value}) and returns its reply. `operation` names it in
-  /// errors. Throws redis::Error: connection or timeout, or reply when the server answers with an error.
+  /// errors. Throws redis::RedisError: connection or timeout, or reply when the server answers with an error.
   [[nodiscard]] Reply command(std::string_view operation, const std::vector<std::string_view>& args) {
     const std::lock_guard<std::mutex> lock(mutex_);
     return run(operation, args);
   }
 
   /// Runs `script` with `keys` and `args` (by EVALSHA, loading it first on this connection, and again
-  /// after the server lost its scripts) and returns its reply. Throws redis::Error like command().
+  /// after the server lost its scripts) and returns its reply. Throws redis::RedisError like command().
   [[nodiscard]] Reply eval(std::string_view operation, const Script& script, const std::vector<std::string_view>& keys,
                            const std::vector<std::string_view>& args) {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -213,7 +213,7 @@ class Connection {
       Reply reply = run(operation, argv, &error);
       if (error.empty()) return reply;
       if (load > 0 || error.rfind("NOSCRIPT", 0) != 0)
-        throw Error(ErrorKind::reply, std::string(operation), server(), error);
+        throw RedisError(ErrorKind::reply, std::string(operation), server(), error);
       shas_.erase(script.source.data());  // the server restarted or flushed its scripts: load it again, once
     }
   }
@@ -246,7 +246,7 @@ class Connection {
     if (err == REDIS_ERR_EOF) detail = "the server closed the connection";
     if (err == REDIS_ERR_PROTOCOL) kind = ErrorKind::reply;
     context_.reset();  // unusable now: the next command connects again
-    throw Error(kind, std::string(operation), server(), detail);
+    throw RedisError(kind, std::string(operation), server(), detail);
   }
 
   void connect(std::string_view operation) {
@@ -254,7 +254,7 @@ class Connection {
     errno = 0;
     context_.reset(redisConnectWithTimeout(options_.host.c_str(), options_.port, to_timeval(options_.connect_timeout)));
     const int saved_errno = errno;
-    if (!context_) throw Error(ErrorKind::connection, std::string(operation), server(), "out of memory");
+    if (!context_) throw RedisError(ErrorKind::connection, std::string(operation), server(), "out of memory");
     if (context_->err != 0) throw_context_error(operation, saved_errno);
     if (redisSetTimeout(context_.get(), to_timeval(options_.command_timeout)) != REDIS_OK)
       throw_context_error(operation, errno);
@@ -279,7 +279,7 @@ class Connection {
     Reply reply(std::shared_ptr<redisReply>(raw, freeReplyObject), context);
     if (raw->type == REDIS_REPLY_ERROR) {
       std::string text(raw->str, raw->len);
-      if (error == nullptr) throw Error(ErrorKind::reply, std::string(operation), server(), text);
+      if (error == nullptr) throw RedisError(ErrorKind::reply, std::string(operation), server(), text);
       *error = std::move(text);
     }
     return reply;

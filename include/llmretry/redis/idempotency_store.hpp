@@ -57,7 +57,7 @@ return 1
 }  // namespace detail
 
 /// Idempotency keys in Redis, under `<prefix>idem:<key>`. Leases and retention run on the server's clock.
-/// Throws redis::Error from every operation when the server cannot be reached or answers with an error.
+/// Throws redis::RedisError from every operation when the server cannot be reached or answers with an error.
 class IdempotencyStore final : public store::IdempotencyStore {
  public:
   /// A store on `connection` (which must outlive it) with `options`.

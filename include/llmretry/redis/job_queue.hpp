@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "../http/idempotency.hpp"
+#include "../detail/uuid.hpp"
 #include "../store/job_queue.hpp"
 #include "connection.hpp"
 
@@ -118,7 +118,7 @@ return 1
 }  // namespace detail
 
 /// A job queue in Redis named `name`, under `<prefix>queue:{<name>}:...`. Every process that opens the
-/// same name on the same server shares it. Throws redis::Error from every operation when the server cannot
+/// same name on the same server shares it. Throws redis::RedisError from every operation when the server cannot
 /// be reached or answers with an error.
 class JobQueue final : public store::JobQueue {
  public:
@@ -140,7 +140,7 @@ class JobQueue final : public store::JobQueue {
   }
 
   [[nodiscard]] std::optional<store::Job> take() override {
-    const std::string token = new_idempotency_key();
+    const std::string token = llmretry::detail::random_uuid();
     const std::string visibility = std::to_string(options_.visibility_timeout.count());
     const std::string max_attempts = std::to_string(options_.max_attempts);
     const Reply reply = run("queue take", {"take", job_prefix_, token, visibility, max_attempts});

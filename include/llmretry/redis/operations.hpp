@@ -23,14 +23,15 @@ local status = redis.call('HGET', KEYS[1], 'status')
 local started = 0
 if not status or status == 'failed' then
   if not status then
-    redis.call('HSET', KEYS[1], 'created_at', now, 'provider_request_id', '', 'input_tokens', 0, 'output_tokens', 0)
+    redis.call('HSET', KEYS[1], 'created_at', now, 'provider_request_id', '', 'requests', 0, 'input_tokens', 0,
+               'output_tokens', 0)
   end
   redis.call('HSET', KEYS[1], 'status', 'in_flight', 'provider', ARGV[1], 'model', ARGV[2], 'updated_at', now)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   started = 1
 end
-return {started, redis.call('HMGET', KEYS[1], 'status', 'provider', 'model', 'provider_request_id', 'input_tokens',
-                            'output_tokens', 'created_at', 'updated_at')}
+return {started, redis.call('HMGET', KEYS[1], 'status', 'provider', 'model', 'provider_request_id', 'requests',
+                            'input_tokens', 'output_tokens', 'created_at', 'updated_at')}
 )lua";
 
 inline constexpr std::string_view complete_operation_script = R"lua(
@@ -38,9 +39,10 @@ local r = redis.call('HMGET', KEYS[1], 'status', 'provider_request_id')
 if r[1] == 'completed' then return r[2] == ARGV[1] and 1 or 0 end
 if r[1] ~= 'in_flight' then return 0 end
 local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'status', 'completed', 'provider_request_id', ARGV[1], 'input_tokens', ARGV[2],
-           'output_tokens', ARGV[3], 'updated_at', string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)))
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('HSET', KEYS[1], 'status', 'completed', 'provider_request_id', ARGV[1], 'requests', ARGV[2],
+           'input_tokens', ARGV[3], 'output_tokens', ARGV[4],
+           'updated_at', string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)))
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 )lua";
 
@@ -57,7 +59,7 @@ return 1
 }  // namespace detail
 
 /// Operations in Redis, under `<prefix>op:<id>`, each forgotten `retention` after its last write. Throws
-/// redis::Error from every operation when the server cannot be reached or answers with an error.
+/// redis::RedisError from every operation when the server cannot be reached or answers with an error.
 class OperationsTable final : public store::OperationsTable {
  public:
   /// A table on `connection` (which must outlive it) with `options`.
@@ -72,13 +74,14 @@ class OperationsTable final : public store::OperationsTable {
     return {reply[0].integer() == 1, read(id, reply[1])};
   }
 
-  [[nodiscard]] bool complete(std::string_view id, std::string_view provider_request_id, store::Usage usage) override {
+  [[nodiscard]] bool complete(std::string_view id, std::string_view provider_request_id, const Cost& usage) override {
+    const std::string requests = std::to_string(usage.requests);
     const std::string input = std::to_string(usage.input_tokens);
     const std::string output = std::to_string(usage.output_tokens);
     const std::string retention = std::to_string(options_.retention.count());
     return connection_
                .eval("operations complete", {detail::complete_operation_script}, {redis_key(id)},
-                     {provider_request_id, input, output, retention})
+                     {provider_request_id, requests, input, output, retention})
                .integer() == 1;
   }
 
@@ -90,7 +93,7 @@ class OperationsTable final : public store::OperationsTable {
 
   [[nodiscard]] std::optional<store::Operation> find(std::string_view id) override {
     const Reply fields = connection_.command(
-        "operations find", {"HMGET", redis_key(id), "status", "provider", "model", "provider_request_id",
+        "operations find", {"HMGET", redis_key(id), "status", "provider", "model", "provider_request_id", "requests",
                             "input_tokens", "output_tokens", "created_at", "updated_at"});
     if (fields[0].is_nil()) return std::nullopt;
     return read(id, fields);
@@ -101,8 +104,8 @@ class OperationsTable final : public store::OperationsTable {
     return connection_.options().prefix + "op:" + std::string(id);
   }
 
-  /// The operation `id` from the fields status, provider, model, provider_request_id, input_tokens,
-  /// output_tokens, created_at, updated_at (milliseconds since the epoch).
+  /// The operation `id` from the fields status, provider, model, provider_request_id, requests,
+  /// input_tokens, output_tokens, created_at, updated_at (milliseconds since the epoch).
   static store::Operation read(std::string_view id, const Reply& fields) {
     const auto time = [](long long ms) { return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms)); };
     store::Operation operation;
@@ -114,9 +117,9 @@ class OperationsTable final : public store::OperationsTable {
     operation.provider = fields[1].text();
     operation.model = fields[2].text();
     operation.provider_request_id = fields[3].text();
-    operation.usage = {fields[4].number(), fields[5].number()};
-    operation.created_at = time(fields[6].number());
-    operation.updated_at = time(fields[7].number());
+    operation.usage = {fields[4].number(), fields[5].number(), fields[6].number()};
+    operation.created_at = time(fields[7].number());
+    operation.updated_at = time(fields[8].number());
     return operation;
   }
 

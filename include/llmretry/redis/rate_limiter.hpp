@@ -91,7 +91,7 @@ return 1
 /// starts the server's wait after its reply came (the caller's `now` plus the round trip plus the wait), so
 /// never before the server meant it; one that need not starts at `now`.
 ///
-/// When Redis cannot be reached or answers with an error, every operation throws redis::Error naming it
+/// When Redis cannot be reached or answers with an error, every operation throws redis::RedisError naming it
 /// ("rate limiter reserve", "rate limiter cancel", "rate limiter settle"): it fails closed, admitting nothing
 /// without the shared state, since a process cannot know how much of the limit the others use. A reserve
 /// that timed out may have taken its capacity (it comes back as it refills). A cancel or settle closes the
@@ -120,7 +120,7 @@ class RateLimiter {
   /// Reserves `cost` on every limited dimension. Returns a granted reservation saying when the call may
   /// start, on the clock of `now`; too_large (holding nothing, without asking the server) when the
   /// cost exceeds a dimension's limit; too_long (holding nothing) when the wait would be longer than
-  /// `max_wait`. Throws redis::Error.
+  /// `max_wait`. Throws redis::RedisError.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt) {
     Reservation reservation;
@@ -159,7 +159,7 @@ class RateLimiter {
   }
 
   /// Gives back what an open reservation holds (the call was not sent). Does nothing for a reservation that
-  /// is not open. Throws redis::Error, the reservation closed and its capacity left charged.
+  /// is not open. Throws redis::RedisError, the reservation closed and its capacity left charged.
   void cancel(Reservation& reservation) {
     if (!reservation.open_) return;
     reservation.open_ = false;
@@ -172,7 +172,7 @@ class RateLimiter {
   /// Charges `actual` (the usage the response reported) instead of the estimate an open reservation holds:
   /// an overrun is charged; what was not used is given back only on a dimension where no reservation starts
   /// after the server's now (as llmretry::RateLimiter::settle). `now` is not read: the server's clock decides.
-  /// Does nothing for a reservation that is not open. Throws redis::Error, the reservation closed and the
+  /// Does nothing for a reservation that is not open. Throws redis::RedisError, the reservation closed and the
   /// estimate left charged.
   void settle(Reservation& reservation, const Cost& actual, [[maybe_unused]] time_point now) {
     if (!reservation.open_) return;
@@ -235,7 +235,7 @@ class RateLimiter {
 ///
 /// Redis failing never throws through it. In admit it fails closed: the attempt is refused with
 /// StopReason::refused and a failure of nothing sent (FailureKind::connection, or timeout when the server did
-/// not answer in time, unknown for an error reply), and error() keeps the redis::Error. In a ticket (settle,
+/// not answer in time, unknown for an error reply), and error() keeps the redis::RedisError. In a ticket (settle,
 /// cancel) the failure is kept in error() and the reservation stays charged until it refills.
 class RateLimiter::Pacing {
  public:
@@ -301,7 +301,7 @@ class RateLimiter::Pacing {
   }
 
   /// Returns the last failure of Redis met by this call's admissions and settlements, or nullopt.
-  [[nodiscard]] const std::optional<Error>& error() const noexcept { return error_; }
+  [[nodiscard]] const std::optional<RedisError>& error() const noexcept { return error_; }
 
  private:
   /// Returns the failure of an attempt refused because Redis failed with `kind`: nothing was sent.
@@ -314,12 +314,12 @@ class RateLimiter::Pacing {
     return Failure::of(FailureKind::unknown, Sent::not_sent);
   }
 
-  /// Runs `operation`, keeping the redis::Error it throws in error_ instead.
+  /// Runs `operation`, keeping the redis::RedisError it throws in error_ instead.
   template <class Operation>
   void guarded(Operation&& operation) {
     try {
       std::forward<Operation>(operation)();
-    } catch (const Error& error) {
+    } catch (const RedisError& error) {
       error_ = error;
     }
   }
@@ -328,7 +328,7 @@ class RateLimiter::Pacing {
   Cost estimate_;
   std::optional<std::chrono::milliseconds> max_wait_;
   UsageReader read_usage_;
-  std::optional<Error> error_;
+  std::optional<RedisError> error_;
 };
 
 inline RateLimiter::Pacing RateLimiter::pace(const Cost& estimate, std::optional<std::chrono::milliseconds> max_wait,

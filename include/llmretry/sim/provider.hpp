@@ -14,7 +14,6 @@
 #include "../detail/uniform.hpp"
 #include "../failure.hpp"
 #include "../http/rate_limits.hpp"
-#include "../http/status.hpp"
 #include "event_queue.hpp"
 #include "random.hpp"
 
@@ -27,8 +26,8 @@ enum class RetryAfterMode {
   precise,  ///< the exact time until capacity returns, as `retry-after-ms` gives it
 };
 
-/// How a simulated provider says no when it has no capacity.
-enum class Refusal {
+/// How a simulated provider answers a request it has no capacity for.
+enum class BusyAnswer {
   rate_limited,  ///< HTTP 429: the usual LLM provider
   conflict,      ///< HTTP 409 with `x-should-retry: true`: a write lost an optimistic-concurrency race
 };
@@ -36,7 +35,7 @@ enum class Refusal {
 /// What happened to one request.
 enum class Outcome {
   served,        ///< answered successfully
-  refused,       ///< turned away for capacity: 429 (or 409 for Refusal::conflict)
+  refused,       ///< turned away for capacity: 429 (or 409 for BusyAnswer::conflict)
   server_error,  ///< admitted, then failed with 503
   timeout,       ///< admitted, never answered: the client stopped waiting
 };
@@ -84,8 +83,8 @@ struct ProviderSpec {
   double timeout_rate = 0.0;
   /// How long a client waits for an answer that never comes.
   std::chrono::milliseconds timeout{10000};
-  /// How a refusal is answered.
-  Refusal refusal = Refusal::rate_limited;
+  /// How a request it has no capacity for is answered.
+  BusyAnswer busy_answer = BusyAnswer::rate_limited;
   /// How a refusal fills Retry-After.
   RetryAfterMode retry_after_header = RetryAfterMode::none;
   /// The Retry-After sent with RetryAfterMode::fixed.
@@ -297,8 +296,8 @@ class ProviderModel {
     report(reply, now);
     reply.outcome = Outcome::refused;
     reply.latency = spec_.refusal_latency;
-    Failure failure = classify_status(spec_.refusal == Refusal::conflict ? 409 : 429);
-    if (spec_.refusal == Refusal::conflict) failure.should_retry = true;
+    Failure failure = classify_status(spec_.busy_answer == BusyAnswer::conflict ? 409 : 429);
+    if (spec_.busy_answer == BusyAnswer::conflict) failure.should_retry = true;
     if (spec_.retry_after_header == RetryAfterMode::fixed) failure.provider_wait = spec_.fixed_retry_after;
     if (spec_.retry_after_header == RetryAfterMode::precise) failure.provider_wait = until;
     reply.failure = failure;

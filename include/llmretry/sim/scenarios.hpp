@@ -115,7 +115,7 @@ inline Scenario precise_retry_after_spread() {
   s.provider.start_interval = 20ms;
   s.provider.latency = 40ms;
   s.provider.refusal_latency = 40ms;
-  s.provider.refusal = Refusal::conflict;
+  s.provider.busy_answer = BusyAnswer::conflict;
   s.policy.base = 5ms;
   s.policy.cap = 2s;
   s.policy.max_attempts = std::numeric_limits<int>::max();

@@ -68,7 +68,7 @@ struct Totals {
   std::int64_t requests = 0;             ///< attempts sent by all clients
   std::int64_t served = 0;               ///< clients served (one successful request each)
   std::int64_t refused = 0;              ///< refusals for capacity, answered `refusal_status`
-  int refusal_status = 429;              ///< the status of a refusal: 429, or 409 for Refusal::conflict
+  int refusal_status = 429;              ///< the status of a refusal: 429, or 409 for BusyAnswer::conflict
   std::int64_t other_failures = 0;       ///< 503s and timeouts
   std::int64_t gave_up = 0;              ///< clients that stopped without being served
   Time makespan{0};                      ///< the last finish, served or not
@@ -209,7 +209,7 @@ struct Group {
     client.attempts.push_back(attempt);
   }
   result.totals = totals_of(result.clients);
-  result.totals.refusal_status = scenario.provider.refusal == Refusal::conflict ? 409 : 429;
+  result.totals.refusal_status = scenario.provider.busy_answer == BusyAnswer::conflict ? 409 : 429;
   for (const Group& group : retry_groups(result, 1)) {
     if (group.requests > result.totals.largest_retry_group) {
       result.totals.largest_retry_group = group.requests;

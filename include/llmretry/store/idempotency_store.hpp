@@ -100,7 +100,7 @@ class IdempotencyStore {
   /// form). Returns mismatch when the key is held or completed with another fingerprint; else completed
   /// with the stored response, in_flight when another token holds it, or claimed (for the lease).
   /// Throws std::invalid_argument for a key that check_idempotency_key refuses, and the implementation's
-  /// errors (such as redis::Error).
+  /// errors (such as redis::RedisError).
   [[nodiscard]] virtual ClaimResult claim(std::string_view key, std::string_view fingerprint,
                                           std::string_view token) = 0;
   /// Stores `response` under `key`, kept for the retention time. Returns true when `token` held the key

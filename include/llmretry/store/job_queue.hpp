@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "../http/idempotency.hpp"
+#include "../detail/uuid.hpp"
 #include "clock.hpp"
 
 /// A job queue shared by workers: ready jobs by priority, delayed jobs until their not_before, taken jobs
@@ -85,7 +85,7 @@ class JobQueue {
 
   /// Adds `job`: ready, or delayed by job.delay. Returns false when a job with that id is in the queue
   /// (dead letter included), and nothing changes. Throws std::invalid_argument for a bad id, and the
-  /// implementation's errors (such as redis::Error).
+  /// implementation's errors (such as redis::RedisError).
   [[nodiscard]] virtual bool enqueue(const NewJob& job) = 0;
   /// Takes the ready job of highest priority (oldest first), after promoting the due delayed jobs and the
   /// taken jobs whose visibility timeout passed; a job that used up max_attempts goes to the dead letter
@@ -150,7 +150,7 @@ class MemoryJobQueue final : public JobQueue {
         continue;
       }
       ++record.job.attempts;
-      record.job.token = new_idempotency_key();
+      record.job.token = detail::random_uuid();
       schedule(record, State::taken, now + options_.visibility_timeout);
       return record.job;
     }

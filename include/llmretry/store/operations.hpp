@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "../vocabulary.hpp"
 #include "clock.hpp"
 
 /// The operations table: one record per logical operation, written before it is sent and when it ends, so
@@ -35,15 +36,6 @@ enum class OperationStatus {
   return "unknown";
 }
 
-/// Tokens an operation used, as the provider reported them.
-struct Usage {
-  std::int64_t input_tokens = 0;
-  std::int64_t output_tokens = 0;
-  friend bool operator==(const Usage& a, const Usage& b) {
-    return a.input_tokens == b.input_tokens && a.output_tokens == b.output_tokens;
-  }
-};
-
 /// One logical operation.
 struct Operation {
   std::string id;
@@ -51,7 +43,8 @@ struct Operation {
   std::string provider;  ///< where it was (last) sent
   std::string model;
   std::string provider_request_id;  ///< the provider's id of the request that completed it
-  Usage usage;
+  /// What the request that completed it used, as the provider reported it; all zero until completed.
+  Cost usage{0, 0, 0};
   std::chrono::system_clock::time_point created_at;  ///< first begin()
   std::chrono::system_clock::time_point updated_at;  ///< last write
 };
@@ -81,12 +74,12 @@ class OperationsTable {
   /// Records, before sending, that operation `id` goes to `provider` / `model`. Returns started with the
   /// new in_flight record when there was none or it had failed; else not started, with the existing record
   /// (in_flight: it may have run, do not send it elsewhere; completed: it ran). Throws the implementation's
-  /// errors (such as redis::Error).
+  /// errors (such as redis::RedisError).
   [[nodiscard]] virtual BeginResult begin(std::string_view id, std::string_view provider, std::string_view model) = 0;
   /// Records that `id` completed as `provider_request_id` with `usage`. Returns true when it was in_flight,
   /// or already completed with that provider_request_id (a repeated call); false otherwise (unknown,
   /// failed, or completed by another request), and nothing changes.
-  [[nodiscard]] virtual bool complete(std::string_view id, std::string_view provider_request_id, Usage usage) = 0;
+  [[nodiscard]] virtual bool complete(std::string_view id, std::string_view provider_request_id, const Cost& usage) = 0;
   /// Records that `id`, in flight, ended without running (not sent, or refused without any work), so that
   /// it may begin again. Returns true when it was in_flight or already failed; false otherwise.
   [[nodiscard]] virtual bool fail(std::string_view id) = 0;
@@ -118,7 +111,7 @@ class MemoryOperationsTable final : public OperationsTable {
     return {true, *record};
   }
 
-  [[nodiscard]] bool complete(std::string_view id, std::string_view provider_request_id, Usage usage) override {
+  [[nodiscard]] bool complete(std::string_view id, std::string_view provider_request_id, const Cost& usage) override {
     const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
     Operation* record = live(id, now);

@@ -16,7 +16,6 @@
 #include "../detail/number.hpp"
 #include "../errors.hpp"
 #include "../failure.hpp"
-#include "../http/status.hpp"
 #include "../result.hpp"
 
 namespace llmretry::testing {

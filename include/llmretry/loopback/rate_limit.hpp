@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_TESTING_LOOPBACK_RATE_LIMIT_HPP
-#define LLMRETRY_TESTING_LOOPBACK_RATE_LIMIT_HPP
+#ifndef LLMRETRY_LOOPBACK_RATE_LIMIT_HPP
+#define LLMRETRY_LOOPBACK_RATE_LIMIT_HPP
 
 /// The rate limits a LoopbackProvider enforces in its rate-limited mode, as OpenAI does: requests and
 /// tokens per minute, enforced per second, the tokens charged at admission (the prompt and max_tokens),
@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "../../admission/tokens.hpp"
-#include "../../detail/config.hpp"
-#include "../../detail/number.hpp"
-#include "../../detail/text.hpp"
+#include "../admission/tokens.hpp"
+#include "../detail/config.hpp"
+#include "../detail/number.hpp"
+#include "../detail/text.hpp"
 
 namespace llmretry::testing {
 
@@ -184,4 +184,4 @@ class LoopbackRateLimit {
 
 }  // namespace llmretry::testing
 
-#endif  // LLMRETRY_TESTING_LOOPBACK_RATE_LIMIT_HPP
+#endif  // LLMRETRY_LOOPBACK_RATE_LIMIT_HPP

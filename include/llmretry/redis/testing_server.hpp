@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_TESTING_REDIS_SERVER_HPP
-#define LLMRETRY_TESTING_REDIS_SERVER_HPP
+#ifndef LLMRETRY_REDIS_TESTING_SERVER_HPP
+#define LLMRETRY_REDIS_TESTING_SERVER_HPP
 
 /// A throwaway redis-server for tests (target llmretry::redis, POSIX): a free port on 127.0.0.1, a temporary
 /// directory, started and stopped by the test, killed and restarted on demand.
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "../clock.hpp"
-#include "../redis/connection.hpp"
+#include "connection.hpp"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration,*-avoid-non-const-global-variables): POSIX
 
@@ -178,7 +178,7 @@ class RedisServer {
       try {
         redis::Connection connection(options);
         if (connection.command("ping", {"PING"}).text() == "PONG") return;
-      } catch (const redis::Error&) {
+      } catch (const redis::RedisError&) {
         // not listening yet (or still loading its append-only file)
       }
       if (real_now() > deadline) {
@@ -197,4 +197,4 @@ class RedisServer {
 
 }  // namespace llmretry::testing
 
-#endif  // LLMRETRY_TESTING_REDIS_SERVER_HPP
+#endif  // LLMRETRY_REDIS_TESTING_SERVER_HPP

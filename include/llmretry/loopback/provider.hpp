@@ -1,5 +1,5 @@
-#ifndef LLMRETRY_TESTING_LOOPBACK_PROVIDER_HPP
-#define LLMRETRY_TESTING_LOOPBACK_PROVIDER_HPP
+#ifndef LLMRETRY_LOOPBACK_PROVIDER_HPP
+#define LLMRETRY_LOOPBACK_PROVIDER_HPP
 
 /// A scriptable HTTP provider on 127.0.0.1 and an ephemeral port, for end-to-end tests and examples of
 /// code that calls an LLM API over real sockets, scripted or rate-limited like OpenAI. Needs cpp-httplib
@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "../../clock.hpp"
-#include "../../detail/text.hpp"
+#include "../clock.hpp"
+#include "../detail/text.hpp"
 #include "rate_limit.hpp"
 
 namespace llmretry::testing {
@@ -397,4 +397,4 @@ class LoopbackProvider {
 
 }  // namespace llmretry::testing
 
-#endif  // LLMRETRY_TESTING_LOOPBACK_PROVIDER_HPP
+#endif  // LLMRETRY_LOOPBACK_PROVIDER_HPP
