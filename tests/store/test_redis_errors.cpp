@@ -2,6 +2,7 @@
 // wrong type, script error. The connection comes back by itself once the server does.
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
+#include <llmretry/redis/operations.hpp>
 #include <llmretry/redis/rate_limiter.hpp>
 
 #include <chrono>
@@ -102,6 +103,19 @@ TEST_CASE("redis: wrong types and script errors are reply errors naming the oper
     (void)connection.command("flush scripts", {"SCRIPT", "FLUSH"});
     CHECK(keys.claim("k", "fp", "t2").status == llmretry::store::ClaimStatus::in_flight);
   }
+}
+
+TEST_CASE("redis: an operation recorded before its requests were stored reads as one request", "[redis]") {
+  auto options = redis_fixture::unique_options();
+  llmretry::redis::Connection connection(options);
+  llmretry::redis::OperationsTable table(connection);
+  REQUIRE(table.begin("old", "openai", "gpt").started);
+  REQUIRE(table.complete("old", "req_1", llmretry::Cost{1, 10, 20}));
+  (void)connection.command("set up", {"HDEL", options.prefix + "op:old", "requests"});  // as an older version wrote it
+  const auto found = table.find("old");
+  REQUIRE(found);
+  CHECK(found->status == llmretry::store::OperationStatus::completed);
+  CHECK(found->usage == llmretry::Cost{1, 10, 20});
 }
 
 TEST_CASE("redis: a shared rate limiter fails closed when the server is gone or hung", "[redis][errors]") {

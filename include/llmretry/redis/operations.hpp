@@ -117,7 +117,8 @@ class OperationsTable final : public store::OperationsTable {
     operation.provider = fields[1].text();
     operation.model = fields[2].text();
     operation.provider_request_id = fields[3].text();
-    operation.usage = {fields[4].number(), fields[5].number(), fields[6].number()};
+    // A record written before `requests` was stored has none: it was one request.
+    operation.usage = {fields[4].is_nil() ? 1 : fields[4].number(), fields[5].number(), fields[6].number()};
     operation.created_at = time(fields[7].number());
     operation.updated_at = time(fields[8].number());
     return operation;
