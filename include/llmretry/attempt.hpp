@@ -1,10 +1,12 @@
 #ifndef LLMRETRY_ATTEMPT_HPP
 #define LLMRETRY_ATTEMPT_HPP
 
+#include "version.hpp"
+
 #include <chrono>
 #include <optional>
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// What call_with_retry tells a call that takes one argument about the attempt it is making.
 struct Attempt {
@@ -14,6 +16,6 @@ struct Attempt {
   std::optional<std::chrono::milliseconds> time_left;
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ATTEMPT_HPP

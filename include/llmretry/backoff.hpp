@@ -7,8 +7,9 @@
 #include "detail/saturate.hpp"
 #include "detail/uniform.hpp"
 #include "policy.hpp"
+#include "version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Returns the wait after failed attempt `attempt` (1, 2, 3, ...) before jitter:
 /// min(cap, base * 2^(attempt - 1)). Saturates: any attempt, up to INT_MAX, gives at most `cap`.
@@ -59,6 +60,6 @@ template <class Rng>
   return draw(jitter_range(backoff_wait, previous, policy), rng);
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_BACKOFF_HPP

@@ -1,6 +1,8 @@
 #ifndef LLMRETRY_CLOCK_HPP
 #define LLMRETRY_CLOCK_HPP
 
+#include "version.hpp"
+
 #include <chrono>
 #include <functional>
 
@@ -9,7 +11,7 @@
 /// CircuitBreaker, RetryBudget, the stores, the Redis pacer), so that a test or a simulator in virtual time
 /// passes testing::ManualClock (by std::ref) and nothing reads the real time behind its back.
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// A monotonic clock: deadlines, pacing, breakers, budgets. Empty: std::chrono::steady_clock.
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
@@ -35,6 +37,6 @@ using WallClock = std::function<std::chrono::system_clock::time_point()>;
   return clock ? clock() : real_wall_now();
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_CLOCK_HPP

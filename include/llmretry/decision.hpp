@@ -10,9 +10,10 @@
 #include "detail/saturate.hpp"
 #include "failure.hpp"
 #include "policy.hpp"
+#include "version.hpp"
 #include "vocabulary.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// What to do after a failed attempt: retry after `wait`, or stop for `reason`.
 struct Decision {
@@ -123,6 +124,6 @@ class RetryState {
   std::chrono::milliseconds previous_wait_;
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DECISION_HPP

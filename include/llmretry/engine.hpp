@@ -16,9 +16,10 @@
 #include "failure.hpp"
 #include "guard.hpp"
 #include "policy.hpp"
+#include "version.hpp"
 #include "vocabulary.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Per-call settings beyond the policy. Every member is optional; the defaults cost nothing.
 struct CallOptions {
@@ -318,6 +319,6 @@ class CallEngine {
 template <class Guard, class Options>
 CallEngine(const RetryPolicy&, Guard&&, const Options&) -> CallEngine<Guard, Options>;
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ENGINE_HPP

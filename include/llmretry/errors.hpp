@@ -12,9 +12,10 @@
 
 #include "detail/config.hpp"
 #include "failure.hpp"
+#include "version.hpp"
 #include "vocabulary.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// A provider call failed. Carries the classified Failure that decides whether to retry.
 class ProviderError : public std::runtime_error {
@@ -148,6 +149,6 @@ inline std::optional<Failure> failure_of(const std::exception& error) noexcept {
   return std::nullopt;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ERRORS_HPP

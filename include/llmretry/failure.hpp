@@ -7,8 +7,9 @@
 #include <string_view>
 
 #include "detail/text.hpp"
+#include "version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// What went wrong with one attempt, as far as retrying is concerned.
 enum class FailureKind {
@@ -154,6 +155,6 @@ struct Failure {
   return text;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_FAILURE_HPP

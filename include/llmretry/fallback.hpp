@@ -23,9 +23,10 @@
 #include "guard.hpp"
 #include "policy.hpp"
 #include "retry.hpp"
+#include "version.hpp"
 #include "vocabulary.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Returns why a call that stopped for `stop` after `failure` (the last attempt's, or the refusal's when
 /// no attempt was sent) may move to another deployment, or nullopt when no other deployment can do
@@ -385,6 +386,6 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
   }
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_FALLBACK_HPP

@@ -16,6 +16,7 @@
 #include "detail/config.hpp"
 #include "errors.hpp"
 #include "failure.hpp"
+#include "version.hpp"
 #include "vocabulary.hpp"
 
 /// Guards: what something shared by many calls (a rate limiter, a circuit breaker, a retry budget) does
@@ -43,7 +44,7 @@
 /// or the refusal of a wait that ran out. A ticket destroyed while it waits leaves the line.
 /// Pass a guard to call_with_retry among its trailing arguments, by reference: it is shared.
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Wakes the driver of a call that waits for a concurrency slot (WaitReason::slot) when the slot came before
 /// the wait ran out. wake() runs on the thread that gave the slot back, with the slot's lock held, maybe
@@ -320,6 +321,6 @@ template <class... Guards>
   return GuardSet<Guards...>(std::forward<Guards>(guards)...);
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_GUARD_HPP

@@ -5,8 +5,9 @@
 #include <optional>
 
 #include "detail/config.hpp"
+#include "version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// How a backoff wait is randomised so that clients that failed together do not come back together.
 enum class Jitter {
@@ -85,6 +86,6 @@ struct RetryPolicy {
   return "unknown";
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_POLICY_HPP

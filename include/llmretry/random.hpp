@@ -1,6 +1,8 @@
 #ifndef LLMRETRY_RANDOM_HPP
 #define LLMRETRY_RANDOM_HPP
 
+#include "version.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -8,7 +10,7 @@
 #include <random>
 #include <thread>
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// A UniformRandomBitGenerator over one engine per thread, seeded on its first draw in that thread from
 /// std::random_device mixed with the time, the thread and an address, so that no two processes or threads
@@ -51,6 +53,6 @@ class ThreadRng {
   }
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_RANDOM_HPP

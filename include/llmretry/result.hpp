@@ -9,8 +9,9 @@
 
 #include <cstdlib>
 #include "failure.hpp"
+#include "version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// The error side of a Result: the classified failure and a message for people.
 struct Error {
@@ -107,6 +108,6 @@ Failure failure_of_result(const R& result) {
 template <class R>
 inline constexpr bool is_result_like_v = detail::is_result_like<std::decay_t<R>>::value;
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_RESULT_HPP

@@ -23,8 +23,9 @@
 #include "policy.hpp"
 #include "random.hpp"
 #include "result.hpp"
+#include "version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Sleeps the calling thread for the given duration: the default `sleep` of call_with_retry.
 struct RealSleep {
@@ -429,6 +430,6 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call) {
   return call_with_retry(std::forward<Call>(call), RetryPolicy{});
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_RETRY_HPP

@@ -17,8 +17,9 @@
 #include <string_view>
 
 #include "failure.hpp"
+#include "version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Why a call stopped retrying.
 enum class StopReason {
@@ -160,6 +161,6 @@ enum class FallbackReason {
   return std::nullopt;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_VOCABULARY_HPP

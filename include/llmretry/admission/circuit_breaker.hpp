@@ -17,8 +17,9 @@
 #include "../detail/sliding_window.hpp"
 #include "../failure.hpp"
 #include "../guard.hpp"
+#include "../version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// The state of a circuit breaker.
 enum class CircuitState {
@@ -300,6 +301,6 @@ class CircuitBreaker::Guard {
 
 inline CircuitBreaker::Guard CircuitBreaker::guard() noexcept { return Guard{*this}; }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_CIRCUIT_BREAKER_HPP

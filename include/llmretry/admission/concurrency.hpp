@@ -7,8 +7,9 @@
 #include <mutex>
 
 #include "../detail/config.hpp"
+#include "../version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Caps the calls in flight at once: a call takes a slot just before it is sent and gives it back when
 /// its answer is in. Waiters are served first come, first served. Waiting is either blocking
@@ -147,6 +148,6 @@ class ConcurrencyLimit {
   Waiter* tail_ = nullptr;
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_CONCURRENCY_HPP

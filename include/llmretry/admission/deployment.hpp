@@ -17,12 +17,13 @@
 #include "../failure.hpp"
 #include "../guard.hpp"
 #include "../http/rate_limits.hpp"
+#include "../version.hpp"
 #include "concurrency.hpp"
 #include "limits.hpp"
 #include "rate_limiter.hpp"
 #include "settlement.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 namespace detail {
 template <class T, class = void>
@@ -290,6 +291,6 @@ class Deployment::Pacing {
 
 inline Deployment::Pacing Deployment::pace(const Cost& estimate) noexcept { return Pacing{*this, estimate}; }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_DEPLOYMENT_HPP

@@ -9,9 +9,10 @@
 #include <string>
 
 #include "../detail/config.hpp"
+#include "../version.hpp"
 #include "../vocabulary.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// One rate limit: `limit` units per `period`, refilled continuously, of which at most `burst` may be
 /// used at once (a provider that enforces 600 per minute as 10 per second: limit 600, burst 10).
@@ -121,6 +122,6 @@ struct Limits {
   }
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_LIMITS_HPP

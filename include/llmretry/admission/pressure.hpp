@@ -5,11 +5,12 @@
 #include <chrono>
 
 #include "../detail/config.hpp"
+#include "../version.hpp"
 #include "circuit_breaker.hpp"
 #include "deployment.hpp"
 #include "limits.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// How hard a deployment is pressed, for the application to degrade its service gracefully. The
 /// library only reports it; what to do is the application's choice, for instance: light: shorter
@@ -89,6 +90,6 @@ struct PressureThresholds {
   return level;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_PRESSURE_HPP

@@ -12,9 +12,10 @@
 
 #include "../detail/saturate.hpp"
 #include "../http/rate_limits.hpp"
+#include "../version.hpp"
 #include "limits.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 namespace redis {
 class RateLimiter;
@@ -471,6 +472,6 @@ class RateLimiter {
   std::atomic<std::int64_t> tokens_released_{0};
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_RATE_LIMITER_HPP

@@ -17,8 +17,9 @@
 #include "../detail/sliding_window.hpp"
 #include "../failure.hpp"
 #include "../guard.hpp"
+#include "../version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// How many retries the calls sharing a RetryBudget may make.
 struct RetryBudgetOptions {
@@ -190,6 +191,6 @@ class RetryBudget::Guard {
 
 inline RetryBudget::Guard RetryBudget::guard() noexcept { return Guard{*this}; }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_RETRY_BUDGET_HPP

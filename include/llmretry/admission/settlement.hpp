@@ -17,10 +17,11 @@
 #include "../detail/config.hpp"
 #include "../failure.hpp"
 #include "../guard.hpp"
+#include "../version.hpp"
 #include "limits.hpp"
 #include "rate_limiter.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Reads the actual usage from a successful answer's body (such as llmretry::json::usage_of); nullopt
 /// when the body does not say.
@@ -115,6 +116,6 @@ template <class Answer>
   return Refusal{reason_for_wait(time_left, max_wait), failure, limit};
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_SETTLEMENT_HPP

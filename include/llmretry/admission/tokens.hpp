@@ -4,9 +4,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include "../version.hpp"
 #include "limits.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Returns an estimate of the tokens in `text`: its characters (UTF-8 code points) divided by 4, rounded
 /// up; about right for English prose with OpenAI's and Anthropic's tokenizers, low for code and for
@@ -31,6 +32,6 @@ namespace llmretry {
   return estimate_cost(estimate_tokens(prompt), max_tokens, n);
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_ADMISSION_TOKENS_HPP

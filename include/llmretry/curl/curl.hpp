@@ -33,8 +33,10 @@
 #include "../http/providers.hpp"
 #include "../http/sse.hpp"
 #include "../http/stream.hpp"
+#include "../version.hpp"
 
-namespace llmretry::curl {
+LLMRETRY_BEGIN_NAMESPACE
+namespace curl {
 
 /// Header names and values, in the order sent or received.
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
@@ -630,6 +632,7 @@ class Call {
   bool ended_ = false;
 };
 
-}  // namespace llmretry::curl
+}  // namespace curl
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_CURL_CURL_HPP

@@ -1,6 +1,8 @@
 #ifndef LLMRETRY_DETAIL_CONFIG_HPP
 #define LLMRETRY_DETAIL_CONFIG_HPP
 
+#include "../version.hpp"
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -12,7 +14,8 @@
 #define LLMRETRY_HAS_EXCEPTIONS 0
 #endif
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Throws std::invalid_argument(message), or aborts when exceptions are off.
 [[noreturn]] inline void throw_invalid_argument(const char* message) {
@@ -30,6 +33,7 @@ struct prevalidated_t {
 };
 inline constexpr prevalidated_t prevalidated{};
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_CONFIG_HPP

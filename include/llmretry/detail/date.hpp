@@ -6,12 +6,14 @@
 #include <optional>
 #include <string_view>
 
+#include "../version.hpp"
 #include "number.hpp"
 #include "text.hpp"
 
 /// Calendar arithmetic and the pieces of date parsing that the HTTP date and RFC 3339 parsers share.
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
 [[nodiscard]] constexpr std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) noexcept {
@@ -138,6 +140,7 @@ namespace llmretry::detail {
   return milliseconds{*when_ms > now_ms ? *when_ms - now_ms : 0};
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_DATE_HPP

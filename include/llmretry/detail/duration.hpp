@@ -6,11 +6,13 @@
 #include <optional>
 #include <string_view>
 
+#include "../version.hpp"
 #include "number.hpp"
 #include "saturate.hpp"
 #include "text.hpp"
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Parses a duration written as a sequence of decimal numbers each followed by a unit, as providers
 /// send them: "6m0s", "1s", "20ms", "1h2m3.5s", "1.5s", "0.000340s", "500us" (units h, m, s, ms, us, µs,
@@ -53,6 +55,7 @@ namespace llmretry::detail {
   return total;
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_DURATION_HPP

@@ -5,9 +5,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "../version.hpp"
 #include "text.hpp"
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 template <class T, class = void>
 struct is_header_lookup : std::false_type {};
@@ -40,6 +42,7 @@ void with_header(const Headers& headers, std::string_view name, Visit&& visit) {
   }
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_HEADER_LOOKUP_HPP

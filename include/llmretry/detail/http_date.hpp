@@ -5,10 +5,12 @@
 #include <optional>
 #include <string_view>
 
+#include "../version.hpp"
 #include "date.hpp"
 #include "text.hpp"
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Returns the first three bytes of text as one number with ASCII letters folded to lower case (c | 0x20
 /// maps a byte to a lower-case letter only when it is that letter in either case), or 0 when text is shorter.
@@ -100,6 +102,7 @@ namespace llmretry::detail {
   return std::nullopt;
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_HTTP_DATE_HPP

@@ -7,9 +7,11 @@
 #include <optional>
 #include <string_view>
 
+#include "../version.hpp"
 #include "text.hpp"
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Parses `1*DIGIT` exactly (no sign, no white space) as a non-negative integer, saturating at the
 /// largest int64. Returns nullopt for empty text or any byte that is not a digit.
@@ -87,6 +89,7 @@ namespace llmretry::detail {
   return milliseconds{whole_ms + part_ms};
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_NUMBER_HPP

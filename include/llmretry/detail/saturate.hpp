@@ -1,11 +1,14 @@
 #ifndef LLMRETRY_DETAIL_SATURATE_HPP
 #define LLMRETRY_DETAIL_SATURATE_HPP
 
+#include "../version.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <limits>
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 using std::chrono::milliseconds;
 
@@ -77,6 +80,7 @@ using std::chrono::milliseconds;
 #endif
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_SATURATE_HPP

@@ -1,13 +1,16 @@
 #ifndef LLMRETRY_DETAIL_SHA256_HPP
 #define LLMRETRY_DETAIL_SHA256_HPP
 
+#include "../version.hpp"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// SHA-256 (FIPS 180-4) of a byte string, incrementally: update() any number of times, then digest() once.
 class Sha256 {
@@ -109,6 +112,7 @@ class Sha256 {
   return text;
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_SHA256_HPP

@@ -1,13 +1,16 @@
 #ifndef LLMRETRY_DETAIL_SLIDING_WINDOW_HPP
 #define LLMRETRY_DETAIL_SLIDING_WINDOW_HPP
 
+#include "../version.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Two counts over a sliding window of time, kept in ten slices: sum(now) adds up what was counted in
 /// the slices that overlap the last `window`. Not thread-safe: its owner holds a lock.
@@ -68,6 +71,7 @@ class SlidingCounts {
   std::array<Slot, slice_count> slots_{};
 };
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_SLIDING_WINDOW_HPP

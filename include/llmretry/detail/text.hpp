@@ -1,9 +1,12 @@
 #ifndef LLMRETRY_DETAIL_TEXT_HPP
 #define LLMRETRY_DETAIL_TEXT_HPP
 
+#include "../version.hpp"
+
 #include <string_view>
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Returns the ASCII lower-case of c; other bytes unchanged.
 [[nodiscard]] constexpr char ascii_lower(char c) noexcept {
@@ -28,6 +31,7 @@ namespace llmretry::detail {
   return text;
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_TEXT_HPP

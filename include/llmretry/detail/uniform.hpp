@@ -1,12 +1,15 @@
 #ifndef LLMRETRY_DETAIL_UNIFORM_HPP
 #define LLMRETRY_DETAIL_UNIFORM_HPP
 
+#include "../version.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <type_traits>
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Returns 64 uniformly random bits from any UniformRandomBitGenerator whose range is a power of two
 /// (mt19937, mt19937_64, pcg, splitmix...), combining draws as needed.
@@ -55,6 +58,7 @@ template <class Rng>
   }
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_UNIFORM_HPP

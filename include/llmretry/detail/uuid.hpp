@@ -7,8 +7,10 @@
 #include <string>
 
 #include "../random.hpp"
+#include "../version.hpp"
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Returns a random UUID version 4 (RFC 9562) in its 36-character lower-case form, with 122 bits drawn
 /// from `rng`, any UniformRandomBitGenerator. Throws only what `rng` throws (and std::bad_alloc).
@@ -36,6 +38,7 @@ template <class Rng>
   return uuid_v4(rng);
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_UUID_HPP

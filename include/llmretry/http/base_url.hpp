@@ -1,10 +1,12 @@
 #ifndef LLMRETRY_HTTP_BASE_URL_HPP
 #define LLMRETRY_HTTP_BASE_URL_HPP
 
+#include "../version.hpp"
+
 #include <string>
 #include <string_view>
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Returns `path` (such as "/v1/chat/completions") resolved against the base URL `base` (such as
 /// "https://api.openai.com/v1", OPENAI_BASE_URL) as the OpenAI SDKs do: trailing slashes of the base are
@@ -19,6 +21,6 @@ namespace llmretry {
   return base.append(path);
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_BASE_URL_HPP

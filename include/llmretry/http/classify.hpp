@@ -5,9 +5,10 @@
 #include <string_view>
 
 #include "../failure.hpp"
+#include "../version.hpp"
 #include "headers.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Returns classify_status(status, error_code) completed from the response headers: the wait the
 /// provider asked for (see requested_wait, relative to `now`) and its explicit `x-should-retry`.
@@ -21,6 +22,6 @@ template <class Headers>
   return failure;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_CLASSIFY_HPP

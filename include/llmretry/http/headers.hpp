@@ -10,8 +10,9 @@
 #include "../detail/http_date.hpp"
 #include "../detail/number.hpp"
 #include "../detail/text.hpp"
+#include "../version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Parses an HTTP date in any of the formats of RFC 9110 section 5.6.7: IMF-fixdate
 /// ("Sun, 06 Nov 1994 08:49:37 GMT"), RFC 850 ("Sunday, 06-Nov-94 08:49:37 GMT") and asctime
@@ -78,6 +79,6 @@ template <class Headers>
   return answer;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_HEADERS_HPP

@@ -4,8 +4,9 @@
 #include <string>
 
 #include "../detail/uuid.hpp"
+#include "../version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Returns a random UUID version 4 (RFC 9562) in its 36-character lower-case form, such as
 /// "3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c", with 122 bits drawn from `rng`, any
@@ -20,6 +21,6 @@ template <class Rng>
 /// a sequence. Send the same key on every attempt of that call, and a new key for the next call.
 [[nodiscard]] inline std::string new_idempotency_key() { return detail::random_uuid(); }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_IDEMPOTENCY_HPP

@@ -9,10 +9,11 @@
 #include "../detail/duration.hpp"
 #include "../detail/text.hpp"
 #include "../failure.hpp"
+#include "../version.hpp"
 #include "classify.hpp"
 #include "headers.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// The API families whose error semantics the library knows.
 enum class Provider {
@@ -188,6 +189,6 @@ Failure classify_provider_response(Provider provider, int status, const Headers&
   return failure;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_PROVIDERS_HPP

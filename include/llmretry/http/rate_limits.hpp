@@ -13,8 +13,9 @@
 #include "../detail/duration.hpp"
 #include "../detail/header_lookup.hpp"
 #include "../detail/number.hpp"
+#include "../version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// One rate-limit window as the provider reported it on a response. Each field is empty when the
 /// provider did not send it or sent something malformed.
@@ -92,6 +93,6 @@ template <class Headers>
   return limits;
 }
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_RATE_LIMITS_HPP

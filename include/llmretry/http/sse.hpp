@@ -1,12 +1,14 @@
 #ifndef LLMRETRY_HTTP_SSE_HPP
 #define LLMRETRY_HTTP_SSE_HPP
 
+#include "../version.hpp"
+
 #include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// One server-sent event, as dispatched by SseParser.
 struct SseEvent {
@@ -105,6 +107,6 @@ class SseParser {
   std::size_t max_;
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_SSE_HPP

@@ -7,8 +7,9 @@
 
 #include "../errors.hpp"
 #include "../failure.hpp"
+#include "../version.hpp"
 
-namespace llmretry {
+LLMRETRY_BEGIN_NAMESPACE
 
 /// Keeps a streamed answer from being replayed: before any content reached the caller, a failure is
 /// retried like any other; after, it becomes FailureKind::stream_interrupted, which is never retried
@@ -63,6 +64,6 @@ class StreamInterrupted : public ProviderError {
   std::size_t events_;
 };
 
-}  // namespace llmretry
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_HTTP_STREAM_HPP

@@ -1,6 +1,8 @@
 #ifndef LLMRETRY_JSON_CANONICAL_HPP
 #define LLMRETRY_JSON_CANONICAL_HPP
 
+#include "../version.hpp"
+
 /// The canonical form of a JSON request body (target llmretry::json), for store::fingerprint: two bodies
 /// that differ only in key order or white space have the same canonical form.
 
@@ -11,7 +13,8 @@
 #include <string>
 #include <string_view>
 
-namespace llmretry::json {
+LLMRETRY_BEGIN_NAMESPACE
+namespace json {
 
 /// Returns true when the JSON text `text` nests arrays and objects deeper than `limit` (brackets inside
 /// strings do not count). Reads a malformed text as far as it goes, without judging it: a closing bracket
@@ -53,6 +56,7 @@ inline constexpr int max_canonical_depth = 512;
   return parsed.dump();
 }
 
-}  // namespace llmretry::json
+}  // namespace json
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_JSON_CANONICAL_HPP

@@ -11,8 +11,10 @@
 #include <type_traits>
 
 #include "../http/providers.hpp"
+#include "../version.hpp"
 
-namespace llmretry::json {
+LLMRETRY_BEGIN_NAMESPACE
+namespace json {
 
 namespace detail {
 
@@ -84,6 +86,7 @@ inline ErrorFields error_fields(std::string_view body) {
   return error_fields<nlohmann::json>(parsed);
 }
 
-}  // namespace llmretry::json
+}  // namespace json
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_JSON_ERROR_FIELDS_HPP

@@ -10,8 +10,10 @@
 #include <string_view>
 
 #include "../admission/tokens.hpp"
+#include "../version.hpp"
 
-namespace llmretry::json {
+LLMRETRY_BEGIN_NAMESPACE
+namespace json {
 
 /// Returns the cost to reserve for the request `body` whose text is `text`: its tokens as estimate_tokens
 /// counts them, plus `max_tokens` (or `max_completion_tokens`, or `max_output_tokens`) times `n`; no
@@ -35,6 +37,7 @@ namespace llmretry::json {
   return estimate_cost(text, max_tokens, n >= 0 ? n : 1);
 }
 
-}  // namespace llmretry::json
+}  // namespace json
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_JSON_ESTIMATE_HPP

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "../fallback.hpp"
+#include "../version.hpp"
 
-namespace llmretry::json {
+LLMRETRY_BEGIN_NAMESPACE
+namespace json {
 
 /// A deployment named by a routing policy, and the reasons that allow moving to it.
 struct RoutingTarget {
@@ -159,6 +161,7 @@ template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::json>, int
   return routing_policy(document);
 }
 
-}  // namespace llmretry::json
+}  // namespace json
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_JSON_ROUTING_POLICY_HPP

@@ -12,8 +12,10 @@
 #include <string_view>
 
 #include "../admission/limits.hpp"
+#include "../version.hpp"
 
-namespace llmretry::json {
+LLMRETRY_BEGIN_NAMESPACE
+namespace json {
 
 namespace detail {
 
@@ -65,6 +67,7 @@ inline std::optional<Cost> cost_in(const nlohmann::json& object, const char* inp
   return std::nullopt;
 }
 
-}  // namespace llmretry::json
+}  // namespace json
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_JSON_USAGE_HPP

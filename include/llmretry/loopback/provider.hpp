@@ -25,9 +25,11 @@
 
 #include "../clock.hpp"
 #include "../detail/text.hpp"
+#include "../version.hpp"
 #include "rate_limit.hpp"
 
-namespace llmretry::testing {
+LLMRETRY_BEGIN_NAMESPACE
+namespace testing {
 
 /// One scripted answer of the LoopbackProvider.
 struct ScriptedResponse {
@@ -395,6 +397,7 @@ class LoopbackProvider {
   std::int64_t refused_ = 0;
 };
 
-}  // namespace llmretry::testing
+}  // namespace testing
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_LOOPBACK_PROVIDER_HPP

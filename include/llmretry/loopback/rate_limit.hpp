@@ -19,8 +19,10 @@
 #include "../detail/config.hpp"
 #include "../detail/number.hpp"
 #include "../detail/text.hpp"
+#include "../version.hpp"
 
-namespace llmretry::testing {
+LLMRETRY_BEGIN_NAMESPACE
+namespace testing {
 
 /// The limits of a LoopbackProvider in its rate-limited mode. Each is a bucket refilled continuously at
 /// its per-minute rate and holding at most its burst: the default burst of a minute's limit / 60 is a
@@ -182,6 +184,7 @@ class LoopbackRateLimit {
   Bucket tokens_;
 };
 
-}  // namespace llmretry::testing
+}  // namespace testing
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_LOOPBACK_RATE_LIMIT_HPP

@@ -17,12 +17,14 @@
 #include "../fallback.hpp"
 #include "../guard.hpp"
 #include "../retry.hpp"
+#include "../version.hpp"
 #include "observer.hpp"
 
 /// Reporting the calls of call_with_retry to a metrics::Observer with one more argument: the guard
 /// observe(observer, target), and report_moves for the fallbacks of call_with_fallback.
 
-namespace llmretry::metrics {
+LLMRETRY_BEGIN_NAMESPACE
+namespace metrics {
 
 /// The guard of one call to `target` (see guard.hpp) that reports what it sees to an Observer; made by
 /// observe(). It sees each attempt's admission and outcome, and reports:
@@ -243,6 +245,7 @@ class ObservedCall {
   };
 }
 
-}  // namespace llmretry::metrics
+}  // namespace metrics
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_METRICS_OBSERVE_HPP

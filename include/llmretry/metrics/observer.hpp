@@ -7,9 +7,11 @@
 #include <string_view>
 
 #include "../failure.hpp"
+#include "../version.hpp"
 #include "../vocabulary.hpp"
 
-namespace llmretry::metrics {
+LLMRETRY_BEGIN_NAMESPACE
+namespace metrics {
 
 /// What a call is sent to: the labels `provider` and `model` (OpenTelemetry gen_ai.provider.name and
 /// gen_ai.request.model).
@@ -61,6 +63,7 @@ class Observer {
   virtual void duplicate_suppressed(std::string_view /*task_type*/) {}
 };
 
-}  // namespace llmretry::metrics
+}  // namespace metrics
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_METRICS_OBSERVER_HPP

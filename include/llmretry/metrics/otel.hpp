@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../failure.hpp"
+#include "../version.hpp"
 #include "observer.hpp"
 
 /// The OpenTelemetry attributes of the events of an Observer, for an application that bridges them to an
@@ -25,7 +26,8 @@
 /// standard attribute: keep their Prometheus names. gen_ai.token.type does not apply to the token
 /// counters: they count input and output tokens together.
 
-namespace llmretry::metrics {
+LLMRETRY_BEGIN_NAMESPACE
+namespace metrics {
 
 /// One OpenTelemetry attribute: its standard name and its value, a string or an integer.
 struct Attribute {
@@ -60,6 +62,7 @@ struct Attribute {
   return attributes;
 }
 
-}  // namespace llmretry::metrics
+}  // namespace metrics
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_METRICS_OTEL_HPP

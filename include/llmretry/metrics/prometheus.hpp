@@ -1,6 +1,8 @@
 #ifndef LLMRETRY_METRICS_PROMETHEUS_HPP
 #define LLMRETRY_METRICS_PROMETHEUS_HPP
 
+#include "../version.hpp"
+
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -14,7 +16,8 @@
 /// The Prometheus text exposition format, version 0.0.4: the pieces of one scrape's text (escaping,
 /// numbers, sample and metadata lines), for metrics::Registry and for an application's own series.
 
-namespace llmretry::metrics {
+LLMRETRY_BEGIN_NAMESPACE
+namespace metrics {
 
 /// The Content-Type of the Prometheus text exposition format 0.0.4 (such as Registry::prometheus_text()).
 inline constexpr std::string_view prometheus_content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -130,6 +133,7 @@ inline void append_sample(std::string& out, std::string_view name, std::initiali
   append_sample<std::initializer_list<Label>>(out, name, labels, value);
 }
 
-}  // namespace llmretry::metrics
+}  // namespace metrics
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_METRICS_PROMETHEUS_HPP

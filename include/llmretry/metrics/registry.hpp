@@ -17,11 +17,13 @@
 
 #include "../detail/config.hpp"
 #include "../failure.hpp"
+#include "../version.hpp"
 #include "../vocabulary.hpp"
 #include "observer.hpp"
 #include "prometheus.hpp"
 
-namespace llmretry::metrics {
+LLMRETRY_BEGIN_NAMESPACE
+namespace metrics {
 
 namespace detail {
 
@@ -271,6 +273,7 @@ class Registry : public Observer {
   Counter<1> duplicates_;
 };
 
-}  // namespace llmretry::metrics
+}  // namespace metrics
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_METRICS_REGISTRY_HPP

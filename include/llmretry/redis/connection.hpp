@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "../detail/number.hpp"
+#include "../version.hpp"
 
-namespace llmretry::redis {
+LLMRETRY_BEGIN_NAMESPACE
+namespace redis {
 
 /// Where the server is and how long to wait for it.
 struct Options {
@@ -291,6 +293,7 @@ class Connection {
   std::unordered_map<const char*, std::string> shas_;  ///< script source -> SHA1 loaded on this connection
 };
 
-}  // namespace llmretry::redis
+}  // namespace redis
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_REDIS_CONNECTION_HPP

@@ -9,9 +9,11 @@
 #include <string_view>
 
 #include "../store/idempotency_store.hpp"
+#include "../version.hpp"
 #include "connection.hpp"
 
-namespace llmretry::redis {
+LLMRETRY_BEGIN_NAMESPACE
+namespace redis {
 
 namespace detail {
 
@@ -109,6 +111,7 @@ class IdempotencyStore final : public store::IdempotencyStore {
   store::IdempotencyOptions options_;
 };
 
-}  // namespace llmretry::redis
+}  // namespace redis
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_REDIS_IDEMPOTENCY_STORE_HPP

@@ -14,9 +14,11 @@
 
 #include "../detail/uuid.hpp"
 #include "../store/job_queue.hpp"
+#include "../version.hpp"
 #include "connection.hpp"
 
-namespace llmretry::redis {
+LLMRETRY_BEGIN_NAMESPACE
+namespace redis {
 
 namespace detail {
 
@@ -211,6 +213,7 @@ class JobQueue final : public store::JobQueue {
   std::string job_prefix_;
 };
 
-}  // namespace llmretry::redis
+}  // namespace redis
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_REDIS_JOB_QUEUE_HPP

@@ -10,9 +10,11 @@
 #include <string_view>
 
 #include "../store/operations.hpp"
+#include "../version.hpp"
 #include "connection.hpp"
 
-namespace llmretry::redis {
+LLMRETRY_BEGIN_NAMESPACE
+namespace redis {
 
 namespace detail {
 
@@ -128,6 +130,7 @@ class OperationsTable final : public store::OperationsTable {
   store::OperationsOptions options_;
 };
 
-}  // namespace llmretry::redis
+}  // namespace redis
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_REDIS_OPERATIONS_HPP

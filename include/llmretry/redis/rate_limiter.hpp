@@ -21,9 +21,11 @@
 #include "../attempt.hpp"
 #include "../clock.hpp"
 #include "../guard.hpp"
+#include "../version.hpp"
 #include "connection.hpp"
 
-namespace llmretry::redis {
+LLMRETRY_BEGIN_NAMESPACE
+namespace redis {
 
 namespace detail {
 
@@ -336,6 +338,7 @@ inline RateLimiter::Pacing RateLimiter::pace(const Cost& estimate, std::optional
   return Pacing{*this, estimate, max_wait, std::move(read_usage)};
 }
 
-}  // namespace llmretry::redis
+}  // namespace redis
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_REDIS_RATE_LIMITER_HPP

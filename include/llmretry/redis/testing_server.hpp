@@ -26,11 +26,13 @@
 #include <vector>
 
 #include "../clock.hpp"
+#include "../version.hpp"
 #include "connection.hpp"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration,*-avoid-non-const-global-variables): POSIX
 
-namespace llmretry::testing {
+LLMRETRY_BEGIN_NAMESPACE
+namespace testing {
 
 /// How to run the server.
 struct RedisServerOptions {
@@ -195,6 +197,7 @@ class RedisServer {
   pid_t pid_ = -1;
 };
 
-}  // namespace llmretry::testing
+}  // namespace testing
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_REDIS_TESTING_SERVER_HPP

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "../detail/config.hpp"
+#include "../version.hpp"
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// Virtual time, counted from the start of a simulation. Nothing in the simulator reads a real clock.
 using Time = std::chrono::milliseconds;
@@ -68,6 +70,7 @@ class EventQueue {
   Time now_{0};
 };
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_EVENT_QUEUE_HPP

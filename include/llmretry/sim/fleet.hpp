@@ -19,11 +19,13 @@
 #include "../failure.hpp"
 #include "../fallback.hpp"
 #include "../policy.hpp"
+#include "../version.hpp"
 #include "event_queue.hpp"
 #include "provider.hpp"
 #include "random.hpp"
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// A deployment of a fleet run: a provider model and a window of trouble.
 struct FleetProvider {
@@ -295,6 +297,7 @@ struct FleetComparison {
 
 }  // namespace scenarios
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_FLEET_HPP

@@ -16,12 +16,14 @@
 #include "../engine.hpp"
 #include "../guard.hpp"
 #include "../policy.hpp"
+#include "../version.hpp"
 #include "event_queue.hpp"
 #include "provider.hpp"
 #include "random.hpp"
 #include "simulation.hpp"
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// How calls are held back before each attempt.
 enum class AdmissionMode {
@@ -123,9 +125,11 @@ struct PacedTotals {
   return bound + s.provider.latency;
 }
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// What a simulated answer tells the guard of its attempt: the usage the provider counted (nullopt: the
 /// estimate stays charged) and the limits its headers reported.
@@ -293,9 +297,11 @@ sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderMode
   return totals;
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// Runs `scenario` in virtual time: each call is ready at its time (or when a worker is free) and driven
 /// by its own CallEngine, admitted before each attempt as the admission mode says (the wait counts toward
@@ -346,6 +352,7 @@ namespace llmretry::sim {
   return totals;
 }
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_PACING_HPP

@@ -14,10 +14,12 @@
 #include "../detail/uniform.hpp"
 #include "../failure.hpp"
 #include "../http/rate_limits.hpp"
+#include "../version.hpp"
 #include "event_queue.hpp"
 #include "random.hpp"
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// How a simulated provider fills Retry-After when it refuses a request.
 enum class RetryAfterMode {
@@ -140,9 +142,11 @@ struct Reply {
   RateLimits reported;                   ///< the rate-limit headers of the answer: its limits per minute, what is left
 };
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// A token bucket in exact integer arithmetic: the level is kept in units of 1 / period_ms, so refilling
 /// `capacity` per `period` adds exactly `capacity` per millisecond.
@@ -197,9 +201,11 @@ class BucketState {
 /// Returns a rate in [0, 1] as parts per million.
 [[nodiscard]] inline std::int64_t per_million(double rate) noexcept { return std::llround(rate * 1'000'000.0); }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// A provider following a ProviderSpec, answering requests in virtual time. Requests must come in
 /// non-decreasing time order (the simulator's event queue sees to it). Random failures draw from the
@@ -315,6 +321,7 @@ class ProviderModel {
   Time last_request_{0};
 };
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_PROVIDER_HPP

@@ -1,10 +1,13 @@
 #ifndef LLMRETRY_SIM_RANDOM_HPP
 #define LLMRETRY_SIM_RANDOM_HPP
 
+#include "../version.hpp"
+
 #include <cstdint>
 #include <limits>
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// A small, fast UniformRandomBitGenerator (SplitMix64) with 64 bits of state. Its sequence is fixed by
 /// its seed on every platform, which makes simulations repeat exactly. Not for cryptography.
@@ -38,6 +41,7 @@ class SplitMix64 {
   return SplitMix64{mixer()};
 }
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_RANDOM_HPP

@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "../decision.hpp"
+#include "../version.hpp"
 #include "fleet.hpp"
 #include "pacing.hpp"
 #include "simulation.hpp"
 
 /// Ways to show a simulation's RunResult: a table for people, CSV for tools, an SVG timeline for browsers.
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Returns how many terminal columns UTF-8 `text` takes (one per code point).
 [[nodiscard]] inline std::size_t display_width(const std::string& text) noexcept {
@@ -81,9 +83,11 @@ inline void write_columns(std::ostream& out, const std::vector<std::vector<std::
   return escaped;
 }
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// Returns a duration in seconds, as short as exact: 3500 ms gives "3.5", 511 ms "0.511", 0 "0".
 [[nodiscard]] inline std::string seconds(std::chrono::milliseconds duration) {
@@ -256,6 +260,7 @@ inline void write_svg(std::ostream& out, const RunResult& result, const std::str
   out << "\n</svg>\n";
 }
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_REPORT_HPP

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../policy.hpp"
+#include "../version.hpp"
 #include "pacing.hpp"
 #include "provider.hpp"
 #include "simulation.hpp"
@@ -14,7 +15,9 @@
 /// Ready-made scenarios: herds, coarse and precise Retry-After, request and token limits, and optimistic
 /// concurrency, each with the figures it produces.
 
-namespace llmretry::sim::scenarios {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
+namespace scenarios {
 
 using namespace std::chrono_literals;
 
@@ -179,6 +182,8 @@ struct PacedWorkload {
   };
 }
 
-}  // namespace llmretry::sim::scenarios
+}  // namespace scenarios
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_SCENARIOS_HPP

@@ -13,11 +13,13 @@
 #include "../detail/config.hpp"
 #include "../engine.hpp"
 #include "../policy.hpp"
+#include "../version.hpp"
 #include "event_queue.hpp"
 #include "provider.hpp"
 #include "random.hpp"
 
-namespace llmretry::sim {
+LLMRETRY_BEGIN_NAMESPACE
+namespace sim {
 
 /// What to simulate: N clients, each making one logical call under `policy`, against one provider.
 /// Each client draws its jitter from its own stream of `seed`; the provider's random failures from another.
@@ -219,6 +221,7 @@ struct Group {
   return result;
 }
 
-}  // namespace llmretry::sim
+}  // namespace sim
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_SIMULATION_HPP

@@ -5,8 +5,10 @@
 #include <string_view>
 
 #include "../detail/sha256.hpp"
+#include "../version.hpp"
 
-namespace llmretry::store {
+LLMRETRY_BEGIN_NAMESPACE
+namespace store {
 
 /// Returns the fingerprint of a request, "sha256:" and the 64 hexadecimal digits of the SHA-256 of
 /// `canonical_request`: the bytes that make two requests the same operation. For a JSON body, pass
@@ -16,6 +18,7 @@ namespace llmretry::store {
   return "sha256:" + llmretry::detail::sha256_hex(canonical_request);
 }
 
-}  // namespace llmretry::store
+}  // namespace store
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_STORE_FINGERPRINT_HPP

@@ -11,13 +11,15 @@
 #include <unordered_map>
 #include <utility>
 
+#include "../version.hpp"
 #include "clock.hpp"
 
 /// Idempotency keys shared by workers: the first to claim a key runs the operation, the others are told it is
 /// in flight, or get its stored response, or learn that the key was used for another request. One interface,
 /// an in-memory implementation here and a Redis one in <llmretry/redis/idempotency_store.hpp>.
 
-namespace llmretry::store {
+LLMRETRY_BEGIN_NAMESPACE
+namespace store {
 
 /// The response stored under a completed key, given back to every later claim of it.
 struct StoredResponse {
@@ -208,6 +210,7 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   std::size_t swept_size_ = 0;
 };
 
-}  // namespace llmretry::store
+}  // namespace store
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_STORE_IDEMPOTENCY_STORE_HPP

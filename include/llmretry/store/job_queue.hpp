@@ -15,13 +15,15 @@
 #include <vector>
 
 #include "../detail/uuid.hpp"
+#include "../version.hpp"
 #include "clock.hpp"
 
 /// A job queue shared by workers: ready jobs by priority, delayed jobs until their not_before, taken jobs
 /// under a visibility timeout, and a dead letter. One interface, an in-memory implementation here and a
 /// Redis one in <llmretry/redis/job_queue.hpp>.
 
-namespace llmretry::store {
+LLMRETRY_BEGIN_NAMESPACE
+namespace store {
 
 /// A job to enqueue.
 struct NewJob {
@@ -276,6 +278,7 @@ class MemoryJobQueue final : public JobQueue {
   std::uint64_t sequence_ = 0;
 };
 
-}  // namespace llmretry::store
+}  // namespace store
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_STORE_JOB_QUEUE_HPP

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "../version.hpp"
 #include "../vocabulary.hpp"
 #include "clock.hpp"
 
@@ -17,7 +18,8 @@
 /// that a fallback to another provider or a resumed batch can tell whether it already ran (and was billed).
 /// One interface, an in-memory implementation here and a Redis one in <llmretry/redis/operations.hpp>.
 
-namespace llmretry::store {
+LLMRETRY_BEGIN_NAMESPACE
+namespace store {
 
 /// Where an operation stands.
 enum class OperationStatus {
@@ -161,6 +163,7 @@ class MemoryOperationsTable final : public OperationsTable {
   std::unordered_map<std::string, Operation> records_;
 };
 
-}  // namespace llmretry::store
+}  // namespace store
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_STORE_OPERATIONS_HPP

@@ -6,9 +6,11 @@
 #include <vector>
 
 #include "../decision.hpp"
+#include "../version.hpp"
 #include "manual_clock.hpp"
 
-namespace llmretry::testing {
+LLMRETRY_BEGIN_NAMESPACE
+namespace testing {
 
 /// A `sleep` for call_with_retry that returns at once and records each wait, optionally moving a
 /// ManualClock forward by it. Pass it by reference (an lvalue) so the records stay in your object.
@@ -64,6 +66,7 @@ class FakeSleep {
   ManualClock* clock_ = nullptr;
 };
 
-}  // namespace llmretry::testing
+}  // namespace testing
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_TESTING_FAKE_SLEEP_HPP

@@ -1,10 +1,13 @@
 #ifndef LLMRETRY_TESTING_MANUAL_CLOCK_HPP
 #define LLMRETRY_TESTING_MANUAL_CLOCK_HPP
 
+#include "../version.hpp"
+
 #include <atomic>
 #include <chrono>
 
-namespace llmretry::testing {
+LLMRETRY_BEGIN_NAMESPACE
+namespace testing {
 
 /// A clock that moves only when told to, for exact tests of deadlines and HTTP dates.
 /// Its time points are those of `Clock`, so it stands in wherever a Clock::now is expected:
@@ -39,6 +42,7 @@ using ManualClock = BasicManualClock<std::chrono::steady_clock>;
 /// A manual wall clock, for requested_wait and parse_http_date.
 using ManualSystemClock = BasicManualClock<std::chrono::system_clock>;
 
-}  // namespace llmretry::testing
+}  // namespace testing
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_TESTING_MANUAL_CLOCK_HPP

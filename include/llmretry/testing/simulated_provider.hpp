@@ -17,8 +17,10 @@
 #include "../errors.hpp"
 #include "../failure.hpp"
 #include "../result.hpp"
+#include "../version.hpp"
 
-namespace llmretry::testing {
+LLMRETRY_BEGIN_NAMESPACE
+namespace testing {
 
 /// One parsed script item: a failure to report `repeat` times, or success (no failure).
 struct ScriptStep {
@@ -188,6 +190,7 @@ class SimulatedProvider {
   int calls_ = 0;
 };
 
-}  // namespace llmretry::testing
+}  // namespace testing
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_TESTING_SIMULATED_PROVIDER_HPP
