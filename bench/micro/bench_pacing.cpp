@@ -13,6 +13,7 @@
 
 #include "support.hpp"
 
+using llmretry_bench::as_in_a_threaded_process;
 using llmretry_bench::measure;
 using llmretry_bench::opaque_policy;
 using llmretry_bench::provider_call;
@@ -68,6 +69,7 @@ llmretry::RateLimiter shared_limiter{requests_only()};
 MutexBucket shared_bucket{1e9 / 60, 1e9 / 60};
 
 void limiter_reserve_settle(benchmark::State& state, llmretry::RateLimiter& limiter, const llmretry::Cost& cost) {
+  as_in_a_threaded_process();
   Ticks ticks;
   measure(state, [&] {
     llmretry::Reservation reservation = limiter.reserve(cost, ticks.next());
@@ -89,6 +91,7 @@ void rate_limiter_rpm_tpm(benchmark::State& state) {
 void rate_limiter_shared(benchmark::State& state) { limiter_reserve_settle(state, shared_limiter, llmretry::Cost{}); }
 
 void mutex_bucket(benchmark::State& state, MutexBucket& bucket) {
+  as_in_a_threaded_process();
   Ticks ticks;
   measure(state, [&] { benchmark::DoNotOptimize(bucket.try_acquire(1, ticks.next())); });
 }
@@ -102,6 +105,7 @@ void mutex_bucket_shared(benchmark::State& state) { mutex_bucket(state, shared_b
 
 // The bucket used as the limiter is: acquire before the call, settle the actual usage after it.
 void mutex_bucket_settle(benchmark::State& state, MutexBucket& bucket) {
+  as_in_a_threaded_process();
   Ticks ticks;
   measure(state, [&] {
     benchmark::DoNotOptimize(bucket.try_acquire(1, ticks.next()));
