@@ -22,8 +22,8 @@ inline void cpu_relax() noexcept {
 }
 
 /// A lock for sections of a few dozen instructions: one atomic flag, taken by exchange; a waiter spins
-/// on reads, then yields the processor to the holder when it does not let go soon. Meets Lockable
-/// (lock, try_lock, unlock, for std::lock_guard). Neither recursive nor fair; allocates nothing.
+/// on reads, then yields the processor to the holder when it does not let go soon. Meets BasicLockable
+/// (for std::lock_guard). Neither recursive nor fair; allocates nothing.
 class SpinLock {
  public:
   /// Spins reading the flag this many times before each yield.
@@ -41,10 +41,6 @@ class SpinLock {
         }
       }
     }
-  }
-  /// Returns true when it took the lock, false when it is held.
-  [[nodiscard]] bool try_lock() noexcept {
-    return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
   }
   /// Lets the lock go. Requires: this thread holds it.
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
