@@ -320,8 +320,9 @@ class RateLimiter {
   /// One dimension: its limit, burst and period, and its theoretical arrival time (TAT), the instant at
   /// which everything taken so far has been refilled. Taking `n` units moves the TAT by n x period /
   /// limit; a call may start once the TAT is at most the burst's worth of time ahead of it.
-  /// Not thread-safe: the limiter's lock guards every cell.
-  class Cell {
+  /// Not thread-safe: the limiter's lock guards every cell. On cache lines of its own, what a reservation
+  /// reads and writes first.
+  class alignas(64) Cell {
    public:
     void configure(const Limit& limit) noexcept {
       configured_ = limit.limit;
@@ -425,16 +426,16 @@ class RateLimiter {
     }
 
     std::int64_t tat_ = std::numeric_limits<std::int64_t>::min() / 2;
+    std::int64_t latest_start_ = std::numeric_limits<std::int64_t>::min();
     std::int64_t limit_ = 1;
     std::int64_t configured_ = 1;
-    std::int64_t burst_ = 1;
-    std::int64_t period_ = 60'000'000'000;
-    std::int64_t changed_ = 0;
-    std::int64_t latest_start_ = std::numeric_limits<std::int64_t>::min();
     std::int64_t unit_time_ = 0;     ///< time_of(1)
     std::int64_t tolerance_ = 0;     ///< time_of(burst()): how far ahead of now the TAT may be for a start now
     std::int64_t narrow_units_ = 0;  ///< the most units whose time of refill fits 64 bits before rounding
     bool active_ = false;
+    std::int64_t burst_ = 1;
+    std::int64_t period_ = 60'000'000'000;
+    std::int64_t changed_ = 0;
   };
 
   /// The lock: a spin on one atomic flag, yielding the processor when the holder does not let go soon.
@@ -477,13 +478,14 @@ class RateLimiter {
     }
   }
 
+  // What every reservation reads and writes, on the lock's cache line; then the cells.
   mutable detail::SpinLock lock_;
   std::uint8_t active_count_ = 0;
   std::array<std::uint8_t, dimension_count> active_{};  ///< the paced dimensions, in order
   std::int64_t paused_until_ = no_time;
+  RateLimiterStats stats_;
   std::int64_t last_slow_down_ = no_time;
   std::int64_t set_back_until_ = no_time;
-  RateLimiterStats stats_;
   std::array<Cell, dimension_count> cells_;
 };
 
