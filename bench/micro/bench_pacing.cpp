@@ -1,5 +1,6 @@
-// The pacing's cost per call: RateLimiter::reserve + settle, alone and with two threads on one limiter,
-// beside the simple design (a token bucket behind one mutex, refilled on each acquire); and the success
+// The pacing's cost per call: RateLimiter::reserve + settle, alone and with 2 and 8 threads on one limiter,
+// beside the simple design (a token bucket behind one mutex, refilled on each acquire): its acquire alone,
+// and its acquire + settle (two lock acquisitions, the same steps as reserve + settle); and the success
 // path of call_with_retry with a Deployment::pace guard, beside the bare call. Counts allocations too.
 #include <benchmark/benchmark.h>
 
@@ -12,6 +13,7 @@
 
 #include "support.hpp"
 
+using llmretry_bench::as_in_a_threaded_process;
 using llmretry_bench::measure;
 using llmretry_bench::opaque_policy;
 using llmretry_bench::provider_call;
@@ -33,6 +35,12 @@ class MutexBucket {
     if (tokens_ < amount) return false;
     tokens_ -= amount;
     return true;
+  }
+
+  // Charges `actual` instead of the `reserved` amount an acquire took: the difference comes back.
+  void settle(double reserved, double actual) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    tokens_ = std::min(capacity_, tokens_ + reserved - actual);
   }
 
  private:
@@ -61,6 +69,7 @@ llmretry::RateLimiter shared_limiter{requests_only()};
 MutexBucket shared_bucket{1e9 / 60, 1e9 / 60};
 
 void limiter_reserve_settle(benchmark::State& state, llmretry::RateLimiter& limiter, const llmretry::Cost& cost) {
+  as_in_a_threaded_process();
   Ticks ticks;
   measure(state, [&] {
     llmretry::Reservation reservation = limiter.reserve(cost, ticks.next());
@@ -82,6 +91,7 @@ void rate_limiter_rpm_tpm(benchmark::State& state) {
 void rate_limiter_shared(benchmark::State& state) { limiter_reserve_settle(state, shared_limiter, llmretry::Cost{}); }
 
 void mutex_bucket(benchmark::State& state, MutexBucket& bucket) {
+  as_in_a_threaded_process();
   Ticks ticks;
   measure(state, [&] { benchmark::DoNotOptimize(bucket.try_acquire(1, ticks.next())); });
 }
@@ -92,6 +102,23 @@ void mutex_bucket_alone(benchmark::State& state) {
 }
 
 void mutex_bucket_shared(benchmark::State& state) { mutex_bucket(state, shared_bucket); }
+
+// The bucket used as the limiter is: acquire before the call, settle the actual usage after it.
+void mutex_bucket_settle(benchmark::State& state, MutexBucket& bucket) {
+  as_in_a_threaded_process();
+  Ticks ticks;
+  measure(state, [&] {
+    benchmark::DoNotOptimize(bucket.try_acquire(1, ticks.next()));
+    bucket.settle(1, 1);
+  });
+}
+
+void mutex_bucket_settle_alone(benchmark::State& state) {
+  static MutexBucket bucket{1e9 / 60, 1e9 / 60};
+  mutex_bucket_settle(state, bucket);
+}
+
+void mutex_bucket_settle_shared(benchmark::State& state) { mutex_bucket_settle(state, shared_bucket); }
 
 void paced_call(benchmark::State& state) {
   llmretry::DeploymentOptions options;
@@ -117,6 +144,8 @@ BENCHMARK(clock_read)->Name("steady_clock/now");
 BENCHMARK(rate_limiter)->Name("rate_limiter/reserve_settle");
 BENCHMARK(rate_limiter_rpm_tpm)->Name("rate_limiter/reserve_settle_rpm_tpm");
 BENCHMARK(mutex_bucket_alone)->Name("mutex_bucket/acquire");
-BENCHMARK(rate_limiter_shared)->Name("rate_limiter/reserve_settle/contended")->Threads(2);
-BENCHMARK(mutex_bucket_shared)->Name("mutex_bucket/acquire/contended")->Threads(2);
+BENCHMARK(mutex_bucket_settle_alone)->Name("mutex_bucket/acquire_settle");
+BENCHMARK(rate_limiter_shared)->Name("rate_limiter/reserve_settle/contended")->Threads(2)->Threads(8);
+BENCHMARK(mutex_bucket_shared)->Name("mutex_bucket/acquire/contended")->Threads(2)->Threads(8);
+BENCHMARK(mutex_bucket_settle_shared)->Name("mutex_bucket/acquire_settle/contended")->Threads(2)->Threads(8);
 BENCHMARK(paced_call)->Name("call_with_retry/deployment_pace");

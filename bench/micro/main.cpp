@@ -65,7 +65,12 @@ int main(int argc, char** argv) {
   reporter.compare("call_with_retry/deployment_pace", "direct_call/throwing_call");
   reporter.compare("call_with_retry/deployment_pace", "call_with_retry/throwing_call");
   reporter.compare("rate_limiter/reserve_settle", "mutex_bucket/acquire");
-  reporter.compare("rate_limiter/reserve_settle/contended/threads:2", "mutex_bucket/acquire/contended/threads:2");
+  reporter.compare("rate_limiter/reserve_settle", "mutex_bucket/acquire_settle");
+  for (const char* threads : {"2", "8"}) {
+    const std::string suffix = std::string("/contended/threads:") + threads;
+    reporter.compare("rate_limiter/reserve_settle" + suffix, "mutex_bucket/acquire" + suffix);
+    reporter.compare("rate_limiter/reserve_settle" + suffix, "mutex_bucket/acquire_settle" + suffix);
+  }
   reporter.compare("call_with_retry/budget_breaker_pacing", "direct_call/throwing_call");
   reporter.compare("call_with_retry/observe", "call_with_retry/throwing_call");
   reporter.compare("strptime_timegm/imf_fixdate", "parse_retry_after/imf_fixdate");

@@ -7,6 +7,8 @@
 
 #include <llmretry/policy.hpp>
 
+#include <thread>
+
 #include "allocations.hpp"
 
 namespace llmretry_bench {
@@ -24,6 +26,16 @@ void measure(benchmark::State& state, Body body) {
 [[gnu::noinline]] inline int provider_call(int& counter) {
   benchmark::ClobberMemory();
   return ++counter;
+}
+
+/// Starts and joins a thread once, so that what follows runs as in a process where threads share the
+/// limiter: until a process starts its first thread, glibc locks a std::mutex without an atomic instruction.
+inline void as_in_a_threaded_process() {
+  static const bool started = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  (void)started;
 }
 
 /// Returns the default policy, hidden from the optimiser, as a policy that comes from configuration is.

@@ -221,6 +221,55 @@ TEST_CASE("Reservations from many threads are neither lost nor doubled", "[rate_
   CHECK(limiter.stats().granted == threads * each);
 }
 
+TEST_CASE("Each reservation sees one whole configuration while another thread slows the limiter down",
+          "[rate_limiter][threads]") {
+  // One dimension switched between two configurations: 6000 a minute (one every 10 ms) and 0.7 of that,
+  // slowed down by another thread; each reservation is made at `at`, more than 100 s after every slow-down,
+  // so it recovers the full limit first. The burst is never below the limit, so in either configuration a
+  // call may start a full period before the level, and each reservation moves the level by 10 ms or more:
+  // the k-th start (in order) is no earlier than at + k x 10 ms - 60 s, and after the burst (the starts at
+  // `at`) no two are less than 10 ms apart, as the faster configuration alone allows. A reservation that
+  // mixed the two (one limit's burst timed at the other's rate) would start off that grid.
+  constexpr std::int64_t limit = 6000;
+  constexpr auto period = std::chrono::nanoseconds{60s};
+  constexpr auto spacing = std::chrono::nanoseconds{10ms};
+  constexpr int rounds = 10, slow_downs = 100'000, threads = 3, each = 4000;
+  const time_point at = t0 + std::chrono::seconds{slow_downs + 101};
+  for (int round = 0; round < rounds; ++round) {
+    RateLimiter limiter{rpm(limit)};
+    std::atomic<int> finished{0};
+    std::atomic<bool> slowed{false};
+    std::thread slower([&] {
+      for (int k = 0; k < slow_downs && finished < threads; ++k) {
+        if (limiter.slow_down(t0 + std::chrono::seconds{k})) slowed = true;
+        RateLimits reported;  // the same limit reported: learning reads the cell while others reserve
+        reported.requests.limit = limit;
+        limiter.learn(reported, t0 + std::chrono::seconds{k});
+      }
+    });
+    std::vector<std::vector<time_point>> starts(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        while (!slowed) std::this_thread::yield();  // reserve while the other thread slows down
+        for (int i = 0; i < each; ++i)
+          starts[static_cast<std::size_t>(t)].push_back(limiter.reserve(Cost{}, at).start());
+        ++finished;
+      });
+    for (auto& thread : pool) thread.join();
+    slower.join();
+    std::vector<time_point> all;
+    for (const auto& some : starts) all.insert(all.end(), some.begin(), some.end());
+    std::sort(all.begin(), all.end());
+    for (std::size_t k = 1; k <= all.size(); ++k) {
+      INFO("round " << round << ", start " << k << " of " << all.size());
+      REQUIRE(all[k - 1] >= std::max(at, at + static_cast<std::int64_t>(k) * spacing - period));
+      if (k > 1 && all[k - 2] > at) REQUIRE(all[k - 1] - all[k - 2] >= spacing);
+    }
+    CHECK(limiter.stats().granted == threads * each);
+  }
+}
+
 TEST_CASE("After a pause, calls start at the limit's rate, not all together", "[rate_limiter]") {
   RateLimiter limiter{rpm(600, 10)};  // 10 at once, then one every 100 ms
   limiter.pause_until(t0 + 20s);

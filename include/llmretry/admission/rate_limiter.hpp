@@ -3,14 +3,15 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <utility>
 
 #include "../detail/saturate.hpp"
+#include "../detail/spin_lock.hpp"
 #include "../http/rate_limits.hpp"
 #include "../version.hpp"
 #include "limits.hpp"
@@ -100,13 +101,14 @@ struct RateLimiterStats {
 
 /// Admits calls at the rate a provider can take, on several dimensions at once (requests and tokens per
 /// minute, input and output tokens, per day), with continuous refill and a burst per dimension. Each
-/// dimension is a generic cell rate algorithm (GCRA) over one atomic "theoretical arrival time": a
-/// reservation takes its cost from every dimension at once, lock-free, and says when the call may start.
+/// dimension is a generic cell rate algorithm (GCRA) over a "theoretical arrival time": a reservation
+/// takes its cost from every dimension at once and says when the call may start.
 /// Reservations may be cancelled (the capacity comes back) or settled with the actual usage (the
 /// difference is refunded, an overrun charged). It also learns: the provider's reported limits and
 /// levels (learn), a deployment-wide pause after a 429 (pause_until), and a multiplicative slow-down
 /// for providers that report nothing (slow_down).
-/// Thread-safe; allocates nothing; reads no clock (every call takes `now`).
+/// Thread-safe: every operation holds one lock for its whole length, so that each sees and leaves all the
+/// limits and levels of every dimension together. Allocates nothing; reads no clock (every call takes `now`).
 class RateLimiter {
  public:
   using time_point = std::chrono::steady_clock::time_point;
@@ -123,7 +125,7 @@ class RateLimiter {
   explicit RateLimiter(const Limits& limits = {}) {
     limits.validate();
     for (std::size_t i = 0; i < dimension_count; ++i)
-      if (limits.by_dimension[i]) cells_[i].configure(*limits.by_dimension[i]);
+      if (limits.by_dimension[i]) configure(i, *limits.by_dimension[i]);
   }
   RateLimiter(const RateLimiter&) = delete;
   RateLimiter& operator=(const RateLimiter&) = delete;
@@ -139,40 +141,40 @@ class RateLimiter {
     Reservation reservation;
     reservation.cost_ = cost;
     const std::int64_t now_ns = ns(now);
-    for (std::size_t i = 0; i < dimension_count; ++i) {
-      if (!cells_[i].active() || charge_of(cost, static_cast<Dimension>(i)) <= cells_[i].configured()) continue;
+    const Guard guard(lock_);
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
+      if (charge_of(cost, static_cast<Dimension>(i)) <= cells_[i].configured()) continue;
       reservation.limited_by_ = static_cast<Dimension>(i);
-      refused_.fetch_add(1, std::memory_order_relaxed);
+      ++stats_.refused;
       return reservation;  // too_large
     }
-    std::int64_t start_ns = std::max(now_ns, paused_until_.load(std::memory_order_acquire));
     std::int64_t latest_cell = now_ns;
-    for (std::size_t i = 0; i < dimension_count; ++i) {
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      if (!cell.active()) continue;
       cell.recover(now_ns);
       const std::int64_t charge = charge_of(cost, static_cast<Dimension>(i));
       if (charge == 0) continue;
-      const auto [held, starts] = cell.take(charge, now_ns);
+      const std::int64_t starts = cell.take(charge, now_ns, reservation.charged_[i]);
       cell.note_start(std::max(starts, now_ns));
-      reservation.charged_[i] = held;
       if (starts > latest_cell) {
         latest_cell = starts;
         reservation.limited_by_ = static_cast<Dimension>(i);
       }
     }
-    start_ns = std::max(start_ns, latest_cell);
+    const std::int64_t start_ns = std::max({now_ns, paused_until_, latest_cell});
     reservation.start_ = time_point{std::chrono::nanoseconds{start_ns}};
     if (max_wait && start_ns - now_ns > std::chrono::nanoseconds{*max_wait}.count()) {
       give_back(reservation);
       reservation.status_ = ReservationStatus::too_long;
-      refused_.fetch_add(1, std::memory_order_relaxed);
+      ++stats_.refused;
       return reservation;
     }
     reservation.status_ = ReservationStatus::granted;
     reservation.open_ = true;
-    granted_.fetch_add(1, std::memory_order_relaxed);
-    tokens_reserved_.fetch_add(charge_of(cost, Dimension::tokens_per_minute), std::memory_order_relaxed);
+    ++stats_.granted;
+    stats_.tokens_reserved += charge_of(cost, Dimension::tokens_per_minute);
     return reservation;
   }
 
@@ -180,9 +182,10 @@ class RateLimiter {
   /// work). Does nothing for a reservation that is not open.
   void cancel(Reservation& reservation) noexcept {
     if (!reservation.open_) return;
+    const Guard guard(lock_);
     give_back(reservation);
     reservation.open_ = false;
-    tokens_released_.fetch_add(charge_of(reservation.cost_, Dimension::tokens_per_minute), std::memory_order_relaxed);
+    stats_.tokens_released += charge_of(reservation.cost_, Dimension::tokens_per_minute);
   }
 
   /// Charges `actual` (the usage the response reported at `now`) instead of the estimate an open
@@ -193,15 +196,15 @@ class RateLimiter {
   void settle(Reservation& reservation, const Cost& actual, time_point now) noexcept {
     if (!reservation.open_) return;
     const std::int64_t now_ns = ns(now);
-    for (std::size_t i = 0; i < dimension_count; ++i) {
+    const Guard guard(lock_);
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      if (!cell.active() && reservation.charged_[i] == 0) continue;
-      const std::int64_t owed = cell.active() ? cell.time_of(charge_of(actual, static_cast<Dimension>(i))) : 0;
-      const std::int64_t delta = owed - reservation.charged_[i];
+      const std::int64_t delta = cell.time_of(charge_of(actual, static_cast<Dimension>(i))) - reservation.charged_[i];
       if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }
     reservation.open_ = false;
-    tokens_used_.fetch_add(charge_of(actual, Dimension::tokens_per_minute), std::memory_order_relaxed);
+    stats_.tokens_used += charge_of(actual, Dimension::tokens_per_minute);
   }
 
   /// Holds every reservation made from now on until `until` at least, and raises every dimension's level
@@ -210,11 +213,10 @@ class RateLimiter {
   /// current pause changes nothing.
   void pause_until(time_point until) noexcept {
     const std::int64_t target = ns(until);
-    std::int64_t current = paused_until_.load(std::memory_order_relaxed);
-    while (current < target && !paused_until_.compare_exchange_weak(current, target, std::memory_order_release,
-                                                                    std::memory_order_relaxed)) {}
-    for (Cell& cell : cells_)
-      if (cell.active()) cell.raise_to(target);  // after the pause, starts are spread at the limit's rate again
+    const Guard guard(lock_);
+    paused_until_ = std::max(paused_until_, target);
+    for (std::size_t k = 0; k < active_count_; ++k)
+      cells_[active_[k]].raise_to(target);  // after the pause, starts are spread at the limit's rate again
   }
   /// Moves every dimension's level back by `wait` at `now`: the provider refused a call that the limiter
   /// thought it had room for, and asked for `wait` more (a request reaches the provider a little after it
@@ -223,17 +225,16 @@ class RateLimiter {
   void set_back(std::chrono::milliseconds wait, time_point now) noexcept {
     const std::int64_t now_ns = ns(now);
     const std::int64_t delta = std::chrono::nanoseconds{wait}.count();
-    std::int64_t counted_until = set_back_until_.load(std::memory_order_relaxed);
-    if (now_ns < counted_until ||
-        !set_back_until_.compare_exchange_strong(counted_until, now_ns + delta, std::memory_order_relaxed))
-      return;
-    for (Cell& cell : cells_)
-      if (cell.active()) cell.take_time(delta, now_ns);
+    const Guard guard(lock_);
+    if (now_ns < set_back_until_) return;
+    set_back_until_ = now_ns + delta;
+    for (std::size_t k = 0; k < active_count_; ++k) cells_[active_[k]].take_time(delta, now_ns);
   }
 
   /// Returns when the current pause ends (in the past when there is none).
   [[nodiscard]] time_point paused_until() const noexcept {
-    return time_point{std::chrono::nanoseconds{paused_until_.load(std::memory_order_acquire)}};
+    const Guard guard(lock_);
+    return time_point{std::chrono::nanoseconds{paused_until_}};
   }
 
   /// Follows what the provider reported on a response at `now`: a dimension with no limit yet takes the
@@ -245,6 +246,7 @@ class RateLimiter {
   /// a level.
   void learn(const RateLimits& reported, time_point now) noexcept {
     const std::int64_t now_ns = ns(now);
+    const Guard guard(lock_);
     learn_window(reported.requests, Dimension::requests_per_minute, now_ns);
     learn_window(reported.tokens, Dimension::tokens_per_minute, now_ns);
     learn_window(reported.input_tokens, Dimension::input_tokens_per_minute, now_ns);
@@ -257,18 +259,21 @@ class RateLimiter {
   /// then recovers by 1 % of its limit per second. Returns true when it slowed down.
   bool slow_down(time_point now) noexcept {
     const std::int64_t now_ns = ns(now);
-    std::int64_t last = last_slow_down_.load(std::memory_order_relaxed);
     const std::int64_t interval = std::chrono::nanoseconds{slow_down_interval}.count();
-    if (last != no_time && now_ns - last < interval) return false;
-    if (!last_slow_down_.compare_exchange_strong(last, now_ns, std::memory_order_relaxed)) return false;
-    for (Cell& cell : cells_)
-      if (cell.active() && cell.per_minute()) cell.slow_down(now_ns);
+    const Guard guard(lock_);
+    if (last_slow_down_ != no_time && now_ns - last_slow_down_ < interval) return false;
+    last_slow_down_ = now_ns;
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      Cell& cell = cells_[active_[k]];
+      if (cell.per_minute()) cell.slow_down(now_ns);
+    }
     return true;
   }
 
   /// Returns the limit `dimension` paces with now (after learning and slowing down), or nullopt when it
   /// is not paced.
   [[nodiscard]] std::optional<Limit> limit(Dimension dimension) const noexcept {
+    const Guard guard(lock_);
     const Cell& cell = cells_[static_cast<std::size_t>(dimension)];
     if (!cell.active()) return std::nullopt;
     return Limit{cell.limit(), std::chrono::duration_cast<std::chrono::milliseconds>(cell.period()), cell.burst()};
@@ -276,6 +281,7 @@ class RateLimiter {
 
   /// Returns the share of `dimension`'s burst free at `now`, in [0, 1]; 1 when it is not paced.
   [[nodiscard]] double headroom(Dimension dimension, time_point now) const noexcept {
+    const Guard guard(lock_);
     const Cell& cell = cells_[static_cast<std::size_t>(dimension)];
     return cell.active() ? cell.headroom(ns(now)) : 1.0;
   }
@@ -284,17 +290,16 @@ class RateLimiter {
   /// included: the queue ahead of a new call; zero when it could start at once.
   [[nodiscard]] std::chrono::milliseconds queue_wait(time_point now) const noexcept {
     const std::int64_t now_ns = ns(now);
-    std::int64_t start = std::max(now_ns, paused_until_.load(std::memory_order_acquire));
-    for (const Cell& cell : cells_)
-      if (cell.active()) start = std::max(start, cell.start_of_one(now_ns));
+    const Guard guard(lock_);
+    std::int64_t start = std::max(now_ns, paused_until_);
+    for (std::size_t k = 0; k < active_count_; ++k) start = std::max(start, cells_[active_[k]].start_of_one(now_ns));
     return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::nanoseconds{start - now_ns});
   }
 
   /// Returns the counters so far.
   [[nodiscard]] RateLimiterStats stats() const noexcept {
-    return {granted_.load(std::memory_order_relaxed), refused_.load(std::memory_order_relaxed),
-            tokens_reserved_.load(std::memory_order_relaxed), tokens_used_.load(std::memory_order_relaxed),
-            tokens_released_.load(std::memory_order_relaxed)};
+    const Guard guard(lock_);
+    return stats_;
   }
 
  private:
@@ -316,142 +321,155 @@ class RateLimiter {
   /// One dimension: its limit, burst and period, and its theoretical arrival time (TAT), the instant at
   /// which everything taken so far has been refilled. Taking `n` units moves the TAT by n x period /
   /// limit; a call may start once the TAT is at most the burst's worth of time ahead of it.
-  class Cell {
+  /// Not thread-safe: the limiter's lock guards every cell. On cache lines of its own, what a reservation
+  /// reads and writes first.
+  class alignas(64) Cell {
    public:
     void configure(const Limit& limit) noexcept {
-      configured_.store(limit.limit, std::memory_order_relaxed);
-      limit_.store(limit.limit, std::memory_order_relaxed);
-      burst_.store(limit.burst_or_limit(), std::memory_order_relaxed);
-      period_.store(std::chrono::nanoseconds{limit.period}.count(), std::memory_order_relaxed);
-      active_.store(true, std::memory_order_release);
+      configured_ = limit.limit;
+      limit_ = limit.limit;
+      burst_ = limit.burst_or_limit();
+      period_ = std::chrono::nanoseconds{limit.period}.count();
+      active_ = true;
+      refresh();
     }
-    [[nodiscard]] bool active() const noexcept { return active_.load(std::memory_order_acquire); }
-    [[nodiscard]] std::int64_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+    [[nodiscard]] bool active() const noexcept { return active_; }
+    [[nodiscard]] std::int64_t limit() const noexcept { return limit_; }
     /// Returns the limit it was configured with (or learned), which slowing down never lowers.
-    [[nodiscard]] std::int64_t configured() const noexcept { return configured_.load(std::memory_order_relaxed); }
-    [[nodiscard]] std::int64_t burst() const noexcept {
-      return std::min(burst_.load(std::memory_order_relaxed), limit());
-    }
-    [[nodiscard]] std::chrono::nanoseconds period() const noexcept {
-      return std::chrono::nanoseconds{period_.load(std::memory_order_relaxed)};
-    }
+    [[nodiscard]] std::int64_t configured() const noexcept { return configured_; }
+    [[nodiscard]] std::int64_t burst() const noexcept { return std::min(burst_, limit_); }
+    [[nodiscard]] std::chrono::nanoseconds period() const noexcept { return std::chrono::nanoseconds{period_}; }
     [[nodiscard]] bool per_minute() const noexcept { return period() <= std::chrono::minutes{1}; }
 
-    /// Returns the time `units` take to refill.
+    /// Returns the time `units` (at least 0) take to refill, rounded up.
     [[nodiscard]] std::int64_t time_of(std::int64_t units) const noexcept {
-      return detail::mul_div_up(units, period().count(), limit());
+      if (units == 1) return unit_time_;
+      // Within 64 bits when units x period + limit - 1 fits: the same quotient, without 128-bit division.
+      if (units <= narrow_units_) return (units * period_ + limit_ - 1) / limit_;
+      return detail::mul_div_up(units, period_, limit_);
     }
 
-    /// Takes `units` at `now_ns`. Returns the nanoseconds of capacity taken and when the call may start:
-    /// once the TAT is within the burst, or, for more than the burst, once the bucket is full.
-    std::pair<std::int64_t, std::int64_t> take(std::int64_t units, std::int64_t now_ns) noexcept {
-      const std::int64_t held = time_of(units);
-      const std::int64_t tolerance = time_of(burst());
-      std::int64_t tat = tat_.load(std::memory_order_relaxed);
-      std::int64_t from = 0;
-      do {
-        from = std::max(tat, now_ns);
-      } while (!tat_.compare_exchange_weak(tat, saturated_sum(from, held), std::memory_order_acq_rel,
-                                           std::memory_order_relaxed));
-      return {held, from + std::min<std::int64_t>(held - tolerance, 0)};
+    /// Takes `units` at `now_ns` and sets `held` to the nanoseconds of capacity taken. Returns when the
+    /// call may start: once the TAT is within the burst, or, for more than the burst, once the bucket is full.
+    std::int64_t take(std::int64_t units, std::int64_t now_ns, std::int64_t& held) noexcept {
+      held = time_of(units);
+      const std::int64_t from = std::max(tat_, now_ns);
+      tat_ = saturated_sum(from, held);
+      return from + std::min<std::int64_t>(held - tolerance_, 0);
     }
 
     /// Records that a reservation starts at `start_ns`.
-    void note_start(std::int64_t start_ns) noexcept {
-      std::int64_t latest = latest_start_.load(std::memory_order_relaxed);
-      while (latest < start_ns && !latest_start_.compare_exchange_weak(latest, start_ns, std::memory_order_relaxed)) {}
-    }
+    void note_start(std::int64_t start_ns) noexcept { latest_start_ = std::max(latest_start_, start_ns); }
     /// Returns the latest start of any reservation so far.
-    [[nodiscard]] std::int64_t latest_start() const noexcept { return latest_start_.load(std::memory_order_relaxed); }
+    [[nodiscard]] std::int64_t latest_start() const noexcept { return latest_start_; }
 
     /// Takes `delta` nanoseconds of capacity at `now_ns` (from a full bucket too): the TAT moves from
     /// max(TAT, now) by `delta`.
     void take_time(std::int64_t delta, std::int64_t now_ns) noexcept {
-      std::int64_t tat = tat_.load(std::memory_order_relaxed);
-      while (!tat_.compare_exchange_weak(tat, saturated_sum(std::max(tat, now_ns), delta), std::memory_order_acq_rel,
-                                         std::memory_order_relaxed)) {}
+      tat_ = saturated_sum(std::max(tat_, now_ns), delta);
     }
 
     /// Moves the TAT by `delta` nanoseconds (negative: gives capacity back), saturating.
-    void adjust(std::int64_t delta) noexcept {
-      if (delta == 0) return;
-      std::int64_t tat = tat_.load(std::memory_order_relaxed);
-      while (!tat_.compare_exchange_weak(tat, saturated_sum(tat, delta), std::memory_order_acq_rel,
-                                         std::memory_order_relaxed)) {}
-    }
+    void adjust(std::int64_t delta) noexcept { tat_ = saturated_sum(tat_, delta); }
 
     /// Raises the TAT to `at_least` (never lowers it).
-    void raise_to(std::int64_t at_least) noexcept {
-      std::int64_t tat = tat_.load(std::memory_order_relaxed);
-      while (tat < at_least &&
-             !tat_.compare_exchange_weak(tat, at_least, std::memory_order_acq_rel, std::memory_order_relaxed)) {}
-    }
+    void raise_to(std::int64_t at_least) noexcept { tat_ = std::max(tat_, at_least); }
 
     /// Takes a reported per-minute limit: as the dimension's limit when it had none, paced as enforced
     /// over one-second slices (a burst of limit / 60), as providers enforce per-minute limits; otherwise
     /// only when it is lower than the one configured.
     void adopt(std::int64_t reported) noexcept {
-      if (!active()) {
+      if (!active_) {
         configure(Limit::per_minute(reported, std::max<std::int64_t>(1, reported / 60)));
         return;
       }
-      if (reported < configured_.load(std::memory_order_relaxed)) {
-        configured_.store(reported, std::memory_order_relaxed);
-        if (reported < limit()) limit_.store(reported, std::memory_order_relaxed);
+      if (reported < configured_) {
+        configured_ = reported;
+        limit_ = std::min(limit_, reported);
+        refresh();
       }
     }
 
     void slow_down(std::int64_t now_ns) noexcept {
-      const std::int64_t slower = std::max<std::int64_t>(1, limit() * slow_down_per_mille / 1000);
-      limit_.store(slower, std::memory_order_relaxed);
-      changed_.store(now_ns, std::memory_order_relaxed);
+      limit_ = std::max<std::int64_t>(1, limit_ * slow_down_per_mille / 1000);
+      changed_ = now_ns;
+      refresh();
     }
 
     /// Raises a slowed-down limit back toward the configured one, by 1 % of it per whole second since the
     /// last change.
     void recover(std::int64_t now_ns) noexcept {
-      const std::int64_t configured = configured_.load(std::memory_order_relaxed);
-      std::int64_t current = limit();
-      if (current >= configured) return;
-      const std::int64_t changed = changed_.load(std::memory_order_relaxed);
-      const std::int64_t seconds = (now_ns - changed) / 1'000'000'000;
+      if (limit_ >= configured_) return;
+      const std::int64_t seconds = (now_ns - changed_) / 1'000'000'000;
       if (seconds < 1) return;
-      const std::int64_t step = std::max<std::int64_t>(1, configured * recovery_per_mille_per_second / 1000);
-      const std::int64_t raised = std::min(configured, current + step * seconds);
-      if (limit_.compare_exchange_strong(current, raised, std::memory_order_relaxed))
-        changed_.store(changed + seconds * 1'000'000'000, std::memory_order_relaxed);
+      const std::int64_t step = std::max<std::int64_t>(1, configured_ * recovery_per_mille_per_second / 1000);
+      limit_ = seconds >= (configured_ - limit_ + step - 1) / step ? configured_ : limit_ + step * seconds;
+      changed_ += seconds * 1'000'000'000;
+      refresh();
     }
 
     /// Returns when one unit taken at `now_ns` could start, without taking it.
     [[nodiscard]] std::int64_t start_of_one(std::int64_t now_ns) const noexcept {
-      const std::int64_t from = std::max(tat_.load(std::memory_order_relaxed), now_ns);
-      return from + std::min<std::int64_t>(time_of(1) - time_of(burst()), 0);
+      return std::max(tat_, now_ns) + std::min<std::int64_t>(unit_time_ - tolerance_, 0);
     }
 
     [[nodiscard]] double headroom(std::int64_t now_ns) const noexcept {
-      const std::int64_t tolerance = time_of(burst());
-      const std::int64_t debt = std::max<std::int64_t>(0, tat_.load(std::memory_order_relaxed) - now_ns);
-      return debt >= tolerance ? 0.0 : 1.0 - static_cast<double>(debt) / static_cast<double>(tolerance);
+      const std::int64_t debt = std::max<std::int64_t>(0, tat_ - now_ns);
+      return debt >= tolerance_ ? 0.0 : 1.0 - static_cast<double>(debt) / static_cast<double>(tolerance_);
     }
 
    private:
-    std::atomic<std::int64_t> tat_{std::numeric_limits<std::int64_t>::min() / 2};
-    std::atomic<std::int64_t> limit_{1};
-    std::atomic<std::int64_t> configured_{1};
-    std::atomic<std::int64_t> burst_{1};
-    std::atomic<std::int64_t> period_{60'000'000'000};
-    std::atomic<std::int64_t> changed_{0};
-    std::atomic<std::int64_t> latest_start_{std::numeric_limits<std::int64_t>::min()};
-    std::atomic<bool> active_{false};
+    /// Recomputes what follows from the limit, burst and period.
+    void refresh() noexcept {
+      unit_time_ = detail::mul_div_up(1, period_, limit_);
+      tolerance_ = detail::mul_div_up(burst(), period_, limit_);
+      narrow_units_ = (std::numeric_limits<std::int64_t>::max() - (limit_ - 1)) / period_;
+    }
+
+    std::int64_t tat_ = std::numeric_limits<std::int64_t>::min() / 2;
+    std::int64_t latest_start_ = std::numeric_limits<std::int64_t>::min();
+    std::int64_t limit_ = 1;
+    std::int64_t configured_ = 1;
+    std::int64_t unit_time_ = 0;     ///< time_of(1)
+    std::int64_t tolerance_ = 0;     ///< time_of(burst()): how far ahead of now the TAT may be for a start now
+    std::int64_t narrow_units_ = 0;  ///< the most units whose time of refill fits 64 bits before rounding
+    bool active_ = false;
+    std::int64_t burst_ = 1;
+    std::int64_t period_ = 60'000'000'000;
+    std::int64_t changed_ = 0;
   };
 
+  /// The lock: a spin on one atomic flag, yielding the processor when the holder does not let go soon.
+  using Guard = std::lock_guard<detail::SpinLock>;
+
+  /// Paces dimension `i` with `limit` from now on (it is not paced yet).
+  void configure(std::size_t i, const Limit& limit) noexcept {
+    cells_[i].configure(limit);
+    note_active(i);
+  }
+
+  /// Adds dimension `i` to the paced ones, kept in the order of the dimensions.
+  void note_active(std::size_t i) noexcept {
+    std::size_t k = active_count_++;
+    for (; k > 0 && active_[k - 1] > i; --k) active_[k] = active_[k - 1];
+    active_[k] = static_cast<std::uint8_t>(i);
+  }
+
   void give_back(const Reservation& reservation) noexcept {
-    for (std::size_t i = 0; i < dimension_count; ++i) cells_[i].adjust(-reservation.charged_[i]);
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
+      if (reservation.charged_[i] != 0) cells_[i].adjust(-reservation.charged_[i]);
+    }
   }
 
   void learn_window(const RateLimitWindow& window, Dimension dimension, std::int64_t now_ns) noexcept {
-    Cell& cell = cells_[static_cast<std::size_t>(dimension)];
-    if (window.limit && *window.limit > 0) cell.adopt(*window.limit);
+    const auto i = static_cast<std::size_t>(dimension);
+    Cell& cell = cells_[i];
+    if (window.limit && *window.limit > 0) {
+      const bool was_active = cell.active();
+      cell.adopt(*window.limit);
+      if (!was_active) note_active(i);
+    }
     if (!cell.active()) return;
     if (window.remaining) {
       const std::int64_t free = std::max<std::int64_t>(0, *window.remaining);
@@ -461,15 +479,15 @@ class RateLimiter {
     }
   }
 
+  // What every reservation reads and writes, on the lock's cache line; then the cells.
+  mutable detail::SpinLock lock_;
+  std::uint8_t active_count_ = 0;
+  std::array<std::uint8_t, dimension_count> active_{};  ///< the paced dimensions, in order
+  std::int64_t paused_until_ = no_time;
+  RateLimiterStats stats_;
+  std::int64_t last_slow_down_ = no_time;
+  std::int64_t set_back_until_ = no_time;
   std::array<Cell, dimension_count> cells_;
-  std::atomic<std::int64_t> paused_until_{no_time};
-  std::atomic<std::int64_t> last_slow_down_{no_time};
-  std::atomic<std::int64_t> set_back_until_{no_time};
-  std::atomic<std::int64_t> granted_{0};
-  std::atomic<std::int64_t> refused_{0};
-  std::atomic<std::int64_t> tokens_reserved_{0};
-  std::atomic<std::int64_t> tokens_used_{0};
-  std::atomic<std::int64_t> tokens_released_{0};
 };
 
 LLMRETRY_END_NAMESPACE

@@ -1,0 +1,54 @@
+#ifndef LLMRETRY_DETAIL_SPIN_LOCK_HPP
+#define LLMRETRY_DETAIL_SPIN_LOCK_HPP
+
+#include <atomic>
+#include <thread>
+
+#if defined(_MSC_VER) && (defined(_M_IX86) || defined(_M_X64))
+#include <intrin.h>
+#endif
+
+namespace llmretry::detail {
+
+/// Tells the processor that this thread is waiting in a loop (x86 `pause`, Arm `yield`; nothing elsewhere).
+inline void cpu_relax() noexcept {
+#if defined(__i386__) || defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(_MSC_VER) && (defined(_M_IX86) || defined(_M_X64))
+  _mm_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/// A lock for sections of a few dozen instructions: one atomic flag, taken by exchange; a waiter spins
+/// on reads, then yields the processor to the holder when it does not let go soon. Meets BasicLockable
+/// (for std::lock_guard). Neither recursive nor fair; allocates nothing.
+class SpinLock {
+ public:
+  /// Spins reading the flag this many times before each yield.
+  static constexpr int spins_before_yield = 64;
+
+  /// Takes the lock, waiting as long as it is held.
+  void lock() noexcept {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
+        if (spins < spins_before_yield) {
+          cpu_relax();
+        } else {
+          spins = 0;
+          std::this_thread::yield();
+        }
+      }
+    }
+  }
+  /// Lets the lock go. Requires: this thread holds it.
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+}  // namespace llmretry::detail
+
+#endif  // LLMRETRY_DETAIL_SPIN_LOCK_HPP
