@@ -4,11 +4,14 @@
 #include <atomic>
 #include <thread>
 
+#include "../version.hpp"
+
 #if defined(_MSC_VER) && (defined(_M_IX86) || defined(_M_X64))
 #include <intrin.h>
 #endif
 
-namespace llmretry::detail {
+LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
 
 /// Tells the processor that this thread is waiting in a loop (x86 `pause`, Arm `yield`; nothing elsewhere).
 inline void cpu_relax() noexcept {
@@ -49,6 +52,7 @@ class SpinLock {
   std::atomic<bool> locked_{false};
 };
 
-}  // namespace llmretry::detail
+}  // namespace detail
+LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_DETAIL_SPIN_LOCK_HPP
