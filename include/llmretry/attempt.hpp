@@ -1,10 +1,10 @@
 #ifndef LLMRETRY_ATTEMPT_HPP
 #define LLMRETRY_ATTEMPT_HPP
 
-#include "version.hpp"
-
 #include <chrono>
 #include <optional>
+
+#include "version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 

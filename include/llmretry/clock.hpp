@@ -1,10 +1,10 @@
 #ifndef LLMRETRY_CLOCK_HPP
 #define LLMRETRY_CLOCK_HPP
 
-#include "version.hpp"
-
 #include <chrono>
 #include <functional>
+
+#include "version.hpp"
 
 /// The clocks every component reads time from. A clock is a callable returning a time point; an empty one
 /// is the real clock. Each component that reads time takes one in its options (CallOptions, Deployment,

@@ -1,14 +1,14 @@
 #ifndef LLMRETRY_RANDOM_HPP
 #define LLMRETRY_RANDOM_HPP
 
-#include "version.hpp"
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <random>
 #include <thread>
+
+#include "version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 

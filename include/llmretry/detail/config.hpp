@@ -1,10 +1,10 @@
 #ifndef LLMRETRY_DETAIL_CONFIG_HPP
 #define LLMRETRY_DETAIL_CONFIG_HPP
 
-#include "../version.hpp"
-
 #include <cstdlib>
 #include <stdexcept>
+
+#include "../version.hpp"
 
 // Exceptions may be switched off (-fno-exceptions): the result-value style still works, and a
 // programming error that would throw aborts instead.

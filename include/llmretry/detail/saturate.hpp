@@ -1,11 +1,11 @@
 #ifndef LLMRETRY_DETAIL_SATURATE_HPP
 #define LLMRETRY_DETAIL_SATURATE_HPP
 
-#include "../version.hpp"
-
 #include <chrono>
 #include <cstdint>
 #include <limits>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 namespace detail {

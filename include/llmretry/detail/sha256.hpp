@@ -1,13 +1,13 @@
 #ifndef LLMRETRY_DETAIL_SHA256_HPP
 #define LLMRETRY_DETAIL_SHA256_HPP
 
-#include "../version.hpp"
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 namespace detail {

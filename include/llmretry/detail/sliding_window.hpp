@@ -1,13 +1,13 @@
 #ifndef LLMRETRY_DETAIL_SLIDING_WINDOW_HPP
 #define LLMRETRY_DETAIL_SLIDING_WINDOW_HPP
 
-#include "../version.hpp"
-
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 namespace detail {

@@ -1,9 +1,9 @@
 #ifndef LLMRETRY_DETAIL_TEXT_HPP
 #define LLMRETRY_DETAIL_TEXT_HPP
 
-#include "../version.hpp"
-
 #include <string_view>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 namespace detail {

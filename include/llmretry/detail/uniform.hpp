@@ -1,12 +1,12 @@
 #ifndef LLMRETRY_DETAIL_UNIFORM_HPP
 #define LLMRETRY_DETAIL_UNIFORM_HPP
 
-#include "../version.hpp"
-
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <type_traits>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 namespace detail {

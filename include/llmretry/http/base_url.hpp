@@ -1,10 +1,10 @@
 #ifndef LLMRETRY_HTTP_BASE_URL_HPP
 #define LLMRETRY_HTTP_BASE_URL_HPP
 
-#include "../version.hpp"
-
 #include <string>
 #include <string_view>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 

@@ -1,12 +1,12 @@
 #ifndef LLMRETRY_HTTP_SSE_HPP
 #define LLMRETRY_HTTP_SSE_HPP
 
-#include "../version.hpp"
-
 #include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 

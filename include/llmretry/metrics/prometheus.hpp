@@ -1,8 +1,6 @@
 #ifndef LLMRETRY_METRICS_PROMETHEUS_HPP
 #define LLMRETRY_METRICS_PROMETHEUS_HPP
 
-#include "../version.hpp"
-
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -12,6 +10,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "../version.hpp"
 
 /// The Prometheus text exposition format, version 0.0.4: the pieces of one scrape's text (escaping,
 /// numbers, sample and metadata lines), for metrics::Registry and for an application's own series.

@@ -1,10 +1,10 @@
 #ifndef LLMRETRY_SIM_RANDOM_HPP
 #define LLMRETRY_SIM_RANDOM_HPP
 
-#include "../version.hpp"
-
 #include <cstdint>
 #include <limits>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 namespace sim {

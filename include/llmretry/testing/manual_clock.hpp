@@ -1,10 +1,10 @@
 #ifndef LLMRETRY_TESTING_MANUAL_CLOCK_HPP
 #define LLMRETRY_TESTING_MANUAL_CLOCK_HPP
 
-#include "../version.hpp"
-
 #include <atomic>
 #include <chrono>
+
+#include "../version.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 namespace testing {
