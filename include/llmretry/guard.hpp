@@ -52,16 +52,15 @@ LLMRETRY_BEGIN_NAMESPACE
 /// posted task, an event), never calls into the call or the guard.
 class Waker {
  public:
+  Waker() = default;
+  Waker(const Waker&) = delete;
+  Waker& operator=(const Waker&) = delete;
+  Waker(Waker&&) = delete;
+  Waker& operator=(Waker&&) = delete;
+  virtual ~Waker() = default;
+
   /// The slot came: resume the call.
   virtual void wake() noexcept = 0;
-
- protected:
-  Waker() = default;
-  Waker(const Waker&) = default;
-  Waker& operator=(const Waker&) = default;
-  Waker(Waker&&) = default;
-  Waker& operator=(Waker&&) = default;
-  ~Waker() = default;
 };
 
 /// A ticket's answer to begin(): begin the attempt now, wait for a slot, or refuse.

@@ -16,8 +16,7 @@
 /// concurrency, each with the figures it produces.
 
 LLMRETRY_BEGIN_NAMESPACE
-namespace sim {
-namespace scenarios {
+namespace sim::scenarios {
 
 using namespace std::chrono_literals;
 
@@ -182,8 +181,7 @@ struct PacedWorkload {
   };
 }
 
-}  // namespace scenarios
-}  // namespace sim
+}  // namespace sim::scenarios
 LLMRETRY_END_NAMESPACE
 
 #endif  // LLMRETRY_SIM_SCENARIOS_HPP
