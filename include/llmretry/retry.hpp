@@ -38,7 +38,6 @@ struct RealSleep {
 /// The Waker of a call whose waits are carried out on one thread: wait() blocks until the slot came.
 class BlockingWaker final : public Waker {
  public:
-
   /// Marks the slot come and wakes the thread in wait().
   void wake() noexcept override {
     const std::lock_guard<std::mutex> lock(mutex_);
