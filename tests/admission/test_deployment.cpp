@@ -44,6 +44,14 @@ DeploymentOptions options_with(ManualClock& clock, Limits limits) {
   return options;
 }
 
+/// Returns the options of a deployment on `clock` with one concurrency slot, waited for at most `max_queue_wait`.
+DeploymentOptions one_slot(ManualClock& clock, std::optional<milliseconds> max_queue_wait = std::nullopt) {
+  DeploymentOptions options = options_with(clock, Limits{});
+  options.concurrency = 1;
+  options.max_queue_wait = max_queue_wait;
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("A paced call waits for capacity before its first attempt", "[deployment]") {
@@ -179,10 +187,7 @@ TEST_CASE("A call the deployment cannot take is refused without being sent", "[d
 TEST_CASE("A concurrency slot is held only while the attempt is in flight", "[deployment]") {
   ManualClock clock;
   FakeSleep sleep{clock};
-  auto options = options_with(clock, Limits{});
-  options.concurrency = 1;
-  options.max_queue_wait = 20ms;
-  Deployment deployment{options};
+  Deployment deployment{one_slot(clock, 20ms)};
   ConcurrencyLimit& slots = *deployment.concurrency();
   auto pacing = deployment.pace(Cost{});
   int in_use_during = -1;
@@ -203,10 +208,7 @@ TEST_CASE("A concurrency slot is held only while the attempt is in flight", "[de
 TEST_CASE("A wait for a concurrency slot is a step: in virtual time it moves the manual clock", "[deployment]") {
   ManualClock clock;
   FakeSleep sleep{clock};
-  auto options = options_with(clock, Limits{});
-  options.concurrency = 1;
-  options.max_queue_wait = 1500ms;
-  Deployment deployment{options};
+  Deployment deployment{one_slot(clock, 1500ms)};
   ConcurrencyLimit& slots = *deployment.concurrency();
   REQUIRE(slots.try_acquire());  // someone else holds the only slot, and never gives it back
   auto pacing = deployment.pace(Cost{});
@@ -231,9 +233,7 @@ TEST_CASE("A wait for a concurrency slot is a step: in virtual time it moves the
 
 TEST_CASE("A call waiting in line gets the slot as soon as it is given back", "[deployment]") {
   ManualClock clock;
-  auto options = options_with(clock, Limits{});
-  options.concurrency = 1;
-  Deployment deployment{options};
+  Deployment deployment{one_slot(clock)};
   ConcurrencyLimit& slots = *deployment.concurrency();
   REQUIRE(slots.try_acquire());
   int pieces = 0;
@@ -254,10 +254,7 @@ TEST_CASE("A call waiting in line gets the slot as soon as it is given back", "[
 TEST_CASE("A slot's wait ends at the call's deadline, refused for the deadline", "[deployment]") {
   ManualClock clock;
   FakeSleep sleep{clock};
-  auto options = options_with(clock, Limits{});
-  options.concurrency = 1;
-  options.max_queue_wait = 10s;
-  Deployment deployment{options};
+  Deployment deployment{one_slot(clock, 10s)};
   REQUIRE(deployment.concurrency()->try_acquire());
   auto pacing = deployment.pace(Cost{});
   CallOptions call_options;
@@ -302,9 +299,7 @@ struct CountingWaker final : Waker {
 
 TEST_CASE("CallEngine waits for a slot without blocking, told by its Waker when it comes", "[deployment]") {
   ManualClock clock;
-  auto options = options_with(clock, Limits{});
-  options.concurrency = 1;
-  Deployment deployment{options};
+  Deployment deployment{one_slot(clock)};
   ConcurrencyLimit& slots = *deployment.concurrency();
   const RetryPolicy policy = no_jitter();
   const CallOptions call_options;
@@ -371,10 +366,7 @@ TEST_CASE("guards() begins each ticket once across a wait for a slot", "[deploym
   };
   ManualClock clock;
   FakeSleep sleep{clock};
-  auto options = options_with(clock, Limits{});
-  options.concurrency = 1;
-  options.max_queue_wait = 50ms;
-  Deployment deployment{options};
+  Deployment deployment{one_slot(clock, 50ms)};
   REQUIRE(deployment.concurrency()->try_acquire());
   int begun = 0;
   CHECK_THROWS_AS(call_with_retry([] {}, no_jitter(), sleep, guards(CountingGuard{&begun}, deployment.pace(Cost{}))),
