@@ -149,8 +149,8 @@ class CallEngine {
   }
 
   /// Sets the driver's Waker, told when a wait for a concurrency slot can end sooner (see Waker); it must
-  /// outlive the call. Without one (null), such a wait lasts until its end: a driver whose guard may have a
-  /// concurrency limit gives one before start().
+  /// outlive the call. Give it before start(): a ticket keeps the one it had at its first begin. Without
+  /// one (null), the guard answers short waits (Deployment::Pacing: 10 ms at most) for the driver to look again.
   void wake_with(Waker* waker) noexcept { waker_ = waker; }
 
   /// Records that the attempt succeeded with `answer` (nothing for a call that returns void): the

@@ -49,7 +49,8 @@ LLMRETRY_BEGIN_NAMESPACE
 /// Wakes the driver of a call that waits for a concurrency slot (WaitReason::slot) when the slot came before
 /// the wait ran out. wake() runs on the thread that gave the slot back, with the slot's lock held, maybe
 /// before the driver began the wait: it only marks or schedules the call's resume (a flag and a notify, a
-/// posted task, an event), never calls into the call or the guard.
+/// posted task, an event), never calls into the call or the guard. It must outlive the tickets it is given
+/// to; a ticket that ends (destroyed, or begun after the slot came) waits for a wake() under way to return.
 class Waker {
  public:
   Waker() = default;
@@ -62,6 +63,12 @@ class Waker {
   /// The slot came: resume the call.
   virtual void wake() noexcept = 0;
 };
+
+namespace detail {
+/// How long a driver that cannot be woken (no Waker), or whose sleep keeps virtual time, waits before it
+/// looks again whether a concurrency slot came.
+inline constexpr std::chrono::milliseconds slot_poll{10};
+}  // namespace detail
 
 /// A ticket's answer to begin(): begin the attempt now, wait for a slot, or refuse.
 class Begin {
@@ -157,6 +164,13 @@ struct has_waiting_begin<
 template <class T>
 struct has_begin : std::bool_constant<has_plain_begin<T>::value || has_waiting_begin<T>::value> {};
 
+/// Whether a ticket's begin may answer a wait for a slot: its `may_wait` when it says, else whether its
+/// begin takes a Waker.
+template <class T, class = void>
+struct may_wait : has_waiting_begin<T> {};
+template <class T>
+struct may_wait<T, std::void_t<decltype(T::may_wait)>> : std::bool_constant<T::may_wait> {};
+
 /// Returns what `ticket`'s begin answers (go for a ticket without one; the form with a Waker when it has both).
 template <class Ticket>
 Begin begin_ticket(Ticket& ticket, const Attempt& attempt, Waker* waker) {
@@ -188,6 +202,9 @@ class OptionalGuard {
   /// The held guard's ticket, or none.
   class Ticket {
    public:
+    /// Whether begin may answer a wait: the held guard's ticket may.
+    static constexpr bool may_wait = detail::may_wait<detail::ticket_t<Guard>>::value;
+
     explicit Ticket(std::optional<detail::ticket_t<Guard>> inner) : inner_(std::move(inner)) {}
     /// Returns what the held guard's ticket answers, or go.
     [[nodiscard]] Begin begin(const Attempt& attempt, Waker* waker) {
@@ -230,6 +247,9 @@ class GuardSet {
   /// The tickets of every guard, travelling together.
   class Ticket {
    public:
+    /// Whether begin may answer a wait: one of the tickets may.
+    static constexpr bool may_wait = (detail::may_wait<detail::ticket_t<Guards>>::value || ...);
+
     explicit Ticket(detail::ticket_t<Guards>&&... tickets) : tickets_(std::move(tickets)...) {}
 
     /// Calls begin on each ticket that has one, in order, from the first that has not answered go yet.

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "attempt.hpp"
+#include "clock.hpp"
 #include "decision.hpp"
 #include "detail/config.hpp"
 #include "engine.hpp"
@@ -50,8 +51,10 @@ class BlockingWaker final : public Waker {
   bool wait(std::chrono::milliseconds at_most) {
     std::unique_lock<std::mutex> lock(mutex_);
     const auto woken = [this] { return woken_; };
-    if (at_most == std::chrono::milliseconds::max()) ready_.wait(lock, woken);
-    else ready_.wait_for(lock, at_most, woken);
+    const auto now = real_now();
+    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(decltype(now)::max() - now);
+    if (at_most >= room) ready_.wait(lock, woken);  // milliseconds::max(), or beyond the clock's range
+    else ready_.wait_until(lock, now + at_most, woken);
     return std::exchange(woken_, false);
   }
 
@@ -175,12 +178,17 @@ R refused_result(const Refusal& refusal) {
   }
 }
 
-/// How often a sleep of the caller's looks whether the concurrency slot a call waits for came.
-inline constexpr std::chrono::milliseconds slot_poll{10};
+/// Whether a sleep may keep virtual time: it has `moves_clock()`, which says whether it does (as
+/// testing::FakeSleep with a clock).
+template <class Sleep, class = void>
+struct may_keep_virtual_time : std::false_type {};
+template <class Sleep>
+struct may_keep_virtual_time<Sleep, std::void_t<decltype(std::declval<const Sleep&>().moves_clock())>>
+    : std::true_type {};
 
-/// The waits of a blocking call: `sleep` carries them out (told why when it takes a WaitReason too); a wait
-/// for a slot blocks on the call's BlockingWaker with the default sleep, and is slept in pieces of at most
-/// slot_poll with the caller's (which may be virtual time).
+/// The waits of a blocking call: `sleep` carries them out (told why when it takes a WaitReason too). A wait
+/// for a slot blocks on the call's BlockingWaker, woken as soon as the slot comes; with a sleep that keeps
+/// virtual time, it is slept in pieces of at most slot_poll instead, the slot looked at after each.
 template <class Sleep, bool Wakes>
 struct BlockingWaits {
   Sleep& sleep;
@@ -189,8 +197,13 @@ struct BlockingWaits {
   void carry_out(const Step& step) {
     if constexpr (Wakes) {
       if (step.reason == WaitReason::slot) {
-        if constexpr (std::is_same_v<Sleep, RealSleep>) (void)waker.wait(step.wait);
-        else sleep_for(std::min(step.wait, slot_poll), step.reason);
+        if constexpr (may_keep_virtual_time<std::remove_cv_t<Sleep>>::value) {
+          if (sleep.moves_clock()) {
+            sleep_for(std::min(step.wait, slot_poll), step.reason);
+            return;
+          }
+        }
+        (void)waker.wait(step.wait);
         return;
       }
     }
@@ -366,9 +379,10 @@ R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng&
 /// After the policy come, in any order and each at most once, what you want to change (each recognised
 /// by its type): a `sleep(std::chrono::milliseconds)` that carries out each wait, or a
 /// `sleep(std::chrono::milliseconds, WaitReason)` that is told why too (backoff, provider, capacity, slot)
-/// (default RealSleep; a recorder such as testing::FakeSleep must be passed as an lvalue; a wait for a
-/// concurrency slot, which the default ends as soon as the slot comes, is slept in pieces of at most
-/// 10 ms by your own); `rng`, any
+/// (default RealSleep; a recorder such as testing::FakeSleep must be passed as an lvalue). A wait for a
+/// concurrency slot blocks the thread until the slot comes (or the wait runs out), whatever the sleep,
+/// unless the sleep keeps virtual time (`moves_clock()` true, as FakeSleep with a clock): then it is slept
+/// in pieces of at most 10 ms, the slot looked at after each; `rng`, any
 /// UniformRandomBitGenerator, used by reference and only for jitter (default ThreadRng); `on_retry(attempt,
 /// failure, wait)`, run before each wait after a failure; a guard (see guard.hpp), shared by reference,
 /// that admits each attempt and learns its outcome; `check_answer(check)`; and CallOptions.
@@ -409,7 +423,7 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   auto& check = detail::pick<Part::answer_check>(no_check, parts...);
   using Options = std::remove_const_t<std::remove_reference_t<decltype(options)>>;
   using Engine = CallEngine<std::remove_reference_t<decltype(guard)>&, Options>;
-  constexpr bool wakes = Engine::guarded && detail::has_begin<typename Engine::Ticket>::value;
+  constexpr bool wakes = Engine::guarded && detail::may_wait<typename Engine::Ticket>::value;
   detail::BlockingWaits<std::remove_reference_t<decltype(sleep)>, wakes> waits{sleep};  // outlives the engine
   Engine engine(detail::prevalidated, policy, guard, options, detail::takes_attempt_v<Call>);
   if constexpr (wakes) engine.wake_with(&waits.waker);

@@ -236,17 +236,23 @@ TEST_CASE("A call waiting in line gets the slot as soon as it is given back", "[
   Deployment deployment{one_slot(clock)};
   ConcurrencyLimit& slots = *deployment.concurrency();
   REQUIRE(slots.try_acquire());
-  int pieces = 0;
-  const auto sleep = [&](milliseconds wait, WaitReason reason) {
-    CHECK(reason == WaitReason::slot);
-    CHECK(wait == 10ms);  // no max_queue_wait, no deadline: a wait without bound, looked at every 10 ms
-    clock.advance(wait);
-    if (++pieces == 3) slots.release();  // the holder is done during the third piece
-  };
+  // A sleep in virtual time that lets the slot's holder go during its third piece.
+  struct ReleasingSleep {
+    ManualClock& clock;
+    ConcurrencyLimit& slots;
+    int pieces = 0;
+    bool moves_clock() const noexcept { return true; }
+    void operator()(milliseconds wait, WaitReason reason) {
+      CHECK(reason == WaitReason::slot);
+      CHECK(wait == 10ms);  // no max_queue_wait, no deadline: a wait without bound, looked at every 10 ms
+      clock.advance(wait);
+      if (++pieces == 3) slots.release();
+    }
+  } sleep{clock, slots};
   auto pacing = deployment.pace(Cost{});
   int in_use_during = -1;
   call_with_retry([&] { in_use_during = slots.in_use(); }, no_jitter(), sleep, pacing);
-  CHECK(pieces == 3);
+  CHECK(sleep.pieces == 3);
   CHECK(in_use_during == 1);
   CHECK(slots.in_use() == 0);
 }
@@ -350,6 +356,72 @@ TEST_CASE("CallEngine waits for a slot without blocking, told by its Waker when 
   }
 }
 
+TEST_CASE("A slot handed over while its driver looks again never touches a freed place in line", "[deployment]") {
+  // Run under ThreadSanitizer or AddressSanitizer: a handover that read its Line after the driver had taken
+  // the slot (and freed the Line) is reported.
+  DeploymentOptions options;
+  options.concurrency = 1;
+  Deployment deployment{options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  const RetryPolicy policy = no_jitter();
+  const CallOptions call_options;
+  CountingWaker waker;
+  constexpr int rounds = 2000;
+  std::atomic<int> phase{0};
+  std::thread releaser([&] {
+    for (int i = 0; i < rounds; ++i) {
+      while (phase.load() != 2 * i + 1) std::this_thread::yield();
+      slots.release();
+    }
+  });
+  for (int i = 0; i < rounds; ++i) {
+    REQUIRE(slots.try_acquire());
+    CallEngine engine(policy, deployment.pace(Cost{}), call_options);
+    engine.wake_with(&waker);
+    Step step = engine.start();
+    REQUIRE(step.kind == Step::Kind::wait);
+    phase.store(2 * i + 1);
+    while ((step = engine.resume()).kind == Step::Kind::wait) std::this_thread::yield();
+    REQUIRE(step.kind == Step::Kind::attempt);
+    (void)engine.succeeded();
+    phase.store(2 * i + 2);
+  }
+  releaser.join();
+  CHECK(slots.in_use() == 0);
+}
+
+TEST_CASE("A clock that throws while a ticket gets in line gives back no slot it never had", "[deployment]") {
+  int reads = 0;
+  DeploymentOptions options;
+  options.concurrency = 1;
+  options.max_queue_wait = 1s;
+  options.clock = [&reads] {
+    if (++reads == 2) throw std::runtime_error("clock unavailable");  // the read as the ticket gets in line
+    return std::chrono::steady_clock::time_point{};
+  };
+  Deployment deployment{options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  REQUIRE(slots.try_acquire());  // someone else holds the only slot
+  auto pacing = deployment.pace(Cost{});
+  CHECK_THROWS_AS(call_with_retry([] {}, no_jitter(), pacing), std::runtime_error);
+  CHECK(slots.in_use() == 1);
+  CHECK_FALSE(slots.try_acquire());
+  slots.release();
+}
+
+TEST_CASE("A sleep that keeps no virtual time leaves a wait for a slot to the waker", "[deployment]") {
+  DeploymentOptions options;  // the real clock
+  options.concurrency = 1;
+  options.max_queue_wait = 100ms;
+  Deployment deployment{options};
+  REQUIRE(deployment.concurrency()->try_acquire());
+  FakeSleep sleep;  // records, moves no clock: polling through it would spin
+  auto pacing = deployment.pace(Cost{});
+  CHECK_THROWS_AS(call_with_retry([] {}, no_jitter(), sleep, pacing), AttemptRefused);
+  CHECK(sleep.waits().empty());
+  deployment.concurrency()->release();
+}
+
 TEST_CASE("guards() begins each ticket once across a wait for a slot", "[deployment]") {
   struct CountingGuard {
     int* begun;
@@ -374,6 +446,19 @@ TEST_CASE("guards() begins each ticket once across a wait for a slot", "[deploym
   CHECK(sleep.waits().size() == 5);
   CHECK(begun == 1);
   deployment.concurrency()->release();
+}
+
+TEST_CASE("A max_queue_wait beyond what a clock holds bounds nothing", "[deployment]") {
+  ManualClock clock;
+  FakeSleep sleep{clock};
+  auto options = options_with(clock, Limits::per_minute(60, 100'000));
+  options.max_queue_wait = milliseconds::max();
+  Deployment deployment{options};
+  for (int i = 0; i < 3; ++i) {
+    auto pacing = deployment.pace(Cost{});
+    CHECK(call_with_retry([] { return 1; }, no_jitter(), sleep, pacing) == 1);
+  }
+  CHECK(deployment.limiter().stats().refused == 0);
 }
 
 TEST_CASE("A 429 asking for an absurd wait pauses a day at most", "[deployment]") {

@@ -133,7 +133,7 @@ class Runner {
     std::optional<Engine> engine;
     bool started = false;       ///< its engine has given its first step
     bool begun = false;         ///< the operation was begun in this run
-    bool may_have_run = false;  ///< an attempt of this run failed after it may have been processed
+    bool may_have_run = false;  ///< an attempt (of this run, or of one before) may have been processed
     bool done = false;          ///< its line is written
     std::mutex mutex;
   };
@@ -179,6 +179,7 @@ class Runner {
     if (result.started) return true;
     if (result.operation.status == llmretry::store::OperationStatus::in_flight) {
       ++stats_.resumed_in_flight;  // an earlier run may have sent it: the same Idempotency-Key goes again
+      line.may_have_run = true;
       return true;
     }
     errors_.append(error_line(request, "already_completed",

@@ -57,10 +57,12 @@ struct DeploymentOptions {
   std::optional<int> concurrency;  ///< the most calls in flight at once; empty: no limit
   Learning learning = Learning::from_headers;
   /// The most a call waits for capacity (rate, then a slot) before it is refused with
-  /// StopReason::no_capacity; empty: as long as its deadline and wait budget allow.
+  /// StopReason::no_capacity; empty: for rate, as long as its deadline and wait budget allow; for a slot,
+  /// as long as its deadline allows (a wait for a slot is not counted in the wait budget).
   std::optional<std::chrono::milliseconds> max_queue_wait;
   /// The clock of the pacing and of its waits for a slot; empty: the real one. A virtual-time driver passes
-  /// its own.
+  /// its own, and then its waits must move it (testing::FakeSleep{clock}): with the real sleep, a manual
+  /// clock never reaches the end of a wait.
   Clock clock;
   /// The wall clock for reset times the provider gives as dates; empty: the real one.
   WallClock wall_clock;
@@ -179,8 +181,9 @@ class Deployment::Pacing {
 
     /// Takes a concurrency slot: at once when one is free and nobody waits; otherwise it gets in line and
     /// answers a wait of at most the call's time left and what max_queue_wait leaves (`waker`, when not
-    /// null, is told when the slot came). Begun again after the wait, it answers go once the slot came,
-    /// the rest of the wait, or the refusal (deadline or no_capacity) once the wait ran out.
+    /// null, is told when the slot came; without one, waits of at most detail::slot_poll, to look again).
+    /// Begun again after the wait, it answers go once the slot came, the rest of the wait, or the refusal
+    /// (deadline or no_capacity) once the wait ran out. The waker is the one given to the first begin.
     [[nodiscard]] Begin begin(const Attempt& attempt, Waker* waker) {
       ConcurrencyLimit* limit = deployment_->concurrency();
       if (limit == nullptr || slot_) return Begin::go();
@@ -189,19 +192,20 @@ class Deployment::Pacing {
         const StopReason reason = reason_for_wait(attempt.time_left, slot_wait_);
         if (limit->try_acquire()) return took_slot();
         if (wait && *wait <= std::chrono::milliseconds::zero()) return Begin::refuse(refusal(reason));
-        line_ = std::make_unique<Line>(waker, reason);
+        auto line = std::make_unique<Line>(waker, reason);
         if (wait) {
           const time_point now = deployment_->now();
           const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(time_point::max() - now);
-          line_->until = now + std::min(*wait, room);
+          line->until = now + std::min(*wait, room);
         }
-        if (limit->enqueue(*line_)) return took_slot();
-        return Begin::wait_at_most(wait.value_or(std::chrono::milliseconds::max()));
+        if (limit->enqueue(*line)) return took_slot();
+        line_ = std::move(line);  // only a Line in line is withdrawn by the destructor
+        return wait_answer(wait.value_or(std::chrono::milliseconds::max()));
       }
       if (line_->granted_slot.load(std::memory_order_acquire)) return took_slot();
-      if (!line_->until) return Begin::wait_at_most(std::chrono::milliseconds::max());
+      if (!line_->until) return wait_answer(std::chrono::milliseconds::max());
       if (const time_point now = deployment_->now(); now < *line_->until)
-        return Begin::wait_at_most(std::chrono::ceil<std::chrono::milliseconds>(*line_->until - now));
+        return wait_answer(std::chrono::ceil<std::chrono::milliseconds>(*line_->until - now));
       if (!limit->withdraw(*line_)) return took_slot();  // granted as the wait ran out
       const StopReason reason = line_->reason;
       line_.reset();
@@ -239,8 +243,9 @@ class Deployment::Pacing {
     struct Line final : ConcurrencyLimit::Waiter {
       Line(Waker* to_wake, StopReason why) noexcept : waker(to_wake), reason(why) {}
       void granted() override {
+        Waker* const to_wake = waker;  // read first: once granted_slot is seen, the driver may free *this
         granted_slot.store(true, std::memory_order_release);
-        if (waker != nullptr) waker->wake();
+        if (to_wake != nullptr) to_wake->wake();
       }
       Waker* waker;
       StopReason reason;                ///< why the call stops if the wait runs out
@@ -248,6 +253,10 @@ class Deployment::Pacing {
       std::atomic<bool> granted_slot{false};
     };
 
+    /// Returns a wait of at most `wait`, or of detail::slot_poll for a driver that cannot be woken.
+    [[nodiscard]] Begin wait_answer(std::chrono::milliseconds wait) const noexcept {
+      return Begin::wait_at_most(line_->waker != nullptr ? wait : std::min(wait, detail::slot_poll));
+    }
     Begin took_slot() noexcept {
       line_.reset();
       slot_ = true;

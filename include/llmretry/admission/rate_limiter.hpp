@@ -165,7 +165,9 @@ class RateLimiter {
     }
     const std::int64_t start_ns = std::max({now_ns, paused_until_, latest_cell});
     reservation.start_ = time_point{std::chrono::nanoseconds{start_ns}};
-    if (max_wait && start_ns - now_ns > std::chrono::nanoseconds{*max_wait}.count()) {
+    // A bound beyond what nanoseconds hold (milliseconds::max(), centuries) bounds nothing.
+    if (max_wait && *max_wait < detail::longest_wait &&
+        start_ns - now_ns > std::chrono::nanoseconds{*max_wait}.count()) {
       give_back(reservation);
       reservation.status_ = ReservationStatus::too_long;
       ++stats_.refused;

@@ -10,6 +10,10 @@
 LLMRETRY_BEGIN_NAMESPACE
 namespace detail {
 
+/// The longest wait a time in nanoseconds can hold: a bound at or beyond it bounds nothing.
+inline constexpr std::chrono::milliseconds longest_wait =
+    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds::max());
+
 using std::chrono::milliseconds;
 
 /// Returns a + b for non-negative durations, or milliseconds::max() where the sum would overflow.

@@ -20,6 +20,7 @@
 #include "../admission/settlement.hpp"
 #include "../attempt.hpp"
 #include "../clock.hpp"
+#include "../detail/saturate.hpp"
 #include "../guard.hpp"
 #include "../version.hpp"
 #include "connection.hpp"
@@ -127,7 +128,8 @@ class RateLimiter {
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt) {
     Reservation reservation;
     reservation.cost_ = cost;
-    std::vector<std::string> args{max_wait ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1",
+    const bool bounded = max_wait && *max_wait < llmretry::detail::longest_wait;
+    std::vector<std::string> args{bounded ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1",
                                   linger_};
     for (std::size_t i = 0; i < dimension_count; ++i) {
       if (!limits_.by_dimension[i]) continue;

@@ -41,6 +41,10 @@ class FakeSleep {
     if (clock_ != nullptr) clock_->advance(wait);
   }
 
+  /// Returns true when it advances a clock: it keeps virtual time, so that call_with_retry sleeps a wait for
+  /// a concurrency slot through it (in pieces) instead of blocking the thread until the slot comes.
+  [[nodiscard]] bool moves_clock() const noexcept { return clock_ != nullptr; }
+
   /// Returns every wait so far, in order.
   std::vector<std::chrono::milliseconds> waits() const {
     std::lock_guard<std::mutex> lock(mutex_);
