@@ -241,9 +241,9 @@ Options parse(int argc, char** argv) {
   const auto value_option = [&app](const std::string& flag, std::function<void(const std::string&)> read) {
     app.add_option_function<std::string>(flag, std::move(read))->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   };
-  for (const auto& [flag, set] : setters())
-    value_option(std::string(flag),
-                 [&edits, flag = flag, set = set](const std::string& value) { edits.push_back(set(flag, value)); });
+  for (const auto& setter : setters())
+    value_option(std::string(setter.first), [&edits, name = setter.first, set = setter.second](
+                                                const std::string& value) { edits.push_back(set(name, value)); });
   value_option("--scenario", [&options](const std::string& value) {
     options.pacing = value == "pacing";
     options.fleet = value == "fleet";
