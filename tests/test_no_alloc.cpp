@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <random>
 
 #include "llmretry_catch.hpp"
@@ -69,6 +70,31 @@ TEST_CASE("A first attempt that succeeds allocates nothing", "[no_alloc]") {
             (void)result;
           }) == 0);
   }
+}
+
+TEST_CASE("A paced first attempt that succeeds allocates nothing, a free concurrency slot included", "[no_alloc]") {
+  static std::optional<llmretry::Deployment> deployment;
+  static std::optional<llmretry::CircuitBreaker> breaker;
+  llmretry::DeploymentOptions options;
+  options.limits = llmretry::Limits::per_minute(600'000, 100'000'000);
+  options.concurrency = 4;
+  deployment.emplace(options);
+  breaker.emplace(llmretry::CircuitBreakerOptions{});
+  SECTION("through the deployment") {
+    CHECK(allocations_during([] {
+            auto pacing = deployment->pace(llmretry::Cost{1, 10, 10});
+            volatile int sink = llmretry::call_with_retry([] { return 1; }, llmretry::RetryPolicy{}, pacing);
+            (void)sink;
+          }) == 0);
+  }
+  SECTION("through a breaker and the deployment") {
+    CHECK(allocations_during([] {
+            auto both = llmretry::guards(breaker->guard(), deployment->pace(llmretry::Cost{1, 10, 10}));
+            volatile int sink = llmretry::call_with_retry([] { return 1; }, llmretry::RetryPolicy{}, both);
+            (void)sink;
+          }) == 0);
+  }
+  CHECK(deployment->concurrency()->in_use() == 0);
 }
 
 TEST_CASE("A retry decision allocates nothing", "[no_alloc]") {
