@@ -120,6 +120,49 @@ TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[r
   }
 }
 
+TEST_CASE("Settling with what was reserved changes no level, unless a limit changed since", "[rate_limiter]") {
+  SECTION("the estimate charged as reserved: the next call waits as before") {
+    RateLimiter limiter{rpm(600, 1)};  // one every 100 ms
+    auto r = limiter.reserve(Cost{}, t0);
+    limiter.settle(r, Cost{}, t0);
+    CHECK_FALSE(r.open());
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 100ms);
+  }
+  SECTION("a limit learned between reserve and settle: the reservation is charged at the new rate") {
+    RateLimiter limiter{rpm(600, 1)};
+    auto r = limiter.reserve(Cost{}, t0);  // 100 ms of capacity at 600 a minute
+    RateLimits reported;
+    reported.requests.limit = 60;  // one a second
+    limiter.learn(reported, t0);
+    limiter.settle(r, Cost{}, t0);  // charged 1 s now: the next call waits for it
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 1s);
+  }
+  SECTION("a slow-down between reserve and settle: likewise") {
+    RateLimiter limiter{rpm(600, 1)};
+    auto r = limiter.reserve(Cost{}, t0);
+    REQUIRE(limiter.slow_down(t0));  // 420 a minute: 142.857... ms each
+    limiter.settle(r, Cost{}, t0);
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 143ms);
+  }
+  SECTION("other tokens than estimated, with only requests paced: the usage is counted, no level moves") {
+    RateLimiter limiter{rpm(600, 1)};
+    auto r = limiter.reserve(tokens(100, 900), t0);
+    limiter.settle(r, tokens(100, 50), t0);
+    CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 100ms);
+    CHECK(limiter.stats().tokens_reserved == 1000);
+    CHECK(limiter.stats().tokens_used == 150);
+  }
+  SECTION("a dimension paced since the reservation is charged the actual usage") {
+    RateLimiter limiter{rpm(600, 600)};
+    auto r = limiter.reserve(tokens(6000), t0);  // tokens not paced yet: nothing held for them
+    RateLimits reported;
+    reported.tokens.limit = 6000;  // 100 a second, a burst of 100
+    limiter.learn(reported, t0);
+    limiter.settle(r, tokens(6000), t0);  // 60 s of tokens taken at once
+    CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 60s);
+  }
+}
+
 TEST_CASE("A pause holds every reservation until it ends", "[rate_limiter]") {
   RateLimiter limiter{rpm(600)};
   limiter.pause_until(t0 + 2s);

@@ -80,6 +80,17 @@ inline constexpr std::size_t dimension_count = 6;
   return 0;
 }
 
+/// What a cost charges every dimension at once: charge_of(cost, d) at index d.
+using Charges = std::array<std::int64_t, dimension_count>;
+
+/// Returns charge_of(cost, d) for every dimension d, indexed by the dimension.
+[[nodiscard]] constexpr Charges charges_of(const Cost& cost) noexcept {
+  const std::int64_t requests = charge_of(cost, Dimension::requests_per_minute);
+  const std::int64_t input = charge_of(cost, Dimension::input_tokens_per_minute);
+  const std::int64_t output = charge_of(cost, Dimension::output_tokens_per_minute);
+  return {requests, input + output, input, output, requests, input + output};
+}
+
 /// The limits of one deployment (provider, model, key), each optional: an unset dimension is not paced.
 struct Limits {
   std::array<std::optional<Limit>, dimension_count> by_dimension{};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -53,6 +54,8 @@ class Reservation {
     cost_ = other.cost_;
     limited_by_ = other.limited_by_;
     charged_ = other.charged_;
+    generation_ = other.generation_;
+    paced_ = other.paced_;
     open_ = std::exchange(other.open_, false);
     return *this;
   }
@@ -82,11 +85,15 @@ class Reservation {
  private:
   friend class RateLimiter;
   friend class redis::RateLimiter;
+  explicit Reservation(const Cost& cost) noexcept : cost_(cost) {}
+
   ReservationStatus status_ = ReservationStatus::too_large;
   time_point start_{};
   Cost cost_{0, 0, 0};
   std::optional<Dimension> limited_by_;
   std::array<std::int64_t, dimension_count> charged_{};  ///< nanoseconds of capacity held per dimension
+  std::uint64_t generation_ = 0;  ///< the limiter's limits when it was reserved (RateLimiter::generation_)
+  std::uint8_t paced_ = 0;        ///< the dimensions paced when it was reserved, one bit each
   bool open_ = false;
 };
 
@@ -138,23 +145,24 @@ class RateLimiter {
   /// (holding nothing) when the start would be more than `max_wait` after `now`.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
-    Reservation reservation;
-    reservation.cost_ = cost;
+    Reservation reservation(cost);
     const std::int64_t now_ns = ns(now);
+    const Charges charges = charges_of(cost);
     const Guard guard(lock_);
-    for (std::size_t k = 0; k < active_count_; ++k) {
+    const std::size_t count = active_count_;
+    for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = active_[k];
-      if (charge_of(cost, static_cast<Dimension>(i)) <= cells_[i].configured()) continue;
+      if (charges[i] <= cells_[i].configured()) continue;
       reservation.limited_by_ = static_cast<Dimension>(i);
       ++stats_.refused;
       return reservation;  // too_large
     }
     std::int64_t latest_cell = now_ns;
-    for (std::size_t k = 0; k < active_count_; ++k) {
+    for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      cell.recover(now_ns);
-      const std::int64_t charge = charge_of(cost, static_cast<Dimension>(i));
+      if (cell.recover(now_ns)) limits_changed();
+      const std::int64_t charge = charges[i];
       if (charge == 0) continue;
       const std::int64_t starts = cell.take(charge, now_ns, reservation.charged_[i]);
       cell.note_start(std::max(starts, now_ns));
@@ -163,7 +171,7 @@ class RateLimiter {
         reservation.limited_by_ = static_cast<Dimension>(i);
       }
     }
-    const std::int64_t start_ns = std::max({now_ns, paused_until_, latest_cell});
+    const std::int64_t start_ns = std::max(paused_until_, latest_cell);
     reservation.start_ = time_point{std::chrono::nanoseconds{start_ns}};
     // A bound beyond what nanoseconds hold (milliseconds::max(), centuries) bounds nothing.
     if (max_wait && *max_wait < detail::longest_wait &&
@@ -174,9 +182,11 @@ class RateLimiter {
       return reservation;
     }
     reservation.status_ = ReservationStatus::granted;
+    reservation.generation_ = generation_.load(std::memory_order_relaxed);
+    reservation.paced_ = paced_;
     reservation.open_ = true;
     ++stats_.granted;
-    stats_.tokens_reserved += charge_of(cost, Dimension::tokens_per_minute);
+    stats_.tokens_reserved += charges[static_cast<std::size_t>(Dimension::tokens_per_minute)];
     return reservation;
   }
 
@@ -194,19 +204,31 @@ class RateLimiter {
   /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where
   /// no reservation starts after `now` (capacity promised to calls that have not started is already
   /// spoken for, and a provider whose window is full loses a refund, so crediting it then could overbook:
-  /// it stays charged). Does nothing for a reservation that is not open.
+  /// it stays charged); a dimension paced since the reservation is charged the whole of `actual` at `now`.
+  /// Does nothing for a reservation that is not open. Takes no lock when `actual`
+  /// charges every paced dimension what the reservation holds and no limit changed since: there is
+  /// nothing to adjust.
   void settle(Reservation& reservation, const Cost& actual, time_point now) noexcept {
     if (!reservation.open_) return;
+    reservation.open_ = false;
+    if ((actual.input_tokens | actual.output_tokens) != 0)
+      tokens_used_.fetch_add(charge_of(actual, Dimension::tokens_per_minute), std::memory_order_relaxed);
+    if (reservation.generation_ == generation_.load(std::memory_order_acquire) &&
+        (actual == reservation.cost_ || charges_as_reserved(reservation, actual)))
+      return;
+    const Charges charges = charges_of(actual);
     const std::int64_t now_ns = ns(now);
     const Guard guard(lock_);
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      const std::int64_t delta = cell.time_of(charge_of(actual, static_cast<Dimension>(i))) - reservation.charged_[i];
+      if ((reservation.paced_ >> i & 1U) == 0) {  // paced since: the whole usage is taken now
+        cell.take_time(cell.time_of(charges[i]), now_ns);
+        continue;
+      }
+      const std::int64_t delta = cell.time_of(charges[i]) - reservation.charged_[i];
       if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }
-    reservation.open_ = false;
-    stats_.tokens_used += charge_of(actual, Dimension::tokens_per_minute);
   }
 
   /// Holds every reservation made from now on until `until` at least, and raises every dimension's level
@@ -269,6 +291,7 @@ class RateLimiter {
       Cell& cell = cells_[active_[k]];
       if (cell.per_minute()) cell.slow_down(now_ns);
     }
+    limits_changed();
     return true;
   }
 
@@ -300,8 +323,13 @@ class RateLimiter {
 
   /// Returns the counters so far.
   [[nodiscard]] RateLimiterStats stats() const noexcept {
-    const Guard guard(lock_);
-    return stats_;
+    RateLimiterStats stats;
+    {
+      const Guard guard(lock_);
+      stats = stats_;
+    }
+    stats.tokens_used = tokens_used_.load(std::memory_order_relaxed);
+    return stats;
   }
 
  private:
@@ -379,17 +407,17 @@ class RateLimiter {
 
     /// Takes a reported per-minute limit: as the dimension's limit when it had none, paced as enforced
     /// over one-second slices (a burst of limit / 60), as providers enforce per-minute limits; otherwise
-    /// only when it is lower than the one configured.
-    void adopt(std::int64_t reported) noexcept {
+    /// only when it is lower than the one configured. Returns true when the limit changed.
+    bool adopt(std::int64_t reported) noexcept {
       if (!active_) {
         configure(Limit::per_minute(reported, std::max<std::int64_t>(1, reported / 60)));
-        return;
+        return true;
       }
-      if (reported < configured_) {
-        configured_ = reported;
-        limit_ = std::min(limit_, reported);
-        refresh();
-      }
+      if (reported >= configured_) return false;
+      configured_ = reported;
+      limit_ = std::min(limit_, reported);
+      refresh();
+      return true;
     }
 
     void slow_down(std::int64_t now_ns) noexcept {
@@ -399,15 +427,16 @@ class RateLimiter {
     }
 
     /// Raises a slowed-down limit back toward the configured one, by 1 % of it per whole second since the
-    /// last change.
-    void recover(std::int64_t now_ns) noexcept {
-      if (limit_ >= configured_) return;
+    /// last change. Returns true when the limit changed.
+    bool recover(std::int64_t now_ns) noexcept {
+      if (limit_ >= configured_) return false;
       const std::int64_t seconds = (now_ns - changed_) / 1'000'000'000;
-      if (seconds < 1) return;
+      if (seconds < 1) return false;
       const std::int64_t step = std::max<std::int64_t>(1, configured_ * recovery_per_mille_per_second / 1000);
       limit_ = seconds >= (configured_ - limit_ + step - 1) / step ? configured_ : limit_ + step * seconds;
       changed_ += seconds * 1'000'000'000;
       refresh();
+      return true;
     }
 
     /// Returns when one unit taken at `now_ns` could start, without taking it.
@@ -455,6 +484,22 @@ class RateLimiter {
     std::size_t k = active_count_++;
     for (; k > 0 && active_[k - 1] > i; --k) active_[k] = active_[k - 1];
     active_[k] = static_cast<std::uint8_t>(i);
+    paced_ = static_cast<std::uint8_t>(paced_ | (1U << i));
+  }
+
+  /// Records that a limit, burst or period changed, or a dimension became paced: a reservation made
+  /// before is settled under the lock. Requires the lock.
+  void limits_changed() noexcept {
+    generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+
+  /// Returns true when `actual` charges every dimension paced at the reservation what its cost did.
+  static bool charges_as_reserved(const Reservation& reservation, const Cost& actual) noexcept {
+    const Charges now = charges_of(actual);
+    const Charges then = charges_of(reservation.cost_);
+    for (std::size_t i = 0; i < dimension_count; ++i)
+      if ((reservation.paced_ >> i & 1U) != 0 && now[i] != then[i]) return false;
+    return true;
   }
 
   void give_back(const Reservation& reservation) noexcept {
@@ -469,7 +514,7 @@ class RateLimiter {
     Cell& cell = cells_[i];
     if (window.limit && *window.limit > 0) {
       const bool was_active = cell.active();
-      cell.adopt(*window.limit);
+      if (cell.adopt(*window.limit)) limits_changed();
       if (!was_active) note_active(i);
     }
     if (!cell.active()) return;
@@ -481,15 +526,19 @@ class RateLimiter {
     }
   }
 
-  // What every reservation reads and writes, on the lock's cache line; then the cells.
+  // What every reservation reads and writes, on the lock's cache line; then the cells; then, each on a
+  // line of its own, what a settle reads without the lock and what it adds to.
   mutable detail::SpinLock lock_;
   std::uint8_t active_count_ = 0;
   std::array<std::uint8_t, dimension_count> active_{};  ///< the paced dimensions, in order
+  std::uint8_t paced_ = 0;                              ///< the paced dimensions, one bit each
   std::int64_t paused_until_ = no_time;
-  RateLimiterStats stats_;
+  RateLimiterStats stats_;  ///< all but tokens_used
   std::int64_t last_slow_down_ = no_time;
   std::int64_t set_back_until_ = no_time;
   std::array<Cell, dimension_count> cells_;
+  alignas(64) std::atomic<std::uint64_t> generation_{0};  ///< one more at each change of the limits
+  alignas(64) std::atomic<std::int64_t> tokens_used_{0};
 };
 
 LLMRETRY_END_NAMESPACE
