@@ -19,9 +19,9 @@
 
 LLMRETRY_BEGIN_NAMESPACE
 
-namespace redis {
-class RateLimiter;
-}  // namespace redis
+namespace detail {
+struct ReservationAccess;
+}  // namespace detail
 
 /// How a reservation ended.
 enum class ReservationStatus {
@@ -84,7 +84,7 @@ class Reservation {
 
  private:
   friend class RateLimiter;
-  friend class redis::RateLimiter;
+  friend struct detail::ReservationAccess;
   explicit Reservation(const Cost& cost) noexcept : cost_(cost) {}
 
   ReservationStatus status_ = ReservationStatus::too_large;
@@ -96,6 +96,39 @@ class Reservation {
   std::uint8_t paced_ = 0;        ///< the dimensions paced when it was reserved, one bit each
   bool open_ = false;
 };
+
+namespace detail {
+
+/// What a limiter other than RateLimiter (one whose state lives elsewhere) writes into the reservations it
+/// makes and reads back when they end.
+struct ReservationAccess {
+  using time_point = Reservation::time_point;
+  /// Returns a reservation of `cost` that holds nothing: too_large until granted or refused otherwise.
+  [[nodiscard]] static Reservation make(const Cost& cost) noexcept { return Reservation(cost); }
+  /// Returns the nanoseconds of capacity `reservation` holds per dimension, to fill in before granting it.
+  [[nodiscard]] static std::array<std::int64_t, dimension_count>& held(Reservation& reservation) noexcept {
+    return reservation.charged_;
+  }
+  /// Ends `reservation` with `status` (not granted): it holds nothing.
+  static void refuse(Reservation& reservation, ReservationStatus status, time_point start,
+                     std::optional<Dimension> limited_by) noexcept {
+    reservation.status_ = status;
+    reservation.start_ = start;
+    reservation.limited_by_ = limited_by;
+    reservation.charged_ = {};
+  }
+  /// Grants `reservation` from `start`: it is open until closed.
+  static void grant(Reservation& reservation, time_point start, std::optional<Dimension> limited_by) noexcept {
+    reservation.status_ = ReservationStatus::granted;
+    reservation.start_ = start;
+    reservation.limited_by_ = limited_by;
+    reservation.open_ = true;
+  }
+  /// Closes `reservation`. Returns true when it was open (what it holds is the caller's to give back).
+  static bool close(Reservation& reservation) noexcept { return std::exchange(reservation.open_, false); }
+};
+
+}  // namespace detail
 
 /// Counters of a RateLimiter since it was made, for reports and metrics.
 struct RateLimiterStats {
@@ -204,8 +237,8 @@ class RateLimiter {
   /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where
   /// no reservation starts after `now` (capacity promised to calls that have not started is already
   /// spoken for, and a provider whose window is full loses a refund, so crediting it then could overbook:
-  /// it stays charged); a dimension paced since the reservation is charged the whole of `actual` at `now`.
-  /// Does nothing for a reservation that is not open. Takes no lock when `actual`
+  /// it stays charged); a dimension paced since the reservation is left alone (the report that taught its
+  /// limit counted the call already). Does nothing for a reservation that is not open. Takes no lock when `actual`
   /// charges every paced dimension what the reservation holds and no limit changed since: there is
   /// nothing to adjust.
   void settle(Reservation& reservation, const Cost& actual, time_point now) noexcept {
@@ -222,10 +255,7 @@ class RateLimiter {
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      if ((reservation.paced_ >> i & 1U) == 0) {  // paced since: the whole usage is taken now
-        cell.take_time(cell.time_of(charges[i]), now_ns);
-        continue;
-      }
+      if ((reservation.paced_ >> i & 1U) == 0) continue;  // paced since, by a report that counted the call
       const std::int64_t delta = cell.time_of(charges[i]) - reservation.charged_[i];
       if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }

@@ -126,8 +126,8 @@ class RateLimiter {
   /// `max_wait`. Throws redis::RedisError.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt) {
-    Reservation reservation;
-    reservation.cost_ = cost;
+    using Access = llmretry::detail::ReservationAccess;
+    Reservation reservation = Access::make(cost);
     const bool bounded = max_wait && *max_wait < llmretry::detail::longest_wait;
     std::vector<std::string> args{bounded ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1",
                                   linger_};
@@ -136,40 +136,35 @@ class RateLimiter {
       const Limit& limit = *limits_.by_dimension[i];
       const std::int64_t units = charge_of(cost, static_cast<Dimension>(i));
       if (units > limit.limit) {
-        reservation.limited_by_ = static_cast<Dimension>(i);
-        return reservation;  // too_large
+        Access::refuse(reservation, ReservationStatus::too_large, time_point{}, static_cast<Dimension>(i));
+        return reservation;
       }
       if (units == 0) continue;
       const std::int64_t held = refill_us(units, limit);
       const std::int64_t burst = refill_us(limit.burst_or_limit(), limit);
-      reservation.charged_[i] = held * 1000;
+      Access::held(reservation)[i] = held * 1000;
       args.insert(args.end(), {std::to_string(i), std::to_string(held), std::to_string(burst)});
     }
     const time_point sent = this->now();
     const Reply reply = run("rate limiter reserve", detail::reserve_script, args);
     const std::chrono::microseconds wait{reply[1].integer()};
-    if (wait > wait.zero()) reservation.start_ = now + (this->now() - sent) + wait;
-    else reservation.start_ = now;
+    const time_point start = wait > wait.zero() ? now + (this->now() - sent) + wait : now;
+    std::optional<Dimension> limited_by;
     if (const long long dimension = reply[2].integer(); dimension >= 0)
-      reservation.limited_by_ = static_cast<Dimension>(dimension);
-    if (reply[0].integer() == 0) {
-      reservation.status_ = ReservationStatus::too_long;
-      reservation.charged_ = {};
-      return reservation;
-    }
-    reservation.status_ = ReservationStatus::granted;
-    reservation.open_ = true;
+      limited_by = static_cast<Dimension>(dimension);
+    if (reply[0].integer() == 0) Access::refuse(reservation, ReservationStatus::too_long, start, limited_by);
+    else Access::grant(reservation, start, limited_by);
     return reservation;
   }
 
   /// Gives back what an open reservation holds (the call was not sent). Does nothing for a reservation that
   /// is not open. Throws redis::RedisError, the reservation closed and its capacity left charged.
   void cancel(Reservation& reservation) {
-    if (!reservation.open_) return;
-    reservation.open_ = false;
+    using Access = llmretry::detail::ReservationAccess;
+    if (!Access::close(reservation)) return;
     std::vector<std::string> args{linger_};
     for (std::size_t i = 0; i < dimension_count; ++i)
-      if (reservation.charged_[i] != 0) add(args, i, -reservation.charged_[i] / 1000, false);
+      if (const std::int64_t held = Access::held(reservation)[i]; held != 0) add(args, i, -held / 1000, false);
     adjust("rate limiter cancel", args);
   }
 
@@ -179,13 +174,13 @@ class RateLimiter {
   /// Does nothing for a reservation that is not open. Throws redis::RedisError, the reservation closed and the
   /// estimate left charged.
   void settle(Reservation& reservation, const Cost& actual, [[maybe_unused]] time_point now) {
-    if (!reservation.open_) return;
-    reservation.open_ = false;
+    using Access = llmretry::detail::ReservationAccess;
+    if (!Access::close(reservation)) return;
     std::vector<std::string> args{linger_};
     for (std::size_t i = 0; i < dimension_count; ++i) {
       if (!limits_.by_dimension[i]) continue;
       const std::int64_t owed = refill_us(charge_of(actual, static_cast<Dimension>(i)), *limits_.by_dimension[i]);
-      const std::int64_t delta = owed - reservation.charged_[i] / 1000;
+      const std::int64_t delta = owed - Access::held(reservation)[i] / 1000;
       if (delta != 0) add(args, i, delta, true);
     }
     adjust("rate limiter settle", args);
