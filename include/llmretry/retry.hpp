@@ -64,6 +64,72 @@ class BlockingWaker final : public Waker {
   bool woken_ = false;
 };
 
+namespace detail {
+/// Whether a sleep may keep virtual time: it has `moves_clock()`, which says whether it does (as
+/// testing::FakeSleep with a clock).
+template <class Sleep, class = void>
+struct may_keep_virtual_time : std::false_type {};
+template <class Sleep>
+struct may_keep_virtual_time<Sleep, std::void_t<decltype(std::declval<const Sleep&>().moves_clock())>>
+    : std::true_type {};
+
+}  // namespace detail
+
+/// The waits of a call driven on one thread (call_with_retry's, a queue worker's): `sleep` carries out each
+/// wait (told why when it takes a WaitReason too). A wait for a concurrency slot blocks on waker(), woken as
+/// soon as the slot comes; with a sleep that keeps virtual time (testing::FakeSleep with a clock), it is
+/// slept in pieces of at most 10 ms instead, the slot looked at after each. `Wakes` false leaves the waker
+/// out, for calls that never wait for a slot. `sleep` must outlive it, and it the engine told of waker().
+template <class Sleep, bool Wakes = true>
+class BlockingWaits {
+ public:
+  explicit BlockingWaits(Sleep& sleep) noexcept : sleep_(sleep) {}
+
+  /// Returns the waker to give the call's engine (CallEngine::wake_with).
+  [[nodiscard]] Waker* waker() noexcept {
+    static_assert(Wakes, "BlockingWaits<Sleep, false> has no waker");
+    return &waker_;
+  }
+
+  /// Carries out the wait `step` asks for. Requires: step.kind is Step::Kind::wait.
+  void carry_out(const Step& step) {
+    if constexpr (Wakes) {
+      if (step.reason == WaitReason::slot) {
+        if constexpr (detail::may_keep_virtual_time<std::remove_cv_t<Sleep>>::value) {
+          if (sleep_.moves_clock()) {
+            sleep_for(std::min(step.wait, detail::slot_poll), step.reason);
+            return;
+          }
+        }
+        (void)waker_.wait(step.wait);
+        return;
+      }
+    }
+    sleep_for(step.wait, step.reason);
+  }
+
+  /// Carries out `step` and every wait `engine` asks for after it (CallEngine::resume) until it says
+  /// attempt or done. Returns that step.
+  template <class Engine>
+  Step wait_out(Engine& engine, Step step) {
+    if (step.kind != Step::Kind::wait) return step;  // the common case, kept apart from the loop below
+    while (step.kind == Step::Kind::wait) {
+      carry_out(step);
+      step = engine.resume();
+    }
+    return step;
+  }
+
+ private:
+  void sleep_for(std::chrono::milliseconds wait, WaitReason reason) {
+    if constexpr (std::is_invocable_v<Sleep&, std::chrono::milliseconds, WaitReason>) sleep_(wait, reason);
+    else sleep_(wait);
+  }
+
+  Sleep& sleep_;
+  std::conditional_t<Wakes, BlockingWaker, bool> waker_{};
+};
+
 /// The default `on_retry`: does nothing.
 struct NoRetryHook {
   void operator()(int /*attempt*/, const Failure& /*failure*/, std::chrono::milliseconds /*wait*/) const noexcept {}
@@ -178,56 +244,6 @@ R refused_result(const Refusal& refusal) {
   }
 }
 
-/// Whether a sleep may keep virtual time: it has `moves_clock()`, which says whether it does (as
-/// testing::FakeSleep with a clock).
-template <class Sleep, class = void>
-struct may_keep_virtual_time : std::false_type {};
-template <class Sleep>
-struct may_keep_virtual_time<Sleep, std::void_t<decltype(std::declval<const Sleep&>().moves_clock())>>
-    : std::true_type {};
-
-/// The waits of a blocking call: `sleep` carries them out (told why when it takes a WaitReason too). A wait
-/// for a slot blocks on the call's BlockingWaker, woken as soon as the slot comes; with a sleep that keeps
-/// virtual time, it is slept in pieces of at most slot_poll instead, the slot looked at after each.
-template <class Sleep, bool Wakes>
-struct BlockingWaits {
-  Sleep& sleep;
-  std::conditional_t<Wakes, BlockingWaker, bool> waker{};
-
-  void carry_out(const Step& step) {
-    if constexpr (Wakes) {
-      if (step.reason == WaitReason::slot) {
-        if constexpr (may_keep_virtual_time<std::remove_cv_t<Sleep>>::value) {
-          if (sleep.moves_clock()) {
-            sleep_for(std::min(step.wait, slot_poll), step.reason);
-            return;
-          }
-        }
-        (void)waker.wait(step.wait);
-        return;
-      }
-    }
-    sleep_for(step.wait, step.reason);
-  }
-
-  void sleep_for(std::chrono::milliseconds wait, WaitReason reason) {
-    if constexpr (std::is_invocable_v<Sleep&, std::chrono::milliseconds, WaitReason>) sleep(wait, reason);
-    else sleep(wait);
-  }
-};
-
-/// Carries out `step` and the waits after it with `waits` until the engine says attempt or done. Returns
-/// that step.
-template <class Engine, class Waits>
-Step carry_out_waits(Engine& engine, Step step, Waits& waits) {
-  if (step.kind != Step::Kind::wait) return step;  // the common case, kept apart from the loop below
-  while (step.kind == Step::Kind::wait) {
-    waits.carry_out(step);
-    step = engine.resume();
-  }
-  return step;
-}
-
 /// Returns the failure `check` finds in `answer`, or nullopt (always, without a check).
 template <class Check, class Answer>
 std::optional<Failure> rejected(const Check& check, const Answer& answer) {
@@ -247,8 +263,7 @@ R run_throwing(Engine& engine, Call& call, const Check& check, const Options& op
   static_assert(plain || std::is_void_v<R> || std::is_move_constructible_v<R> || std::is_reference_v<R>,
                 "with a guard or an answer check, the call's result must be movable");
   using Kept = std::conditional_t<std::is_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>, R>;
-  if (carry_out_waits(engine, engine.start(), waits).kind == Step::Kind::done)
-    throw AttemptRefused(*engine.first_refusal());
+  if (waits.wait_out(engine, engine.start()).kind == Step::Kind::done) throw AttemptRefused(*engine.first_refusal());
   for (;;) {
     // What the attempt left: its exception, or its answer (kept for the guard, or to return when the check
     // rejected it and the call stops). Both are new in every attempt, and the exception is held through a
@@ -302,7 +317,7 @@ R run_throwing(Engine& engine, Call& call, const Check& check, const Options& op
     const Step step = engine.failed(failure, rng);
     if (step.kind == Step::Kind::done) return end();
     on_retry(engine.attempts(), failure, step.wait);
-    if (carry_out_waits(engine, step, waits).kind == Step::Kind::done) return end();
+    if (waits.wait_out(engine, step).kind == Step::Kind::done) return end();
   }
 }
 #endif
@@ -319,7 +334,7 @@ std::optional<Failure> failure_in(const R& result, const Check& check) {
 template <class R, class Engine, class Call, class Check, class Waits, class Rng, class OnRetry>
 R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng& rng, OnRetry& on_retry) {
   constexpr bool can_refuse = Engine::guarded || takes_attempt_v<Call>;
-  if (carry_out_waits(engine, engine.start(), waits).kind == Step::Kind::done) {
+  if (waits.wait_out(engine, engine.start()).kind == Step::Kind::done) {
     if constexpr (can_refuse) return refused_result<R>(*engine.first_refusal());
   }
   // Returns true when the call goes on after `failure`: the wait after it (and any before the next
@@ -328,7 +343,7 @@ R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng&
     const Step step = engine.failed(failure, rng);
     if (step.kind == Step::Kind::done) return false;
     on_retry(engine.attempts(), failure, step.wait);
-    return carry_out_waits(engine, step, waits).kind != Step::Kind::done;
+    return waits.wait_out(engine, step).kind != Step::Kind::done;
   };
   if constexpr (std::is_move_assignable_v<R>) {
     // One result for every attempt, built where the caller receives it: a success copies nothing, and a
@@ -357,7 +372,7 @@ R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng&
       on_retry(engine.attempts(), *failure, step.wait);
       last.reset();
       last.emplace(std::move(result));
-      if (carry_out_waits(engine, step, waits).kind == Step::Kind::done) return *std::move(last);
+      if (waits.wait_out(engine, step).kind == Step::Kind::done) return *std::move(last);
     }
   }
 }
@@ -424,9 +439,9 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   using Options = std::remove_const_t<std::remove_reference_t<decltype(options)>>;
   using Engine = CallEngine<std::remove_reference_t<decltype(guard)>&, Options>;
   constexpr bool wakes = Engine::guarded && detail::may_wait<typename Engine::Ticket>::value;
-  detail::BlockingWaits<std::remove_reference_t<decltype(sleep)>, wakes> waits{sleep};  // outlives the engine
+  BlockingWaits<std::remove_reference_t<decltype(sleep)>, wakes> waits{sleep};  // outlives the engine
   Engine engine(detail::prevalidated, policy, guard, options, detail::takes_attempt_v<Call>);
-  if constexpr (wakes) engine.wake_with(&waits.waker);
+  if constexpr (wakes) engine.wake_with(waits.waker());
   if constexpr (is_result_like_v<R>) {
     return detail::run_results<R>(engine, call, check, waits, rng, on_retry);
   } else {

@@ -152,15 +152,6 @@ TEST_CASE("Settling with what was reserved changes no level, unless a limit chan
     CHECK(limiter.stats().tokens_reserved == 1000);
     CHECK(limiter.stats().tokens_used == 150);
   }
-  SECTION("a dimension paced since the reservation is not charged: the report that taught it counted the call") {
-    RateLimiter limiter{rpm(600, 600)};
-    auto r = limiter.reserve(tokens(6000), t0);  // tokens not paced yet: nothing held for them
-    RateLimits reported;
-    reported.tokens = RateLimitWindow{6000, 0, std::nullopt};  // 100 a second, a burst of 100, none left
-    limiter.learn(reported, t0);
-    limiter.settle(r, tokens(9000), t0);
-    CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 1s);  // what the report said, nothing more
-  }
 }
 
 TEST_CASE("A pause holds every reservation until it ends", "[rate_limiter]") {

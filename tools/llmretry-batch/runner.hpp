@@ -95,7 +95,7 @@ class Runner {
       index_.emplace(pending[i].key, i);
       lines_[i].request = std::move(pending[i]);
       lines_[i].engine.emplace(settings_.policy, deployment_.pace(lines_[i].request.estimate), call_options_);
-      lines_[i].engine->wake_with(&lines_[i].waker);
+      lines_[i].engine->wake_with(lines_[i].waits.waker());
     }
   }
 
@@ -124,12 +124,13 @@ class Runner {
 
  private:
   using Engine = llmretry::CallEngine<llmretry::Deployment::Pacing>;
+  static constexpr llmretry::RealSleep real_sleep{};
 
   /// One request and its engine. A job is handed to one worker at a time; the mutex also covers a job
   /// handed out again after its visibility timeout while its first worker still holds it.
   struct Line {
     Request request;
-    llmretry::BlockingWaker waker;  ///< for a wait for a concurrency slot; outlives the engine
+    llmretry::BlockingWaits<const llmretry::RealSleep> waits{real_sleep};  ///< outlives the engine
     std::optional<Engine> engine;
     bool started = false;       ///< its engine has given its first step
     bool begun = false;         ///< the operation was begun in this run
@@ -197,12 +198,8 @@ class Runner {
   /// line once the call is done.
   void step(Line& line, const llmretry::store::Job& job, Stores& stores, llmretry::ThreadRng& rng) {
     Engine& engine = *line.engine;
-    llmretry::Step next = std::exchange(line.started, true) ? engine.resume() : engine.start();
-    while (next.kind == llmretry::Step::Kind::wait) {
-      if (next.reason == llmretry::WaitReason::slot) (void)line.waker.wait(next.wait);
-      else std::this_thread::sleep_for(next.wait);
-      next = engine.resume();
-    }
+    const llmretry::Step next =
+        line.waits.wait_out(engine, std::exchange(line.started, true) ? engine.resume() : engine.start());
     if (next.kind == llmretry::Step::Kind::done) return give_up(line, job, stores);
     ++stats_.requests;
     stats_.tokens_reserved += line.request.estimate.tokens();

@@ -237,8 +237,7 @@ class RateLimiter {
   /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where
   /// no reservation starts after `now` (capacity promised to calls that have not started is already
   /// spoken for, and a provider whose window is full loses a refund, so crediting it then could overbook:
-  /// it stays charged); a dimension paced since the reservation is left alone (the report that taught its
-  /// limit counted the call already). Does nothing for a reservation that is not open. Takes no lock when `actual`
+  /// it stays charged). Does nothing for a reservation that is not open. Takes no lock when `actual`
   /// charges every paced dimension what the reservation holds and no limit changed since: there is
   /// nothing to adjust.
   void settle(Reservation& reservation, const Cost& actual, time_point now) noexcept {
@@ -255,7 +254,6 @@ class RateLimiter {
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      if ((reservation.paced_ >> i & 1U) == 0) continue;  // paced since, by a report that counted the call
       const std::int64_t delta = cell.time_of(charges[i]) - reservation.charged_[i];
       if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }

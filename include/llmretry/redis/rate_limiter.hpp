@@ -150,8 +150,7 @@ class RateLimiter {
     const std::chrono::microseconds wait{reply[1].integer()};
     const time_point start = wait > wait.zero() ? now + (this->now() - sent) + wait : now;
     std::optional<Dimension> limited_by;
-    if (const long long dimension = reply[2].integer(); dimension >= 0)
-      limited_by = static_cast<Dimension>(dimension);
+    if (const long long dimension = reply[2].integer(); dimension >= 0) limited_by = static_cast<Dimension>(dimension);
     if (reply[0].integer() == 0) Access::refuse(reservation, ReservationStatus::too_long, start, limited_by);
     else Access::grant(reservation, start, limited_by);
     return reservation;
