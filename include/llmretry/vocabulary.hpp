@@ -35,6 +35,8 @@ enum class StopReason {
                            ///< capacity comes later than the call may wait
   retry_budget,            ///< the retries shared by the calls to a deployment are used up (RetryBudget)
   circuit_open,            ///< the deployment's circuit breaker is open (CircuitBreaker)
+  pacing_unavailable,      ///< the pacing state shared with other processes could not be reached, and the
+                           ///< deployment fails closed (DeploymentOptions::when_shared_fails)
 };
 
 /// Returns the snake_case name of a stop reason, such as "attempts_exhausted".
@@ -51,6 +53,7 @@ enum class StopReason {
     case StopReason::no_capacity: return "no_capacity";
     case StopReason::retry_budget: return "retry_budget";
     case StopReason::circuit_open: return "circuit_open";
+    case StopReason::pacing_unavailable: return "pacing_unavailable";
   }
   return "unknown";
 }

@@ -22,6 +22,7 @@
 #include "limits.hpp"
 #include "rate_limiter.hpp"
 #include "settlement.hpp"
+#include "shared_pacing.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 
@@ -69,11 +70,20 @@ struct DeploymentOptions {
   /// Reads the actual usage from a successful answer's body (such as llmretry::json::usage_of), so that
   /// the reservation is settled with it; empty: the estimate stays charged.
   UsageReader read_usage;
+  /// The pacing state shared with the other processes that pace this deployment (such as a
+  /// redis::RateLimiter): reservations are made there and every attempt's end is told there, so that what
+  /// one process learns or is refused, all hear; empty: this process paces alone. The deployment's own
+  /// RateLimiter still learns every answer, for when_shared_fails.
+  std::shared_ptr<SharedPacing> shared;
+  /// What an attempt does when `shared` cannot be reached: refused (fail_closed), or paced by this process
+  /// alone (fail_open).
+  SharedFailure when_shared_fails = SharedFailure::fail_closed;
 };
 
 /// One deployment's pacing, shared by every call to it: a RateLimiter (requests and tokens per minute,
-/// per day...), an optional ConcurrencyLimit, and what the provider taught it. Create one per (provider,
-/// model, key) and share it; `pace(estimate)` gives the guard of one call for call_with_retry.
+/// per day...) or the SharedPacing of every process, an optional ConcurrencyLimit, and what the provider
+/// taught it. Create one per (provider, model, key) and share it; `pace(estimate)` gives the guard of one
+/// call for call_with_retry.
 /// The building blocks (reserve, succeeded, failed) are public so that other drivers (a simulator in
 /// virtual time, a queue worker) pace the same way. Thread-safe.
 class Deployment {
@@ -101,10 +111,35 @@ class Deployment {
   /// Returns the concurrency limit, or null when there is none.
   [[nodiscard]] ConcurrencyLimit* concurrency() noexcept { return concurrency_.get(); }
 
-  /// Reserves `estimate` at `now`, waiting at most `max_wait` (and max_queue_wait).
+  /// Returns how many exchanges with the shared pacing state failed (see DeploymentOptions::shared).
+  [[nodiscard]] std::int64_t shared_failures() const noexcept {
+    return shared_failures_.load(std::memory_order_relaxed);
+  }
+
+  /// Reserves `estimate` at `now`, waiting at most `max_wait` (and max_queue_wait): on the shared pacing
+  /// state when there is one; when it cannot be reached, an unavailable reservation (fail_closed) or one
+  /// of this process's limiter (fail_open).
   [[nodiscard]] Reservation reserve(const Cost& estimate, time_point now,
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
-    return limiter_.reserve(estimate, now, shorter_wait(max_wait, options_.max_queue_wait));
+    const auto wait = shorter_wait(max_wait, options_.max_queue_wait);
+    if (options_.shared) {
+      try {
+        return options_.shared->reserve(estimate, now, wait);
+      } catch (...) {
+        shared_failures_.fetch_add(1, std::memory_order_relaxed);
+        if (options_.when_shared_fails == SharedFailure::fail_closed) {
+          Reservation refused = detail::ReservationAccess::make(estimate);
+          detail::ReservationAccess::refuse(refused, ReservationStatus::unavailable, now, std::nullopt);
+          return refused;
+        }
+      }
+    }
+    return limiter_.reserve(estimate, now, wait);
+  }
+
+  /// Gives back what `reservation` holds: the attempt was not sent.
+  void cancel(Reservation& reservation) noexcept {
+    if (reservation.open()) finish(reservation, AttemptEnd{}, nullptr, now());
   }
 
   /// Records a successful attempt at `now`: learns from `reported` (the answer's rate-limit headers),
@@ -112,7 +147,10 @@ class Deployment {
   void succeeded(Reservation& reservation, const std::optional<Cost>& usage, const RateLimits* reported,
                  time_point now) noexcept {
     if (reported != nullptr) limiter_.learn(*reported, now);
-    limiter_.settle(reservation, usage.value_or(reservation.cost()), now);
+    AttemptEnd end;
+    end.charge = usage.value_or(reservation.cost());
+    end.reported = reported;
+    finish(reservation, end, reported, now);
   }
 
   /// Records a failed attempt at `now`. A 429 pauses every call of the deployment for the provider's
@@ -121,20 +159,22 @@ class Deployment {
   /// were used); a request never sent gives everything back; one refused without work keeps the request;
   /// one that may have been processed keeps its estimate (it may have been billed).
   void failed(Reservation& reservation, const Failure& failure, time_point now) noexcept {
+    AttemptEnd end;
     if (failure.kind == FailureKind::rate_limited) {
       if (failure.provider_wait) {
         // A provider's wait is untrusted and may be huge: a day at most, so that times cannot overflow.
         const auto wait = std::min(*failure.provider_wait, std::chrono::milliseconds{std::chrono::hours{24}});
         limiter_.pause_until(now + wait);
         limiter_.set_back(wait, now);
+        end.refused_for = wait;
       }
-      if (options_.learning == Learning::adaptive) limiter_.slow_down(now);
+      if (options_.learning == Learning::adaptive) {
+        (void)limiter_.slow_down(now);
+        end.slow_down = true;  // the shared state counts one slow-down per interval for every process
+      }
     }
-    if (const std::optional<Cost> charged = charge_after(failure, reservation.cost())) {
-      limiter_.settle(reservation, *charged, now);
-    } else {
-      limiter_.cancel(reservation);
-    }
+    end.charge = charge_after(failure, reservation.cost());
+    finish(reservation, end, nullptr, now);
   }
 
   class Pacing;
@@ -143,9 +183,34 @@ class Deployment {
   [[nodiscard]] Pacing pace(const Cost& estimate) noexcept;
 
  private:
+  /// Tells `end` where `reservation` was made: the shared state (its failures counted, never thrown), or
+  /// this process's limiter, which has learned `reported` already.
+  void finish(Reservation& reservation, const AttemptEnd& end, const RateLimits* reported, time_point now) noexcept {
+    if (reservation.shared()) {
+      try {
+        options_.shared->finish(reservation, end, now);
+      } catch (...) {
+        shared_failures_.fetch_add(1, std::memory_order_relaxed);
+      }
+      return;
+    }
+    if (options_.shared && (reported != nullptr || end.refused_for || end.slow_down)) {
+      // Paced here while the shared state was out of reach: what the answer taught goes there too.
+      Reservation none;
+      try {
+        options_.shared->finish(none, end, now);
+      } catch (...) {
+        shared_failures_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (end.charge) limiter_.settle(reservation, *end.charge, now);
+    else limiter_.cancel(reservation);
+  }
+
   DeploymentOptions options_;
   RateLimiter limiter_;
   std::unique_ptr<ConcurrencyLimit> concurrency_;
+  std::atomic<std::int64_t> shared_failures_{0};
 };
 
 /// The guard of one call through a Deployment. Before each attempt it reserves the estimate (the wait
@@ -174,7 +239,7 @@ class Deployment::Pacing {
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
     ~Ticket() {
-      deployment_->limiter().cancel(reservation_);
+      deployment_->cancel(reservation_);
       if (line_ && !deployment_->concurrency()->withdraw(*line_)) slot_ = true;  // granted as it left
       release();
     }

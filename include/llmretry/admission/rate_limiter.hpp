@@ -25,9 +25,10 @@ struct ReservationAccess;
 
 /// How a reservation ended.
 enum class ReservationStatus {
-  granted,    ///< the call may start at start(); cancel or settle it later
-  too_large,  ///< the cost exceeds a limit: it can never fit (limited_by() says which)
-  too_long,   ///< it would have to wait longer than the caller allows (start() says until when)
+  granted,      ///< the call may start at start(); cancel or settle it later
+  too_large,    ///< the cost exceeds a limit: it can never fit (limited_by() says which)
+  too_long,     ///< it would have to wait longer than the caller allows (start() says until when)
+  unavailable,  ///< the shared pacing state could not be reached (SharedPacing): nothing is held
 };
 
 /// Returns the snake_case name of a status, such as "too_large".
@@ -36,6 +37,7 @@ enum class ReservationStatus {
     case ReservationStatus::granted: return "granted";
     case ReservationStatus::too_large: return "too_large";
     case ReservationStatus::too_long: return "too_long";
+    case ReservationStatus::unavailable: return "unavailable";
   }
   return "unknown";
 }
@@ -56,6 +58,7 @@ class Reservation {
     charged_ = other.charged_;
     generation_ = other.generation_;
     paced_ = other.paced_;
+    shared_ = other.shared_;
     open_ = std::exchange(other.open_, false);
     return *this;
   }
@@ -81,6 +84,9 @@ class Reservation {
   [[nodiscard]] std::optional<Dimension> limited_by() const noexcept { return limited_by_; }
   /// Returns true while the capacity is held: granted, and neither cancelled nor settled yet.
   [[nodiscard]] bool open() const noexcept { return open_; }
+  /// Returns true when it was made on pacing state shared with other processes (SharedPacing), false when
+  /// by this process's RateLimiter.
+  [[nodiscard]] bool shared() const noexcept { return shared_; }
 
  private:
   friend class RateLimiter;
@@ -94,6 +100,7 @@ class Reservation {
   std::array<std::int64_t, dimension_count> charged_{};  ///< nanoseconds of capacity held per dimension
   std::uint64_t generation_ = 0;  ///< the limiter's limits when it was reserved (RateLimiter::generation_)
   std::uint8_t paced_ = 0;        ///< the dimensions paced when it was reserved, one bit each
+  bool shared_ = false;
   bool open_ = false;
 };
 
@@ -103,8 +110,13 @@ namespace detail {
 /// makes and reads back when they end.
 struct ReservationAccess {
   using time_point = Reservation::time_point;
-  /// Returns a reservation of `cost` that holds nothing: too_large until granted or refused otherwise.
-  [[nodiscard]] static Reservation make(const Cost& cost) noexcept { return Reservation(cost); }
+  /// Returns a reservation of `cost` on shared state that holds nothing: too_large until granted or refused
+  /// otherwise.
+  [[nodiscard]] static Reservation make(const Cost& cost) noexcept {
+    Reservation reservation(cost);
+    reservation.shared_ = true;
+    return reservation;
+  }
   /// Returns the nanoseconds of capacity `reservation` holds per dimension, to fill in before granting it.
   [[nodiscard]] static std::array<std::int64_t, dimension_count>& held(Reservation& reservation) noexcept {
     return reservation.charged_;

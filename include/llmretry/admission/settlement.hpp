@@ -100,8 +100,9 @@ template <class Answer>
 }
 
 /// Returns the refusal of an attempt whose reservation, made at `now`, was not granted: no_capacity for a
-/// cost above a limit (a too_large failure) or a wait beyond `max_wait`, deadline for a wait beyond
-/// `time_left` (the attempt's); the failure is then rate_limited, with the wait it would have had as its
+/// cost above a limit (a too_large failure); pacing_unavailable (a connection failure) when the shared
+/// pacing state was out of reach; no_capacity for a wait beyond `max_wait`, deadline for a wait beyond
+/// `time_left` (the attempt's), the failure then rate_limited with the wait it would have had as its
 /// provider_wait. Its limit is the type of the reservation's limited_by() (unknown when it names none, as
 /// for a wait after a 429). Requires !reservation.granted().
 [[nodiscard]] inline Refusal refusal_of(const Reservation& reservation, std::chrono::steady_clock::time_point now,
@@ -111,6 +112,8 @@ template <class Answer>
   const LimitType limit = limited_by ? limit_type_of(*limited_by) : LimitType::unknown;
   if (reservation.status() == ReservationStatus::too_large)
     return Refusal{StopReason::no_capacity, Failure::of(FailureKind::too_large, Sent::not_sent), limit};
+  if (reservation.status() == ReservationStatus::unavailable)
+    return Refusal{StopReason::pacing_unavailable, Failure::connection_failed(Sent::not_sent), limit};
   Failure failure = Failure::of(FailureKind::rate_limited, Sent::not_sent);
   failure.provider_wait = reservation.wait_after(now);
   return Refusal{reason_for_wait(time_left, max_wait), failure, limit};

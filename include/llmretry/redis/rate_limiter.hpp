@@ -18,6 +18,7 @@
 #include "../admission/limits.hpp"
 #include "../admission/rate_limiter.hpp"
 #include "../admission/settlement.hpp"
+#include "../admission/shared_pacing.hpp"
 #include "../attempt.hpp"
 #include "../clock.hpp"
 #include "../detail/saturate.hpp"
@@ -30,78 +31,204 @@ namespace redis {
 
 namespace detail {
 
-// KEYS[1]: the limiter's hash; fields t<i> (dimension i's theoretical arrival time, TAT) and s<i> (the latest
-// start granted on it), microseconds on the server's clock. ARGV: the most wait allowed (µs, -1: any), how
-// long the hash outlives its last TAT (ms), then for each dimension charged: i, the time its charge takes to
-// refill (µs), the time its burst takes to refill (µs). The arithmetic is llmretry::RateLimiter's: a call may
-// start once every TAT, moved by its charge, is within the burst's time of it. Takes nothing when the wait is
-// too long. Returns {1 granted or 0 too long, the wait in µs, the dimension that made it wait or -1}.
-inline constexpr std::string_view reserve_script = R"lua(
-local key = KEYS[1]
-local max_wait, linger = tonumber(ARGV[1]), tonumber(ARGV[2])
+// One script for every operation on one deployment's shared pacing state, with llmretry::RateLimiter's
+// arithmetic on the server's clock (TIME, in microseconds). KEYS[1]: the state's hash. Per dimension d
+// (0 to 5): t<d> its theoretical arrival time (TAT), s<d> the latest start granted on it, L<d> the lowest
+// limit learned from rate-limit headers, U<d> the burst of a dimension only learned, R<d> its rate while
+// slowed down and C<d> when that last changed; P the end of the pause after a 429, B the end of the last
+// set-back, D the last slow-down.
+// ARGV[1]: "reserve" or "finish"; ARGV[2]: how long the hash outlives its last TAT (ms); ARGV[3..20]: each
+// dimension's configured limit (0: none), burst and period (µs).
+// reserve: ARGV[21..26] the cost's charge per dimension, ARGV[27] the most wait allowed (µs, -1: any).
+//   Returns {1 granted, 0 too long or 2 too large; the wait in µs; the dimension that decided or -1; then
+//   the µs of capacity held per dimension}. Takes nothing unless granted.
+// finish: ARGV[21..26] the µs held per dimension, ARGV[27..32] the charge kept per dimension, ARGV[33]
+//   "settle", "cancel" or "none"; ARGV[34..45] the reported requests, tokens, input and output windows, each
+//   limit, remaining and reset (µs), -1 when not reported; ARGV[46] a 429's wait (µs, -1: none); ARGV[47]
+//   "1" to slow down. Returns 1.
+inline constexpr std::string_view pacing_script = R"lua(
+local key, op, linger = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local start, limited, cells = now, -1, {}
-for a = 3, #ARGV, 3 do
-  local i, held, burst = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local from = math.max(tonumber(redis.call('HGET', key, 't' .. i)) or now, now)
-  local starts = from + math.min(held - burst, 0)
-  if starts > start then start, limited = starts, tonumber(i) end
-  cells[#cells + 1] = {i, from + held, math.max(starts, now)}
-end
-if max_wait >= 0 and start - now > max_wait then return {0, start - now, limited} end
-local last = now
-for _, c in ipairs(cells) do
-  local latest = math.max(tonumber(redis.call('HGET', key, 's' .. c[1])) or c[3], c[3])
-  redis.call('HSET', key, 't' .. c[1], string.format('%d', c[2]), 's' .. c[1], string.format('%d', latest))
-  last = math.max(last, c[2])
-end
-local ttl = math.ceil((last - now) / 1000) + linger
-if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
-return {1, start - now, limited}
-)lua";
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local state, dirty = {}, {}
+local raw = redis.call('HGETALL', key)
+for k = 1, #raw, 2 do state[raw[k]] = tonumber(raw[k + 1]) end
+local function set(field, value) state[field] = value; dirty[#dirty + 1] = field end
+local function arg(k) return tonumber(ARGV[k]) end
 
-// KEYS[1]: the limiter's hash. ARGV: how long the hash outlives its last TAT (ms), then for each dimension
-// to adjust: i, the change of its TAT (µs; negative gives capacity back), and 1 when capacity comes back only
-// if no reservation on it starts after now (0: always). Returns 1.
-inline constexpr std::string_view adjust_script = R"lua(
-local key = KEYS[1]
-local linger = tonumber(ARGV[1])
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-for a = 2, #ARGV, 3 do
-  local i, delta, conditional = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1'
-  local tat = tonumber(redis.call('HGET', key, 't' .. i))
-  if delta > 0 then
-    tat = (tat or now) + delta
-    redis.call('HSET', key, 't' .. i, string.format('%d', tat))
-    local ttl = math.ceil((tat - now) / 1000) + linger
-    if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
-  elseif tat and not (conditional and (tonumber(redis.call('HGET', key, 's' .. i)) or now) > now) then
-    redis.call('HSET', key, 't' .. i, string.format('%d', tat + delta))
+local cells = {}
+local function cell(d)
+  local limit, learned = arg(3 + d * 3), state['L' .. d]
+  if limit <= 0 and not learned then return nil end
+  local c = {d = d}
+  if limit > 0 then
+    c.configured, c.burst, c.period = limit, arg(4 + d * 3), arg(5 + d * 3)
+    if learned and learned < limit then c.configured = learned end
+  else
+    c.configured, c.burst, c.period = learned, state['U' .. d] or math.max(1, math.floor(learned / 60)), 60000000
+  end
+  c.limit = c.configured
+  local slowed = state['R' .. d]
+  if slowed and slowed < c.configured then c.limit = slowed end
+  return c
+end
+for d = 0, 5 do cells[d] = cell(d) end
+local function time_of(c, units)
+  if units <= 0 then return 0 end
+  return math.ceil(units * c.period / c.limit)
+end
+local function tolerance(c) return time_of(c, math.min(c.burst, c.limit)) end
+local function raise(c, at_least) set('t' .. c.d, math.max(state['t' .. c.d] or at_least, at_least)) end
+local function recover(c)
+  if c.limit >= c.configured then return end
+  local since = state['C' .. c.d] or now
+  local seconds = math.floor((now - since) / 1000000)
+  if seconds < 1 then return end
+  local step = math.max(1, math.floor(c.configured * 10 / 1000))
+  if seconds >= math.ceil((c.configured - c.limit) / step) then c.limit = c.configured
+  else c.limit = c.limit + step * seconds end
+  set('R' .. c.d, c.limit)
+  set('C' .. c.d, since + seconds * 1000000)
+end
+local function save()
+  local last = math.max(now, state['P'] or now)
+  for d = 0, 5 do last = math.max(last, state['t' .. d] or now) end
+  if #dirty > 0 then
+    local fields = {}
+    for _, f in ipairs(dirty) do
+      fields[#fields + 1] = f
+      fields[#fields + 1] = string.format('%d', state[f])
+    end
+    redis.call('HSET', key, unpack(fields))
+  end
+  local ttl = math.ceil((last - now) / 1000) + linger
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+
+if op == 'reserve' then
+  for d = 0, 5 do
+    local c = cells[d]
+    if c and arg(21 + d) > c.configured then return {2, 0, d, 0, 0, 0, 0, 0, 0} end
+  end
+  local start, limited, takes, held = now, -1, {}, {0, 0, 0, 0, 0, 0}
+  for d = 0, 5 do
+    local c = cells[d]
+    if c then
+      recover(c)
+      local units = arg(21 + d)
+      if units > 0 then
+        local h = time_of(c, units)
+        local from = math.max(state['t' .. d] or now, now)
+        local starts = from + math.min(h - tolerance(c), 0)
+        if starts > start then start, limited = starts, d end
+        takes[#takes + 1] = {d, from + h, math.max(starts, now)}
+        held[d + 1] = h
+      end
+    end
+  end
+  start = math.max(start, state['P'] or now)
+  local max_wait = arg(27)
+  if max_wait >= 0 and start - now > max_wait then
+    save()
+    return {0, start - now, limited, 0, 0, 0, 0, 0, 0}
+  end
+  for _, take in ipairs(takes) do
+    set('t' .. take[1], take[2])
+    set('s' .. take[1], math.max(state['s' .. take[1]] or take[3], take[3]))
+  end
+  save()
+  return {1, start - now, limited, held[1], held[2], held[3], held[4], held[5], held[6]}
+end
+
+-- finish: learn what the answer reported
+for w = 0, 3 do
+  local limit, remaining, reset = arg(34 + w * 3), arg(35 + w * 3), arg(36 + w * 3)
+  local c = cells[w]
+  if limit > 0 then
+    if not c then
+      c = {d = w, configured = limit, limit = limit, burst = math.max(1, math.floor(limit / 60)), period = 60000000}
+      cells[w] = c
+      set('L' .. w, limit)
+      set('U' .. w, c.burst)
+    elseif limit < c.configured then
+      c.configured = limit
+      c.limit = math.min(c.limit, limit)
+      set('L' .. w, limit)
+      if state['R' .. w] then set('R' .. w, c.limit) end
+    end
+  end
+  if c then
+    local burst = math.min(c.burst, c.limit)
+    if remaining >= 0 then
+      if remaining < burst then raise(c, now + time_of(c, burst - remaining)) end
+    elseif reset >= 0 then
+      raise(c, now + reset)
+    end
   end
 end
+-- a 429: pause every call, and set the levels back once per overload
+local refused = arg(46)
+if refused >= 0 then
+  local until_ = now + refused
+  set('P', math.max(state['P'] or until_, until_))
+  for d = 0, 5 do if cells[d] then raise(cells[d], until_) end end
+  if now >= (state['B'] or now) then
+    set('B', now + refused)
+    for d = 0, 5 do
+      if cells[d] then set('t' .. d, math.max(state['t' .. d] or now, now) + refused) end
+    end
+  end
+end
+if ARGV[47] == '1' and (not state['D'] or now - state['D'] >= 1000000) then
+  set('D', now)
+  for d = 0, 5 do
+    local c = cells[d]
+    if c and c.period <= 60000000 then
+      c.limit = math.max(1, math.floor(c.limit * 700 / 1000))
+      set('R' .. d, c.limit)
+      set('C' .. d, now)
+    end
+  end
+end
+-- settle or cancel the reservation
+local mode = ARGV[33]
+for d = 0, 5 do
+  local held, tat = arg(21 + d), state['t' .. d]
+  if mode == 'cancel' then
+    if held ~= 0 and tat then set('t' .. d, tat - held) end
+  elseif mode == 'settle' and cells[d] then
+    local delta = time_of(cells[d], arg(27 + d)) - held
+    if delta > 0 then
+      set('t' .. d, (tat or now) + delta)
+    elseif delta < 0 and tat and (state['s' .. d] or now) <= now then
+      set('t' .. d, tat + delta)
+    end
+  end
+end
+save()
 return 1
 )lua";
 
 }  // namespace detail
 
-/// Admits calls at the rate of `limits`, shared by every process whose RateLimiter has the same name on the
-/// same server, with the semantics of llmretry::RateLimiter's reserve, cancel and settle (continuous refill, a
-/// burst per dimension, every dimension taken at once or none). The state is a hash under
-/// `<prefix>limit:{<name>}` that expires once every limit is full again (plus the longest period); every
-/// process must give one name the same limits. Times come from the server's clock: a call that must wait
+/// One deployment's pacing state shared by every process whose RateLimiter has the same name on the same
+/// server, with the semantics of llmretry::RateLimiter (continuous refill, a burst per dimension, every
+/// dimension taken at once or none; limits learned from rate-limit headers, the pause and set-back after a
+/// 429, the adaptive slow-down), each operation one Lua script on the server's clock, so that processes on
+/// machines whose clocks disagree share one limit: two round trips per attempt (reserve, finish). The state is
+/// a hash under `<prefix>limit:{<name>}` that expires once every limit is full again (plus the longest
+/// period configured, a minute when none is); every process must give one name the same limits. A call that must wait
 /// starts the server's wait after its reply came (the caller's `now` plus the round trip plus the wait), so
-/// never before the server meant it; one that need not starts at `now`.
+/// never before the server meant it; one that need not starts at `now`. Give it to a Deployment
+/// (DeploymentOptions::shared) to pace with it.
 ///
 /// When Redis cannot be reached or answers with an error, every operation throws redis::RedisError naming it
-/// ("rate limiter reserve", "rate limiter cancel", "rate limiter settle"): it fails closed, admitting nothing
-/// without the shared state, since a process cannot know how much of the limit the others use. A reserve
-/// that timed out may have taken its capacity (it comes back as it refills). A cancel or settle closes the
-/// reservation before it runs, so that repeating it cannot give capacity back twice: when it throws, what the
-/// reservation held stays charged until it refills. A server restarted without persistence starts with every
-/// limit full. Thread-safe as far as its Connection is (commands are sent one at a time).
-class RateLimiter {
+/// ("rate limiter reserve", "rate limiter finish"). A reserve that timed out may have taken its capacity (it
+/// comes back as it refills). A cancel, settle or finish closes the reservation before it runs, so that
+/// repeating it cannot give capacity back twice: when it throws, what the reservation held stays charged
+/// until it refills. A server restarted without persistence, or flushed, starts with every limit full and
+/// nothing learned. Thread-safe as far as its Connection is (commands are sent one at a time).
+class RateLimiter final : public SharedPacing {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
@@ -115,77 +242,78 @@ class RateLimiter {
         clock_(std::move(clock)) {
     limits_.validate();
     std::chrono::milliseconds longest{0};
-    for (const auto& limit : limits_.by_dimension)
-      if (limit) longest = std::max(longest, limit->period);
+    for (std::size_t i = 0; i < dimension_count; ++i) {
+      const std::optional<Limit>& limit = limits_.by_dimension[i];
+      if (!limit) {
+        configured_.insert(configured_.end(), {"0", "0", "0"});
+        continue;
+      }
+      longest = std::max(longest, limit->period);
+      configured_.insert(configured_.end(), {std::to_string(limit->limit), std::to_string(limit->burst_or_limit()),
+                                             std::to_string(std::chrono::microseconds{limit->period}.count())});
+    }
+    if (longest == longest.zero()) longest = std::chrono::minutes{1};  // only learned limits: per minute
     linger_ = std::to_string(longest.count());
   }
 
-  /// Reserves `cost` on every limited dimension. Returns a granted reservation saying when the call may
-  /// start, on the clock of `now`; too_large (holding nothing, without asking the server) when the
-  /// cost exceeds a dimension's limit; too_long (holding nothing) when the wait would be longer than
-  /// `max_wait`. Throws redis::RedisError.
+  /// Reserves `cost` on every limited dimension, the learned ones too. Returns a granted reservation
+  /// saying when the call may start, on the clock of `now`; too_large (holding nothing; without asking the
+  /// server when the cost exceeds a configured limit) when the cost exceeds a dimension's limit; too_long
+  /// (holding nothing) when the wait would be longer than `max_wait`. Throws redis::RedisError.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
-                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt) {
+                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt) override {
     using Access = llmretry::detail::ReservationAccess;
     Reservation reservation = Access::make(cost);
-    const bool bounded = max_wait && *max_wait < llmretry::detail::longest_wait;
-    std::vector<std::string> args{bounded ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1",
-                                  linger_};
+    const Charges charges = charges_of(cost);
     for (std::size_t i = 0; i < dimension_count; ++i) {
-      if (!limits_.by_dimension[i]) continue;
-      const Limit& limit = *limits_.by_dimension[i];
-      const std::int64_t units = charge_of(cost, static_cast<Dimension>(i));
-      if (units > limit.limit) {
+      if (limits_.by_dimension[i] && charges[i] > limits_.by_dimension[i]->limit) {
         Access::refuse(reservation, ReservationStatus::too_large, time_point{}, static_cast<Dimension>(i));
         return reservation;
       }
-      if (units == 0) continue;
-      const std::int64_t held = refill_us(units, limit);
-      const std::int64_t burst = refill_us(limit.burst_or_limit(), limit);
-      Access::held(reservation)[i] = held * 1000;
-      args.insert(args.end(), {std::to_string(i), std::to_string(held), std::to_string(burst)});
     }
+    std::vector<std::string> args = header("reserve");
+    for (const std::int64_t charge : charges) args.push_back(std::to_string(charge));
+    const bool bounded = max_wait && *max_wait < llmretry::detail::longest_wait;
+    args.push_back(bounded ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1");
     const time_point sent = this->now();
-    const Reply reply = run("rate limiter reserve", detail::reserve_script, args);
+    const Reply reply = run("rate limiter reserve", args);
     const std::chrono::microseconds wait{reply[1].integer()};
     const time_point start = wait > wait.zero() ? now + (this->now() - sent) + wait : now;
     std::optional<Dimension> limited_by;
-    if (const long long dimension = reply[2].integer(); dimension >= 0) limited_by = static_cast<Dimension>(dimension);
-    if (reply[0].integer() == 0) Access::refuse(reservation, ReservationStatus::too_long, start, limited_by);
-    else Access::grant(reservation, start, limited_by);
+    if (const long long dimension = reply[2].integer(); dimension >= 0 && dimension < 6)
+      limited_by = static_cast<Dimension>(dimension);
+    switch (reply[0].integer()) {
+      case 1:
+        for (std::size_t i = 0; i < dimension_count; ++i) Access::held(reservation)[i] = reply[3 + i].integer() * 1000;
+        Access::grant(reservation, start, limited_by);
+        break;
+      case 2: Access::refuse(reservation, ReservationStatus::too_large, time_point{}, limited_by); break;
+      default: Access::refuse(reservation, ReservationStatus::too_long, start, limited_by); break;
+    }
     return reservation;
+  }
+
+  /// Tells the end of the attempt (see SharedPacing::finish) in one script; `now` is not read: the server's
+  /// clock decides. Throws redis::RedisError, the reservation closed and what it held left charged.
+  void finish(Reservation& reservation, const AttemptEnd& end, [[maybe_unused]] time_point now) override {
+    finish(reservation, end, "rate limiter finish");
   }
 
   /// Gives back what an open reservation holds (the call was not sent). Does nothing for a reservation that
   /// is not open. Throws redis::RedisError, the reservation closed and its capacity left charged.
-  void cancel(Reservation& reservation) {
-    using Access = llmretry::detail::ReservationAccess;
-    if (!Access::close(reservation)) return;
-    std::vector<std::string> args{linger_};
-    for (std::size_t i = 0; i < dimension_count; ++i)
-      if (const std::int64_t held = Access::held(reservation)[i]; held != 0) add(args, i, -held / 1000, false);
-    adjust("rate limiter cancel", args);
-  }
+  void cancel(Reservation& reservation) { finish(reservation, AttemptEnd{}, "rate limiter cancel"); }
 
-  /// Charges `actual` (the usage the response reported) instead of the estimate an open reservation holds:
-  /// an overrun is charged; what was not used is given back only on a dimension where no reservation starts
-  /// after the server's now (as llmretry::RateLimiter::settle). `now` is not read: the server's clock decides.
-  /// Does nothing for a reservation that is not open. Throws redis::RedisError, the reservation closed and the
-  /// estimate left charged.
+  /// Charges `actual` (the usage the response reported) instead of the estimate an open reservation holds,
+  /// as llmretry::RateLimiter::settle does, on the server's clock (`now` is not read). Does nothing for a
+  /// reservation that is not open. Throws redis::RedisError, the reservation closed and the estimate left
+  /// charged.
   void settle(Reservation& reservation, const Cost& actual, [[maybe_unused]] time_point now) {
-    using Access = llmretry::detail::ReservationAccess;
-    if (!Access::close(reservation)) return;
-    std::vector<std::string> args{linger_};
-    for (std::size_t i = 0; i < dimension_count; ++i) {
-      if (!limits_.by_dimension[i]) continue;
-      const std::int64_t owed = refill_us(charge_of(actual, static_cast<Dimension>(i)), *limits_.by_dimension[i]);
-      const std::int64_t delta = owed - Access::held(reservation)[i] / 1000;
-      if (delta != 0) add(args, i, delta, true);
-    }
-    adjust("rate limiter settle", args);
+    AttemptEnd end;
+    end.charge = actual;
+    finish(reservation, end, "rate limiter settle");
   }
 
-  /// Returns the limits it paces with.
+  /// Returns the limits it was configured with (those learned live on the server).
   [[nodiscard]] const Limits& limits() const noexcept { return limits_; }
   /// Returns the time on the limiter's clock.
   [[nodiscard]] time_point now() const { return now_on(clock_); }
@@ -199,27 +327,47 @@ class RateLimiter {
                             UsageReader read_usage = {});
 
  private:
-  /// Returns the microseconds `units` of `limit` take to refill.
-  static std::int64_t refill_us(std::int64_t units, const Limit& limit) noexcept {
-    return llmretry::detail::mul_div_up(units, std::chrono::microseconds{limit.period}.count(), limit.limit);
+  /// finish(), its errors naming `operation`.
+  void finish(Reservation& reservation, const AttemptEnd& end, std::string_view operation) {
+    using Access = llmretry::detail::ReservationAccess;
+    const bool open = Access::close(reservation);
+    const bool news = end.reported != nullptr || end.refused_for || end.slow_down;
+    if (!open && !news) return;
+    std::vector<std::string> args = header("finish");
+    for (const std::int64_t held : Access::held(reservation)) args.push_back(std::to_string(open ? held / 1000 : 0));
+    for (const std::int64_t charge : charges_of(end.charge.value_or(Cost{0, 0, 0})))
+      args.push_back(std::to_string(charge));
+    args.emplace_back(!open ? "none" : end.charge ? "settle" : "cancel");
+    const RateLimits none;
+    const RateLimits& reported = end.reported != nullptr ? *end.reported : none;
+    for (const RateLimitWindow* window :
+         {&reported.requests, &reported.tokens, &reported.input_tokens, &reported.output_tokens}) {
+      args.push_back(window->limit && *window->limit > 0 ? std::to_string(*window->limit) : "-1");
+      args.push_back(window->remaining ? std::to_string(std::max<std::int64_t>(0, *window->remaining)) : "-1");
+      args.push_back(window->reset_after ? std::to_string(std::chrono::microseconds{*window->reset_after}.count())
+                                         : "-1");
+    }
+    args.push_back(end.refused_for ? std::to_string(std::chrono::microseconds{*end.refused_for}.count()) : "-1");
+    args.emplace_back(end.slow_down ? "1" : "0");
+    (void)run(operation, args);
   }
 
-  static void add(std::vector<std::string>& args, std::size_t dimension, std::int64_t delta, bool conditional) {
-    args.insert(args.end(), {std::to_string(dimension), std::to_string(delta), conditional ? "1" : "0"});
+  /// Returns the script's first arguments: the operation, the linger and the configured limits.
+  [[nodiscard]] std::vector<std::string> header(const char* operation) const {
+    std::vector<std::string> args{operation, linger_};
+    args.insert(args.end(), configured_.begin(), configured_.end());
+    return args;
   }
 
-  Reply run(std::string_view operation, std::string_view script, const std::vector<std::string>& args) {
-    return connection_.eval(operation, {script}, {key_}, {args.begin(), args.end()});
-  }
-
-  void adjust(std::string_view operation, const std::vector<std::string>& args) {
-    if (args.size() > 1) (void)run(operation, detail::adjust_script, args);  // else nothing to change
+  Reply run(std::string_view operation, const std::vector<std::string>& args) {
+    return connection_.eval(operation, {detail::pacing_script}, {key_}, {args.begin(), args.end()});
   }
 
   Connection& connection_;
   std::string key_;
   Limits limits_;
-  std::string linger_;  ///< the longest period in ms: how long the hash outlives its last TAT
+  std::vector<std::string> configured_;  ///< each dimension's limit, burst and period (µs), "0" when unset
+  std::string linger_;                   ///< the longest period in ms: how long the hash outlives its last TAT
   Clock clock_;
 };
 
