@@ -1,15 +1,19 @@
 // A few Redis connections handed out in turn, so that the many threads of a tool do not all wait for one
-// connection (each redis::Connection runs one command at a time); an idempotency store over them.
+// connection (each redis::Connection runs one command at a time); an idempotency store and a shared rate
+// limiter over them.
 #ifndef LLMRETRY_TOOLS_COMMON_REDIS_POOL_HPP
 #define LLMRETRY_TOOLS_COMMON_REDIS_POOL_HPP
 
 #include <llmretry/redis/connection.hpp>
 #include <llmretry/redis/idempotency_store.hpp>
+#include <llmretry/redis/rate_limiter.hpp>
 #include <llmretry/store/idempotency_store.hpp>
 
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +68,32 @@ class PooledIdempotencyStore final : public llmretry::store::IdempotencyStore {
 
   RedisPool& pool_;
   std::vector<std::unique_ptr<llmretry::redis::IdempotencyStore>> stores_;
+};
+
+/// A redis::RateLimiter on each connection of a RedisPool (which must outlive it), each operation made on
+/// the next one: the state lives in Redis, so any connection serves any reservation.
+class PooledRateLimiter final : public llmretry::SharedPacing {
+ public:
+  /// The limiters named `name` with `limits` on `pool`'s connections. Throws std::invalid_argument as
+  /// redis::RateLimiter does.
+  PooledRateLimiter(RedisPool& pool, const std::string& name, const llmretry::Limits& limits) : pool_(pool) {
+    for (std::size_t i = 0; i < pool.size(); ++i)
+      limiters_.push_back(std::make_unique<llmretry::redis::RateLimiter>(pool.at(i), name, limits));
+  }
+
+  [[nodiscard]] llmretry::Reservation reserve(const llmretry::Cost& cost, time_point now,
+                                              std::optional<std::chrono::milliseconds> max_wait) override {
+    return next().reserve(cost, now, max_wait);
+  }
+  void finish(llmretry::Reservation& reservation, const llmretry::AttemptEnd& end, time_point now) override {
+    next().finish(reservation, end, now);
+  }
+
+ private:
+  llmretry::redis::RateLimiter& next() { return *limiters_[pool_.next()]; }
+
+  RedisPool& pool_;
+  std::vector<std::unique_ptr<llmretry::redis::RateLimiter>> limiters_;
 };
 
 }  // namespace llmretry_tools

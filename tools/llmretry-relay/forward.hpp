@@ -133,9 +133,6 @@ class Forwarder {
       std::this_thread::sleep_for(wait);
       if (waiting_for_capacity) observer_.queue_left(queue, wait);
     };
-    // Each route's limits shared with other relays (--redis), before its own guards.
-    const auto shared = llmretry::route_guards(
-        [&](const llmretry::Route& route) { return chain.upstream_of(route).shared_pacing(in.estimate); });
     const auto call = [&](const llmretry::Route& route, const llmretry::Attempt& attempt) {
       current = &route;
       const Upstream& upstream = chain.upstream_of(route);
@@ -167,7 +164,7 @@ class Forwarder {
     };
 
     try {
-      auto routed = llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep, shared);
+      auto routed = llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep);
       const llmretry::metrics::Target answered = target(chain, routed.route, in);
       if (const auto usage = llmretry::json::usage_of(routed.answer.body))
         observer_.tokens_used(answered, static_cast<std::uint64_t>(usage->tokens()));
@@ -281,7 +278,7 @@ class Forwarder {
     const std::string message = "upstream gave up (" + stop + "): " + llmretry::describe(failure);
     if (reason == StopReason::circuit_open || reason == StopReason::retry_budget)
       return refuse(503, message, "service_unavailable");
-    if (reason == StopReason::refused)  // a guard refused it unsent, such as a shared limit whose Redis failed
+    if (reason == StopReason::refused || reason == StopReason::pacing_unavailable)  // refused unsent: Redis failed
       return refuse(503, "the relay could not admit the request (" + stop + "): " + llmretry::describe(failure),
                     "service_unavailable");
     if (failure.kind == llmretry::FailureKind::timeout) return refuse(504, message, "upstream_timeout");

@@ -150,21 +150,14 @@ class RedisState {
 
   llmretry::store::IdempotencyStore& idempotency() { return *idempotency_; }
 
-  /// Returns what shares each upstream's limits through a redis::RateLimiter (one on each connection, used
-  /// in turn), an attempt waiting at most `max_wait` for them.
-  relay::ShareLimits share_limits(std::chrono::milliseconds max_wait) {
+  /// Returns what shares each upstream's pacing through Redis (a redis::RateLimiter on each connection, used
+  /// in turn).
+  relay::ShareLimits share_limits() {
 #if LLMRETRY_RELAY_REDIS
-    return [this, max_wait](const std::string& name, const llmretry::Limits& limits) -> relay::SharedPace {
-      auto limiters = std::make_shared<std::vector<std::unique_ptr<llmretry::redis::RateLimiter>>>();
-      for (std::size_t i = 0; i < pool_->size(); ++i)
-        limiters->push_back(std::make_unique<llmretry::redis::RateLimiter>(pool_->at(i), name, limits));
-      return [limiters, pool = pool_.get(), max_wait](const llmretry::Cost& estimate) {
-        return (*limiters)[pool->next()]->pace(estimate, max_wait,
-                                               [](std::string_view body) { return llmretry::json::usage_of(body); });
-      };
+    return [this](const std::string& name, const llmretry::Limits& limits) -> std::shared_ptr<llmretry::SharedPacing> {
+      return std::make_shared<llmretry_tools::PooledRateLimiter>(*pool_, name, limits);
     };
 #else
-    static_cast<void>(max_wait);
     return {};
 #endif
   }
@@ -194,7 +187,7 @@ int run(const Options& options) {
   settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
   if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
-  const relay::ShareLimits share = redis ? redis->share_limits(options.pace.max_wait) : relay::ShareLimits{};
+  const relay::ShareLimits share = redis ? redis->share_limits() : relay::ShareLimits{};
   std::optional<relay::Routes> routes;
   try {
     if (options.config.empty()) {

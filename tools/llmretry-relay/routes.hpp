@@ -41,19 +41,9 @@ struct Pace {
   std::chrono::milliseconds max_wait{8000};  ///< the longest wait for capacity before a refusal
 };
 
-#if LLMRETRY_RELAY_REDIS
-/// The guard of one call's attempts on a limit shared with other relays through Redis.
-using SharedPacing = llmretry::redis::RateLimiter::Pacing;
-#else
-/// A build without Redis shares no limit.
-using SharedPacing = llmretry::NoGuard;
-#endif
-
-/// Returns the guard of one call of estimated cost `estimate` on an upstream's shared limit.
-using SharedPace = std::function<SharedPacing(const llmretry::Cost& estimate)>;
-
-/// Returns the SharedPace of the limiter named `name` with `limits`.
-using ShareLimits = std::function<SharedPace(const std::string& name, const llmretry::Limits& limits)>;
+/// Returns the pacing state that the upstream `name` shares with other relays, configured with `limits`.
+using ShareLimits =
+    std::function<std::shared_ptr<llmretry::SharedPacing>(const std::string& name, const llmretry::Limits& limits)>;
 
 /// One upstream: where its requests go, with which key, and what guards them.
 struct Upstream {
@@ -63,13 +53,6 @@ struct Upstream {
   std::string model;     ///< the model the body is sent with; empty: the client's own
   std::unique_ptr<llmretry::Deployment> deployment;
   std::unique_ptr<llmretry::CircuitBreaker> breaker;
-  SharedPace shared;  ///< its limits shared with other relays; empty: none
-
-  /// Returns the guard of one call of estimated cost `estimate` on the limits this upstream shares with
-  /// other relays: none when it shares none.
-  [[nodiscard]] llmretry::OptionalGuard<SharedPacing> shared_pacing(const llmretry::Cost& estimate) const {
-    return llmretry::OptionalGuard<SharedPacing>(shared ? std::optional<SharedPacing>(shared(estimate)) : std::nullopt);
-  }
 };
 
 /// A fallback chain and the upstream of each of its routes (same order).
@@ -97,7 +80,8 @@ class Routes {
  public:
   /// Every model goes to `upstream`, then to the `fallbacks` in order, all with the key in
   /// OPENAI_API_KEY and the same pacing.
-  /// `share`: shares the limits of each upstream that has some with other relays (empty: none).
+  /// `share`: shares each upstream's pacing (its limits, configured or learned) with other relays (empty:
+  /// none).
   Routes(const std::string& upstream, const std::vector<std::string>& fallbacks, const Pace& pace,
          const Environment& environment, const ShareLimits& share = {})
       : share_(share) {
@@ -168,9 +152,7 @@ class Routes {
       deployment.limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute_paced(*pace.rpm);
     if (pace.tpm)
       deployment.limits[llmretry::Dimension::tokens_per_minute] = llmretry::Limit::per_minute_paced(*pace.tpm);
-    if (share_ && std::any_of(deployment.limits.by_dimension.begin(), deployment.limits.by_dimension.end(),
-                              [](const auto& limit) { return limit.has_value(); }))
-      upstream->shared = share_(name + "@" + base_url, deployment.limits);
+    if (share_) deployment.shared = share_(name + "@" + base_url, deployment.limits);
     deployment.concurrency = pace.concurrency;
     deployment.max_queue_wait = pace.max_wait;
     deployment.read_usage = [](std::string_view body) { return llmretry::json::usage_of(body); };

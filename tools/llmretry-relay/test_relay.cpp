@@ -886,6 +886,29 @@ TEST_CASE("two relays on one Redis share their limits: what one used, the other 
   CHECK(std::stoi(refused->get_header_value("Retry-After")) > 8);
   CHECK(provider.request_count() == 1);
 }
+
+TEST_CASE("two relays on one Redis share what the upstream's headers taught one of them") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  ScriptedResponse limited = LoopbackProvider::chat_completion("first");
+  limited.headers = {{"x-ratelimit-limit-requests", "1"}, {"x-ratelimit-remaining-requests", "0"}};
+  provider.then(limited);
+  provider.then(LoopbackProvider::chat_completion("second"));
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  // No limit configured: only what the upstream reports paces them.
+  const std::vector<std::string> arguments{"--listen",   "127.0.0.1:0", "--upstream", provider.base_url(),
+                                           "--max-wait", "100ms",       "--redis",    url};
+  Relay a("learned_limit_a", arguments);
+  Relay b("learned_limit_b", arguments);
+  a.started();
+  b.started();
+  CHECK(post(a, "/v1/chat/completions", chat())->status == 200);
+  // b never heard the headers, but one request a minute is learned, and it is spent.
+  const auto refused = post(b, "/v1/chat/completions", chat());
+  CHECK(refused->status == 429);
+  CHECK(error_of(refused->body).at("code") == "no_capacity");
+  CHECK(provider.request_count() == 1);
+}
 #endif
 
 TEST_CASE("SIGTERM stops the relay once the requests in flight are answered, with exit status 0") {
