@@ -294,7 +294,8 @@ class RateLimiter final : public SharedPacing {
   }
 
   /// Tells the end of the attempt (see SharedPacing::finish) in one script; `now` is not read: the server's
-  /// clock decides. Throws redis::RedisError, the reservation closed and what it held left charged.
+  /// clock decides. Sends nothing when there is no news and the estimate stays charged as it was reserved.
+  /// Throws redis::RedisError, the reservation closed and what it held left charged.
   void finish(Reservation& reservation, const AttemptEnd& end, [[maybe_unused]] time_point now) override {
     finish(reservation, end, "rate limiter finish");
   }
@@ -330,9 +331,10 @@ class RateLimiter final : public SharedPacing {
   /// finish(), its errors naming `operation`.
   void finish(Reservation& reservation, const AttemptEnd& end, std::string_view operation) {
     using Access = llmretry::detail::ReservationAccess;
+    const Cost reserved = reservation.cost();
     const bool open = Access::close(reservation);
     const bool news = end.reported != nullptr || end.refused_for || end.slow_down;
-    if (!open && !news) return;
+    if (!news && (!open || end.charge == reserved)) return;  // nothing to learn, nothing to adjust
     std::vector<std::string> args = header("finish");
     for (const std::int64_t held : Access::held(reservation)) args.push_back(std::to_string(open ? held / 1000 : 0));
     for (const std::int64_t charge : charges_of(end.charge.value_or(Cost{0, 0, 0})))
