@@ -35,10 +35,16 @@ class AnswerFile {
  public:
   /// Opens `path` for appending (creating it), locks it, cuts a torn last line (one without its newline,
   /// left by a crash while writing) and reads the custom_id of every line. Lines that are not a JSON
-  /// object with a string custom_id are ignored and counted. Throws FileError naming the file.
+  /// object with a string custom_id are ignored and counted. Throws FileError naming the file, also when it
+  /// is not a regular file.
   explicit AnswerFile(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
     if (fd_ < 0) fail("cannot be opened");
+    struct stat status {};
+    if (::fstat(fd_, &status) != 0 || !S_ISREG(status.st_mode)) {
+      ::close(fd_);
+      throw FileError(path_ + ": not a regular file");
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
       ::close(fd_);

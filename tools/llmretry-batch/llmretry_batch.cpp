@@ -35,6 +35,7 @@
 #include "common/command_line.hpp"
 #include "common/periodic_thread.hpp"
 #include "common/program.hpp"
+#include "files.hpp"
 #include "input.hpp"
 #include "report.hpp"
 #include "runner.hpp"
@@ -205,6 +206,7 @@ int run(const Options& options) {
     throw UsageError("OPENAI_API_KEY is not set");
   if (!options.redis.empty() && !LLMRETRY_BATCH_REDIS) throw UsageError("--redis: this build has no Redis support");
 
+  batch::check_files(options.input, options.output, options.errors);
   const std::vector<batch::Request> requests = batch::read_input(options.input, base_url);
   std::optional<batch::AnswerFile> output;
   std::optional<batch::AnswerFile> errors;
@@ -212,7 +214,7 @@ int run(const Options& options) {
     output.emplace(options.output);
     errors.emplace(options.errors);
   } catch (const batch::FileError& error) {
-    throw UsageError(error.what());
+    throw batch::FileProblem(error.what());
   }
   std::vector<batch::Request> pending;
   std::int64_t failed_before = 0;
@@ -262,7 +264,9 @@ int main(int argc, char** argv) {
   llmretry_tools::MainOptions statuses;
   statuses.usage_suffix = " (see --help)";
   statuses.other = [](const std::exception& error) -> llmretry_tools::Exit {
-    if (dynamic_cast<const batch::InputError*>(&error) != nullptr) return {2, error.what()};
+    if (dynamic_cast<const batch::InputError*>(&error) != nullptr ||
+        dynamic_cast<const batch::FileProblem*>(&error) != nullptr)
+      return {2, error.what()};
     return {3, std::string("stopped: ") + error.what() + "; what is written stays valid: rerun to resume"};
   };
   return llmretry_tools::run_main(

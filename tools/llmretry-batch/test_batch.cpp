@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -234,6 +235,55 @@ TEST_CASE("a request that fails for good goes to the errors file with the stop r
   Child rerun({path, (dir / "output.jsonl").string()}, provider.base_url(), dir);
   CHECK(rerun.wait() == 1);  // answered in the errors file: not sent again
   CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("OUTPUT or --errors naming INPUT, or OUTPUT and ERRORS one file: status 2, no file touched, nothing sent") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("same_file");
+  const std::string input = write_input(dir, 200);
+  const std::string before = llmretry_test::read_file(input);
+  std::filesystem::create_hard_link(input, dir / "input-link.jsonl");
+  std::ofstream(dir / "output.jsonl").flush();
+  std::filesystem::create_symlink(dir / "output.jsonl", dir / "output-link.jsonl");
+  const auto refused = [&](const std::vector<std::string>& arguments, const std::string& message) {
+    Child child(arguments, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    CHECK_THAT(child.err(), llmretry_catch::contains(message));
+    CHECK(llmretry_test::read_file(input) == before);
+  };
+  refused({input, input}, "OUTPUT " + input + " is the file INPUT names");
+  refused({input, (dir / "input-link.jsonl").string()}, "is the file INPUT names");
+  refused({input, (dir / "new.jsonl").string(), "--errors", input}, "--errors " + input + " is the file INPUT names");
+  CHECK(!std::filesystem::exists(dir / "new.jsonl"));
+  refused({input, (dir / "output.jsonl").string(), "--errors", (dir / "output-link.jsonl").string()},
+          "is the file OUTPUT names");
+  CHECK(!std::filesystem::exists(dir / "output.errors.jsonl"));
+  CHECK(provider.request_count() == 0);
+}
+
+TEST_CASE("an OUTPUT or ERRORS that is not a regular file is refused with status 2 before anything is sent") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("not_regular");
+  const std::string input = write_input(dir, 3);
+  const std::string fifo = (dir / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto refused = [&](const std::vector<std::string>& arguments, const std::string& file) {
+    Child child(arguments, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    CHECK_THAT(child.err(), llmretry_catch::contains(file + ": not a regular file"));
+    CHECK(child.err().find("see --help") == std::string::npos);
+  };
+  refused({input, "/dev/null"}, "/dev/null");
+  refused({input, fifo}, fifo);
+  refused({input, (dir / "output.jsonl").string(), "--errors", "/dev/null"}, "/dev/null");
+  CHECK(provider.request_count() == 0);
+}
+
+TEST_CASE("OUTPUT /dev/full is refused at once, not read") {
+  const auto dir = work_dir("dev_full");
+  Child child({write_input(dir, 3), "/dev/full"}, "http://127.0.0.1:9", dir);
+  CHECK(child.wait() == 2);
+  CHECK_THAT(child.err(), llmretry_catch::contains("/dev/full: not a regular file"));
 }
 
 #if LLMRETRY_BATCH_TEST_REDIS
