@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,10 +83,14 @@ class ChildProcess {
     REQUIRE(pid_ != 0);
     if (signal != 0) ::kill(pid_, signal);
     int status = 0;
-    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    struct rusage usage {};
+    REQUIRE(wait4(pid_, &status, 0, &usage) == pid_);
     pid_ = 0;
+    max_rss_kib_ = usage.ru_maxrss;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
+  /// Returns the most memory it held at once (its peak resident set, KiB), once wait() returned.
+  long max_rss_kib() const noexcept { return max_rss_kib_; }
   /// Returns true once it has ended (then wait() may no longer be called).
   bool ended() {
     if (pid_ == 0) return true;
@@ -94,7 +99,6 @@ class ChildProcess {
     pid_ = 0;
     return true;
   }
-
   /// Returns what it wrote to stdout so far.
   std::string out() const { return read_file(dir_ / "stdout.txt"); }
   /// Returns what it wrote to stderr so far.
@@ -103,6 +107,7 @@ class ChildProcess {
  private:
   std::filesystem::path dir_;
   pid_t pid_ = 0;
+  long max_rss_kib_ = 0;
 };
 
 }  // namespace llmretry_test

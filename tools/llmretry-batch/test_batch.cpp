@@ -25,6 +25,7 @@
 
 #include <child_process.hpp>
 #include <llmretry_catch.hpp>
+#include <test_time.hpp>
 
 #include "input.hpp"
 
@@ -110,6 +111,13 @@ void check_answered_once(const std::filesystem::path& dir, int count) {
   }
   CHECK(line_count(dir / "output.errors.jsonl") == 0);
   for (const auto& line : lines_of(dir / "output.jsonl")) CHECK(line.at("response").at("status_code") == 200);
+}
+
+/// Returns a line of the Batch output format answering `custom_id`, its body padded with `padding` bytes.
+std::string answer_line(const std::string& custom_id, std::size_t padding = 0) {
+  return R"({"id":"batch_req_0","custom_id":")" + custom_id +
+         R"(","response":{"status_code":200,"request_id":"","body":{"padding":")" + std::string(padding, 'x') +
+         R"("}},"error":null})";
 }
 
 /// Returns the Idempotency-Key of each request the provider received, from the `from`th on.
@@ -261,6 +269,42 @@ TEST_CASE("OUTPUT or --errors naming INPUT, or OUTPUT and ERRORS one file: statu
   CHECK(provider.request_count() == 0);
 }
 
+TEST_CASE("an OUTPUT holding what is not Batch output is refused untouched; a complete last line is kept") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("foreign_output");
+  const std::string input = write_input(dir, 3);
+  const auto output = dir / "output.jsonl";
+  const auto refused = [&](const std::string& content, const std::string& message) {
+    std::ofstream(output, std::ios::binary | std::ios::trunc) << content;
+    Child child({input, output.string()}, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    CHECK_THAT(child.err(), llmretry_catch::contains(message));
+    CHECK(llmretry_test::read_file(output) == content);
+  };
+  refused(llmretry_test::read_file(input), "output.jsonl:1: not a line of the Batch output format");
+  refused(answer_line("ticket-1") + "\n{\"custom_id\":\"ticket-2\"}\n", "output.jsonl:2: not a line of the Batch");
+  refused("hello", "output.jsonl:1: not a line of the Batch output format");
+  CHECK(provider.request_count() == 0);
+
+  // A last line without its newline that parses was written whole: it counts, and is not cut.
+  std::ofstream(output, std::ios::binary | std::ios::trunc) << answer_line("ticket-2");
+  Child child({input, output.string()}, provider.base_url(), dir);
+  CHECK(child.wait() == 0);
+  const auto lines = lines_of(output);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].at("custom_id") == "ticket-2");
+  CHECK(provider.request_count() == 2);
+
+  // A last line cut short by a crash while writing it is cut, and its request sent again.
+  std::ofstream(output, std::ios::binary | std::ios::trunc) << answer_line("ticket-1") << '\n'
+                                                            << answer_line("ticket-2").substr(0, 40);
+  Child torn({input, output.string()}, provider.base_url(), dir);
+  CHECK(torn.wait() == 0);
+  CHECK(lines_of(output).size() == 3);
+  CHECK(provider.request_count() == 4);
+}
+
 TEST_CASE("an OUTPUT or ERRORS that is not a regular file is refused with status 2 before anything is sent") {
   LoopbackProvider provider;
   const auto dir = work_dir("not_regular");
@@ -284,6 +328,24 @@ TEST_CASE("OUTPUT /dev/full is refused at once, not read") {
   Child child({write_input(dir, 3), "/dev/full"}, "http://127.0.0.1:9", dir);
   CHECK(child.wait() == 2);
   CHECK_THAT(child.err(), llmretry_catch::contains("/dev/full: not a regular file"));
+}
+
+TEST_CASE("resuming a large output reads it a line at a time: it does not cost the output's size in memory") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("large_output");
+  const std::string input = write_input(dir, 2000);
+  const auto output = dir / "output.jsonl";
+  {
+    std::ofstream out(output, std::ios::binary);
+    for (int i = 1; i <= 2000; ++i) out << answer_line("ticket-" + std::to_string(i), 50'000) << '\n';
+  }
+  const auto size_kib = static_cast<long>(std::filesystem::file_size(output) / 1024);
+  Child child({input, output.string()}, provider.base_url(), dir);
+  CHECK(child.wait() == 0);
+  CHECK(provider.request_count() == 0);
+  std::printf("llmretry-batch resuming a %ld KiB output: %ld KiB at most in memory\n", size_kib, child.max_rss_kib());
+  if (llmretry_test::time_scale == 1)  // a sanitizer's allocator keeps what is freed for a while
+    CHECK(child.max_rss_kib() < size_kib / 2);
 }
 
 #if LLMRETRY_BATCH_TEST_REDIS
