@@ -146,11 +146,11 @@ TEST_CASE("2,000 lines against the rate-limited loopback provider: each answered
   const double share = static_cast<double>(provider.refused()) / static_cast<double>(requests);
   std::printf("llmretry-batch, 2,000 lines, limits learned: %lld requests, %lld answered 429 (%.2f %%), %.2f s\n%s",
               static_cast<long long>(requests), static_cast<long long>(provider.refused()), 100.0 * share, seconds,
-              first.out().c_str());
+              first.err().c_str());
   check_answered_once(dir, 2000);
   CHECK(provider.served() == 2000);
   CHECK(share <= 0.01);
-  CHECK(first.out().find("wall time") != std::string::npos);
+  CHECK(first.err().find("wall time") != std::string::npos);
 
   // Every Idempotency-Key is the request's own, the same on its retries.
   std::set<std::string> keys;
@@ -162,7 +162,7 @@ TEST_CASE("2,000 lines against the rate-limited loopback provider: each answered
   Child rerun(arguments, provider.base_url() + "/v1", dir);
   CHECK(rerun.wait() == 0);
   CHECK(provider.request_count() == sent.size());
-  CHECK(rerun.out().find("requests: 0 sent") != std::string::npos);
+  CHECK(rerun.err().find("requests: 0 sent") != std::string::npos);
   check_answered_once(dir, 2000);
 }
 
@@ -192,7 +192,7 @@ TEST_CASE("killed with SIGKILL mid-run and run again: no line answered twice, no
   std::printf(
       "llmretry-batch killed after %zu lines (%zu requests sent), rerun: %zu requests, %zu of them of a "
       "completed line\n%s",
-      completed.size(), sent_before, resent.size(), resent_completed, rerun.out().c_str());
+      completed.size(), sent_before, resent.size(), resent_completed, rerun.err().c_str());
   CHECK(resent_completed == 0);
   CHECK(resent.size() < 2000 - completed.size() + 100);  // the rest, their 429s and those in flight at the kill
 }
@@ -330,6 +330,25 @@ TEST_CASE("OUTPUT /dev/full is refused at once, not read") {
   CHECK_THAT(child.err(), llmretry_catch::contains("/dev/full: not a regular file"));
 }
 
+TEST_CASE("OUTPUT /dev/stdout, a file: it holds the answers alone, the summary goes to stderr") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("stdout");
+  Child child({write_input(dir, 20), "/dev/stdout", "--errors", (dir / "errors.jsonl").string()}, provider.base_url(),
+              dir);
+  CHECK(child.wait() == 0);
+  CHECK_THAT(child.err(), llmretry_catch::contains("wall time"));
+  std::ifstream out(dir / "stdout.txt");
+  std::size_t answered = 0;
+  for (std::string text; std::getline(out, text); ++answered) {
+    INFO(text);
+    const auto line = nlohmann::json::parse(text, nullptr, false);
+    REQUIRE(line.is_object());
+    CHECK(line.at("response").at("status_code") == 200);
+  }
+  CHECK(answered == 20);
+}
+
 TEST_CASE("resuming a large output reads it a line at a time: it does not cost the output's size in memory") {
   LoopbackProvider provider;
   const auto dir = work_dir("large_output");
@@ -387,7 +406,7 @@ TEST_CASE("--redis: every line answered once, a rerun sends nothing", "[redis]")
   Child rerun(arguments, provider.base_url(), dir);
   CHECK(rerun.wait() == 0);
   CHECK(provider.request_count() == sent);
-  CHECK(rerun.out().find("requests: 0 sent") != std::string::npos);
+  CHECK(rerun.err().find("requests: 0 sent") != std::string::npos);
 }
 
 TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line once, no completed request resent",
@@ -415,12 +434,12 @@ TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line
   CHECK(rerun.wait() == 0);
   INFO(rerun.out() << rerun.err());
   check_answered_once(dir, 400);
-  CHECK(rerun.out().find("(" + std::to_string(held) + " of its jobs reclaimed)") != std::string::npos);
+  CHECK(rerun.err().find("(" + std::to_string(held) + " of its jobs reclaimed)") != std::string::npos);
   const auto resent = keys_received(provider, sent_before);
   std::size_t resent_completed = 0;
   for (const auto& key : resent) resent_completed += completed.count(key);
   std::printf("llmretry-batch --redis killed after %zu lines, holding %lld jobs; rerun: %zu requests\n%s",
-              completed.size(), held, resent.size(), rerun.out().c_str());
+              completed.size(), held, resent.size(), rerun.err().c_str());
   CHECK(resent_completed == 0);
   CHECK(std::set<std::string>(resent.begin(), resent.end()).size() == 400 - completed.size());
   CHECK(taken_jobs(server) == 0);
