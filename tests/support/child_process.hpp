@@ -10,11 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <llmretry_catch.hpp>
@@ -99,6 +102,21 @@ class ChildProcess {
     pid_ = 0;
     return true;
   }
+  /// Waits at most `timeout` for it to end. Returns its exit status (-1 when a signal ended it), or nullopt
+  /// when it still runs. REQUIREs that it was running.
+  std::optional<int> wait_for(std::chrono::milliseconds timeout) {
+    REQUIRE(pid_ != 0);
+    for (const auto end = std::chrono::steady_clock::now() + timeout;;) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      if (std::chrono::steady_clock::now() >= end) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds{10});
+    }
+  }
+
   /// Returns what it wrote to stdout so far.
   std::string out() const { return read_file(dir_ / "stdout.txt"); }
   /// Returns what it wrote to stderr so far.

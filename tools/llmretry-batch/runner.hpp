@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -145,6 +146,7 @@ class Runner {
       while (remaining_ > 0 && !stopped_) {
         auto job = stores->queue().take();
         if (!job) {
+          check_jobs(*stores);
           std::this_thread::sleep_for(std::chrono::milliseconds{10});
           continue;
         }
@@ -166,6 +168,19 @@ class Runner {
       if (!error_) error_ = std::current_exception();
       stopped_ = true;
     }
+  }
+
+  /// Throws when the queue holds fewer jobs (ready, delayed or taken) than lines remain: every line without
+  /// its line written has a job until then, so jobs were lost and no worker would ever take them.
+  void check_jobs(Stores& stores) const {
+    const llmretry::store::QueueCounts counts = stores.queue().counts();  // before remaining_, which only falls
+    const auto jobs = static_cast<std::int64_t>(counts.ready + counts.delayed + counts.taken);
+    const std::int64_t remaining = remaining_;
+    if (jobs < remaining)
+      throw std::runtime_error("the job queue holds " + std::to_string(jobs) + " jobs for " +
+                               std::to_string(remaining) +
+                               " lines without an answer: jobs were lost (was Redis flushed, or restarted without "
+                               "its data?)");
   }
 
   /// Records the operation before its first attempt of this run. Returns false when it completed in an

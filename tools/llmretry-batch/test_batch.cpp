@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -491,4 +492,26 @@ TEST_CASE("--redis: a second llmretry-batch on the same output is refused while 
   check_answered_once(dir, 300);
   CHECK(provider.served() == 300);
 }
+TEST_CASE("--redis: the queue flushed mid-run stops the run with status 3 naming the cause; a rerun resumes",
+          "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("redis_flushed");
+  const std::vector<std::string> arguments{
+      write_input(dir, 2000), (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
+  Child first(arguments, provider.base_url(), dir);
+  while (line_count(dir / "output.jsonl") < 200) std::this_thread::sleep_for(2ms);
+  llmretry::redis::Connection connection(server.connection_options());
+  (void)connection.command("flushall", {"FLUSHALL"});
+  const std::optional<int> status = first.wait_for(llmretry_test::scaled(30s));
+  REQUIRE(status.has_value());  // not polling forever
+  CHECK(*status == 3);
+  CHECK_THAT(first.err(), llmretry_catch::contains("jobs were lost"));
+
+  Child rerun(arguments, provider.base_url(), dir);
+  CHECK(rerun.wait() == 0);
+  check_answered_once(dir, 2000);
+}
+
 #endif
