@@ -39,6 +39,7 @@
 #include "input.hpp"
 #include "report.hpp"
 #include "runner.hpp"
+#include "send_again.hpp"
 
 namespace {
 
@@ -66,6 +67,7 @@ struct Options {
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
   std::string redis;
+  bool retry_errors = false;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -85,6 +87,9 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: keep the job queue and operations table in Redis (default: in memory)");
+  app.add_flag("--retry-errors", options.retry_errors,
+               "send again the requests of the errors file given up for a temporary cause (attempts_exhausted, "
+               "wait_budget, provider_wait_too_long, ...): their lines leave the errors file");
   llmretry_tools::parse_command_line(app, argc, argv);
   if (options.input.empty()) throw UsageError("INPUT is required");
   if (options.output.empty()) throw UsageError("OUTPUT is required");
@@ -212,6 +217,7 @@ int run(const Options& options) {
   std::optional<batch::AnswerFile> errors;
   try {
     output.emplace(options.output);
+    if (options.retry_errors) (void)batch::drop_lines(options.errors, batch::is_temporary);
     errors.emplace(options.errors);
   } catch (const batch::FileError& error) {
     throw batch::FileProblem(error.what());

@@ -368,6 +368,43 @@ TEST_CASE("resuming a large output reads it a line at a time: it does not cost t
     CHECK(child.max_rss_kib() < size_kib / 2);
 }
 
+TEST_CASE("a rerun with --retry-errors sends again the lines of the errors file that failed for a temporary cause") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  // ticket-1 is asked to wait an hour: provider_wait_too_long; the deployment pauses as long, so tickets 2
+  // and 3 cannot be sent within the wait budget (wait_budget). Both causes pass.
+  provider.then(LoopbackProvider::rate_limit_exceeded("requests", std::chrono::hours{1}));
+  const auto dir = work_dir("retry_errors");
+  const std::vector<std::string> arguments{write_input(dir, 3), (dir / "output.jsonl").string(), "--concurrency", "1"};
+  Child first(arguments, provider.base_url(), dir);
+  CHECK(first.wait() == 1);
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 3);
+  CHECK(errors[0].at("error").at("stop_reason") == "provider_wait_too_long");
+  CHECK(provider.request_count() == 1);
+
+  Child again(arguments, provider.base_url(), dir);
+  CHECK(again.wait() == 1);  // without --retry-errors, every line of the errors file is final
+  CHECK(provider.request_count() == 1);
+
+  auto retry = arguments;
+  retry.emplace_back("--retry-errors");
+  provider.then(LoopbackProvider::context_length_exceeded());  // ticket-1 now fails for good
+  Child retried(retry, provider.base_url(), dir);
+  CHECK(retried.wait() == 1);
+  INFO(retried.err());
+  CHECK(provider.request_count() == 4);
+  const auto now_errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(now_errors.size() == 1);
+  CHECK(now_errors[0].at("custom_id") == "ticket-1");
+  CHECK(now_errors[0].at("error").at("stop_reason") == "not_retryable");
+  CHECK(lines_of(dir / "output.jsonl").size() == 2);
+
+  Child final_run(retry, provider.base_url(), dir);  // a final line is not sent again
+  CHECK(final_run.wait() == 1);
+  CHECK(provider.request_count() == 4);
+}
+
 #if LLMRETRY_BATCH_TEST_REDIS
 namespace {
 
