@@ -68,6 +68,7 @@ struct Options {
   int concurrency = 8;
   std::string redis;
   bool retry_errors = false;
+  bool fresh = false;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -90,6 +91,9 @@ Options parse(int argc, char** argv) {
   app.add_flag("--retry-errors", options.retry_errors,
                "send again the requests of the errors file given up for a temporary cause (attempts_exhausted, "
                "wait_budget, provider_wait_too_long, ...): their lines leave the errors file");
+  app.add_flag("--fresh", options.fresh,
+               "with --redis: forget what Redis holds of this batch (its queue, which requests completed) and "
+               "send again the requests the errors file says completed in an earlier run (already_completed)");
   llmretry_tools::parse_command_line(app, argc, argv);
   if (options.input.empty()) throw UsageError("INPUT is required");
   if (options.output.empty()) throw UsageError("OUTPUT is required");
@@ -99,6 +103,8 @@ Options parse(int argc, char** argv) {
     options.errors = (jsonl ? out.substr(0, out.size() - 6) : out) + ".errors.jsonl";
   }
   if (options.errors == options.output) throw UsageError("--errors: must not be OUTPUT");
+  if (options.fresh && options.redis.empty())
+    throw UsageError("--fresh: only with --redis (without it, the output and errors files alone say what is done)");
   return options;
 }
 
@@ -162,6 +168,25 @@ class RedisStores final : public batch::Stores {
   llmretry::redis::JobQueue queue_;
   llmretry::redis::OperationsTable operations_;
 };
+
+/// Deletes what Redis holds of the batch `name`: its job queue (`<prefix>queue:{<name>}:...`, as
+/// redis::JobQueue names it) and its operation records (`<prefix>op:<name>:...`, redis::OperationsTable).
+/// The caller holds the output file's lock. Throws redis::RedisError.
+void forget_batch(const llmretry::redis::Options& redis, const std::string& name) {
+  llmretry::redis::Connection connection(redis);
+  const std::string& prefix = redis.prefix;
+  for (const std::string& pattern : {prefix + "queue:{" + name + "}:*", prefix + "op:" + name + ":*"}) {
+    std::string cursor = "0";
+    do {
+      const auto found = connection.command("forget", {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      cursor = found[0].text();
+      for (std::size_t i = 0; i < found[1].size(); ++i) {
+        const std::string key = found[1][i].text();
+        (void)connection.command("forget", {"UNLINK", key});
+      }
+    } while (cursor != "0");
+  }
+}
 #endif
 
 /// Returns the name of the batch that writes `output`: "batch:" and the start of the SHA-256 of its
@@ -217,7 +242,14 @@ int run(const Options& options) {
   std::optional<batch::AnswerFile> errors;
   try {
     output.emplace(options.output);
-    if (options.retry_errors) (void)batch::drop_lines(options.errors, batch::is_temporary);
+#if LLMRETRY_BATCH_REDIS
+    if (options.fresh) forget_batch(redis_options(options.redis), batch_name(options.output));
+#endif
+    const auto send_again = [&](std::string_view reason) {
+      return (options.retry_errors && batch::is_temporary(reason)) ||
+             (options.fresh && reason == batch::already_completed);
+    };
+    if (options.retry_errors || options.fresh) (void)batch::drop_lines(options.errors, send_again);
     errors.emplace(options.errors);
   } catch (const batch::FileError& error) {
     throw batch::FileProblem(error.what());

@@ -69,6 +69,10 @@ struct Settings {
   std::string batch_name;  ///< the prefix of this batch's records in the operations table
 };
 
+/// The code and stop reason of an errors-file line whose request completed in an earlier run (the operations
+/// table says so) without its answer in the output file.
+inline constexpr const char* already_completed = "already_completed";
+
 /// Sends every pending request until each has a line in the output or errors file. Each request has its
 /// CallEngine, admitted by the Deployment; each job taken from the queue carries out the engine's next
 /// steps: the wait for capacity (slept by the worker, and counted toward the policy's max_total_wait), then
@@ -197,12 +201,12 @@ class Runner {
       line.may_have_run = true;
       return true;
     }
-    errors_.append(error_line(request, "already_completed",
+    errors_.append(error_line(request, already_completed,
                               "completed in an earlier run (provider request id \"" +
                                   result.operation.provider_request_id + "\"); its answer is not in the output file",
-                              "already_completed", 0, nullptr));
+                              already_completed, 0, nullptr));
     finish(line, job, stores, false);
-    stats_.gave_up("already_completed");
+    stats_.gave_up(already_completed);
     return false;
   }
 

@@ -551,4 +551,31 @@ TEST_CASE("--redis: the queue flushed mid-run stops the run with status 3 naming
   check_answered_once(dir, 2000);
 }
 
+TEST_CASE("--redis: --fresh forgets the batch's records, so that a batch whose files were moved away runs again",
+          "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("redis_fresh");
+  const std::vector<std::string> arguments{write_input(dir, 5), (dir / "output.jsonl").string(), "--redis",
+                                           url_of(server)};
+  Child first(arguments, provider.base_url(), dir);
+  REQUIRE(first.wait() == 0);
+  std::filesystem::rename(dir / "output.jsonl", dir / "first.jsonl");
+
+  Child again(arguments, provider.base_url(), dir);  // Redis remembers every request completed
+  CHECK(again.wait() == 1);
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 5);
+  CHECK(errors[0].at("error").at("code") == "already_completed");
+  CHECK(provider.request_count() == 5);
+
+  auto fresh = arguments;
+  fresh.emplace_back("--fresh");
+  Child afresh(fresh, provider.base_url(), dir);
+  CHECK(afresh.wait() == 0);
+  INFO(afresh.err());
+  CHECK(provider.request_count() == 10);
+  check_answered_once(dir, 5);
+}
 #endif
