@@ -28,6 +28,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -56,7 +57,8 @@ Run it again after a crash: lines already answered are not sent again.)";
 
 constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL; never printed).
-Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage or input,
+Progress and summary go to stderr.
+Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage, input or files,
 3 stopped by a file or Redis failure (rerun to resume).)";
 
 struct Options {
@@ -180,10 +182,11 @@ void forget_batch(const llmretry::redis::Options& redis, const std::string& name
     do {
       const auto found = connection.command("forget", {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
       cursor = found[0].text();
-      for (std::size_t i = 0; i < found[1].size(); ++i) {
-        const std::string key = found[1][i].text();
-        (void)connection.command("forget", {"UNLINK", key});
-      }
+      std::vector<std::string> keys;
+      for (std::size_t i = 0; i < found[1].size(); ++i) keys.push_back(found[1][i].text());
+      std::vector<std::string_view> unlink{"UNLINK"};
+      unlink.insert(unlink.end(), keys.begin(), keys.end());
+      if (!keys.empty()) (void)connection.command("forget", unlink);
     } while (cursor != "0");
   }
 }
@@ -249,7 +252,7 @@ int run(const Options& options) {
       return (options.retry_errors && batch::is_temporary(reason)) ||
              (options.fresh && reason == batch::already_completed);
     };
-    if (options.retry_errors || options.fresh) (void)batch::drop_lines(options.errors, send_again);
+    if (options.retry_errors || options.fresh) batch::drop_lines(options.errors, send_again);
     errors.emplace(options.errors);
   } catch (const batch::FileError& error) {
     throw batch::FileProblem(error.what());
