@@ -6,14 +6,18 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <llmretry_catch.hpp>
@@ -82,10 +86,14 @@ class ChildProcess {
     REQUIRE(pid_ != 0);
     if (signal != 0) ::kill(pid_, signal);
     int status = 0;
-    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    struct rusage usage {};
+    REQUIRE(wait4(pid_, &status, 0, &usage) == pid_);
     pid_ = 0;
+    max_rss_kib_ = usage.ru_maxrss;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
+  /// Returns the most memory it held at once (its peak resident set, KiB), once wait() returned.
+  long max_rss_kib() const noexcept { return max_rss_kib_; }
   /// Returns true once it has ended (then wait() may no longer be called).
   bool ended() {
     if (pid_ == 0) return true;
@@ -93,6 +101,20 @@ class ChildProcess {
     if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
     pid_ = 0;
     return true;
+  }
+  /// Waits at most `timeout` for it to end. Returns its exit status (-1 when a signal ended it), or nullopt
+  /// when it still runs. REQUIREs that it was running.
+  std::optional<int> wait_for(std::chrono::milliseconds timeout) {
+    REQUIRE(pid_ != 0);
+    for (const auto end = std::chrono::steady_clock::now() + timeout;;) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      if (std::chrono::steady_clock::now() >= end) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds{10});
+    }
   }
 
   /// Returns what it wrote to stdout so far.
@@ -103,6 +125,7 @@ class ChildProcess {
  private:
   std::filesystem::path dir_;
   pid_t pid_ = 0;
+  long max_rss_kib_ = 0;
 };
 
 }  // namespace llmretry_test

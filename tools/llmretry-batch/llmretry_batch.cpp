@@ -28,6 +28,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -35,9 +36,11 @@
 #include "common/command_line.hpp"
 #include "common/periodic_thread.hpp"
 #include "common/program.hpp"
+#include "files.hpp"
 #include "input.hpp"
 #include "report.hpp"
 #include "runner.hpp"
+#include "send_again.hpp"
 
 namespace {
 
@@ -54,7 +57,8 @@ Run it again after a crash: lines already answered are not sent again.)";
 
 constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL; never printed).
-Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage or input,
+Progress and summary go to stderr.
+Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage, input or files,
 3 stopped by a file or Redis failure (rerun to resume).)";
 
 struct Options {
@@ -65,6 +69,8 @@ struct Options {
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
   std::string redis;
+  bool retry_errors = false;
+  bool fresh = false;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -84,6 +90,12 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: keep the job queue and operations table in Redis (default: in memory)");
+  app.add_flag("--retry-errors", options.retry_errors,
+               "send again the requests of the errors file given up for a temporary cause (attempts_exhausted, "
+               "wait_budget, provider_wait_too_long, ...): their lines leave the errors file");
+  app.add_flag("--fresh", options.fresh,
+               "with --redis: forget what Redis holds of this batch (its queue, which requests completed) and "
+               "send again the requests the errors file says completed in an earlier run (already_completed)");
   llmretry_tools::parse_command_line(app, argc, argv);
   if (options.input.empty()) throw UsageError("INPUT is required");
   if (options.output.empty()) throw UsageError("OUTPUT is required");
@@ -93,6 +105,8 @@ Options parse(int argc, char** argv) {
     options.errors = (jsonl ? out.substr(0, out.size() - 6) : out) + ".errors.jsonl";
   }
   if (options.errors == options.output) throw UsageError("--errors: must not be OUTPUT");
+  if (options.fresh && options.redis.empty())
+    throw UsageError("--fresh: only with --redis (without it, the output and errors files alone say what is done)");
   return options;
 }
 
@@ -156,6 +170,26 @@ class RedisStores final : public batch::Stores {
   llmretry::redis::JobQueue queue_;
   llmretry::redis::OperationsTable operations_;
 };
+
+/// Deletes what Redis holds of the batch `name`: its job queue (`<prefix>queue:{<name>}:...`, as
+/// redis::JobQueue names it) and its operation records (`<prefix>op:<name>:...`, redis::OperationsTable).
+/// The caller holds the output file's lock. Throws redis::RedisError.
+void forget_batch(const llmretry::redis::Options& redis, const std::string& name) {
+  llmretry::redis::Connection connection(redis);
+  const std::string& prefix = redis.prefix;
+  for (const std::string& pattern : {prefix + "queue:{" + name + "}:*", prefix + "op:" + name + ":*"}) {
+    std::string cursor = "0";
+    do {
+      const auto found = connection.command("forget", {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      cursor = found[0].text();
+      std::vector<std::string> keys;
+      for (std::size_t i = 0; i < found[1].size(); ++i) keys.push_back(found[1][i].text());
+      std::vector<std::string_view> unlink{"UNLINK"};
+      unlink.insert(unlink.end(), keys.begin(), keys.end());
+      if (!keys.empty()) (void)connection.command("forget", unlink);
+    } while (cursor != "0");
+  }
+}
 #endif
 
 /// Returns the name of the batch that writes `output`: "batch:" and the start of the SHA-256 of its
@@ -205,14 +239,23 @@ int run(const Options& options) {
     throw UsageError("OPENAI_API_KEY is not set");
   if (!options.redis.empty() && !LLMRETRY_BATCH_REDIS) throw UsageError("--redis: this build has no Redis support");
 
+  batch::check_files(options.input, options.output, options.errors);
   const std::vector<batch::Request> requests = batch::read_input(options.input, base_url);
   std::optional<batch::AnswerFile> output;
   std::optional<batch::AnswerFile> errors;
   try {
     output.emplace(options.output);
+#if LLMRETRY_BATCH_REDIS
+    if (options.fresh) forget_batch(redis_options(options.redis), batch_name(options.output));
+#endif
+    const auto send_again = [&](std::string_view reason) {
+      return (options.retry_errors && batch::is_temporary(reason)) ||
+             (options.fresh && reason == batch::already_completed);
+    };
+    if (options.retry_errors || options.fresh) batch::drop_lines(options.errors, send_again);
     errors.emplace(options.errors);
   } catch (const batch::FileError& error) {
-    throw UsageError(error.what());
+    throw batch::FileProblem(error.what());
   }
   std::vector<batch::Request> pending;
   std::int64_t failed_before = 0;
@@ -262,7 +305,9 @@ int main(int argc, char** argv) {
   llmretry_tools::MainOptions statuses;
   statuses.usage_suffix = " (see --help)";
   statuses.other = [](const std::exception& error) -> llmretry_tools::Exit {
-    if (dynamic_cast<const batch::InputError*>(&error) != nullptr) return {2, error.what()};
+    if (dynamic_cast<const batch::InputError*>(&error) != nullptr ||
+        dynamic_cast<const batch::FileProblem*>(&error) != nullptr)
+      return {2, error.what()};
     return {3, std::string("stopped: ") + error.what() + "; what is written stays valid: rerun to resume"};
   };
   return llmretry_tools::run_main(

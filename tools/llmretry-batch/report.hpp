@@ -84,37 +84,38 @@ inline std::optional<double> bound_seconds(const llmretry::Deployment& deploymen
   return static_cast<double>(std::max<std::int64_t>(0, count - limit->burst_or_limit())) / rate;
 }
 
-/// Prints the summary of a run to stdout: lines, requests, 429s, retries by reason, tokens reserved and
-/// used, and the wall time beside the least time the limits allow.
+/// Prints the summary of a run to stderr (stdout may be the output file): lines, requests, 429s, retries by reason,
+/// tokens reserved and used, and the wall time beside the least time the limits allow.
 inline void print_summary(const Stats& stats, const llmretry::Deployment& deployment, std::int64_t total,
                           std::int64_t done_before, double seconds) {
   using llmretry::Dimension;
   const std::int64_t requests = stats.requests;
-  std::printf("lines: %lld, %lld answered before this run, %lld answered now, %lld to the errors file (%s)\n",
-              static_cast<long long>(total), static_cast<long long>(done_before),
-              static_cast<long long>(stats.answered.load()), static_cast<long long>(stats.failed.load()),
-              stats.stops().c_str());
-  std::printf(
+  std::fprintf(stderr, "lines: %lld, %lld answered before this run, %lld answered now, %lld to the errors file (%s)\n",
+               static_cast<long long>(total), static_cast<long long>(done_before),
+               static_cast<long long>(stats.answered.load()), static_cast<long long>(stats.failed.load()),
+               stats.stops().c_str());
+  std::fprintf(
+      stderr,
       "requests: %lld sent, %lld answered 429 (%.2f %%), %lld left in flight by an earlier run (%lld of its jobs "
       "reclaimed)\n",
       static_cast<long long>(requests), static_cast<long long>(stats.rate_limited.load()),
       requests > 0 ? 100.0 * static_cast<double>(stats.rate_limited) / static_cast<double>(requests) : 0.0,
       static_cast<long long>(stats.resumed_in_flight.load()), static_cast<long long>(stats.reclaimed.load()));
-  std::printf("retries: %s\n", stats.retries().c_str());
-  std::printf("tokens: %lld reserved, %lld used\n", static_cast<long long>(stats.tokens_reserved.load()),
-              static_cast<long long>(stats.tokens_used.load()));
+  std::fprintf(stderr, "retries: %s\n", stats.retries().c_str());
+  std::fprintf(stderr, "tokens: %lld reserved, %lld used\n", static_cast<long long>(stats.tokens_reserved.load()),
+               static_cast<long long>(stats.tokens_used.load()));
   const auto by_requests = bound_seconds(deployment, Dimension::requests_per_minute, requests);
   const auto by_tokens = bound_seconds(deployment, Dimension::tokens_per_minute, stats.tokens_reserved);
-  std::printf("wall time: %.2f s", seconds);
+  std::fprintf(stderr, "wall time: %.2f s", seconds);
   if (by_requests || by_tokens) {
-    std::printf("; the limits (");
+    std::fprintf(stderr, "; the limits (");
     if (const auto rpm = deployment.limiter().limit(Dimension::requests_per_minute))
-      std::printf("%lld RPM%s", static_cast<long long>(rpm->limit), by_tokens ? ", " : "");
+      std::fprintf(stderr, "%lld RPM%s", static_cast<long long>(rpm->limit), by_tokens ? ", " : "");
     if (const auto tpm = deployment.limiter().limit(Dimension::tokens_per_minute))
-      std::printf("%lld TPM", static_cast<long long>(tpm->limit));
-    std::printf(") allow %.2f s", std::max(by_requests.value_or(0.0), by_tokens.value_or(0.0)));
+      std::fprintf(stderr, "%lld TPM", static_cast<long long>(tpm->limit));
+    std::fprintf(stderr, ") allow %.2f s", std::max(by_requests.value_or(0.0), by_tokens.value_or(0.0)));
   }
-  std::printf("\n");
+  std::fprintf(stderr, "\n");
 }
 
 }  // namespace batch

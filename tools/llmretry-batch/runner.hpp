@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -67,6 +68,10 @@ struct Settings {
   std::string provider;    ///< recorded in the operations table (the base URL)
   std::string batch_name;  ///< the prefix of this batch's records in the operations table
 };
+
+/// The code and stop reason of an errors-file line whose request completed in an earlier run (the operations
+/// table says so) without its answer in the output file.
+inline constexpr const char* already_completed = "already_completed";
 
 /// Sends every pending request until each has a line in the output or errors file. Each request has its
 /// CallEngine, admitted by the Deployment; each job taken from the queue carries out the engine's next
@@ -146,6 +151,7 @@ class Runner {
       while (remaining_ > 0 && !stopped_) {
         auto job = stores->queue().take();
         if (!job) {
+          check_jobs(*stores);
           std::this_thread::sleep_for(std::chrono::milliseconds{10});
           continue;
         }
@@ -169,6 +175,19 @@ class Runner {
     }
   }
 
+  /// Throws when the queue holds fewer jobs (ready, delayed or taken) than lines remain: every line without
+  /// its line written has a job until then, so jobs were lost and no worker would ever take them.
+  void check_jobs(Stores& stores) const {
+    const llmretry::store::QueueCounts counts = stores.queue().counts();  // before remaining_, which only falls
+    const auto jobs = static_cast<std::int64_t>(counts.ready + counts.delayed + counts.taken);
+    const std::int64_t remaining = remaining_;
+    if (jobs < remaining)
+      throw std::runtime_error("the job queue holds " + std::to_string(jobs) + " jobs for " +
+                               std::to_string(remaining) +
+                               " lines without an answer: jobs were lost (was Redis flushed, or restarted without "
+                               "its data?)");
+  }
+
   /// Records the operation before its first attempt of this run. Returns false when it completed in an
   /// earlier run whose answer is not in the output file: that is reported in the errors file, not sent.
   bool begin(Line& line, const llmretry::store::Job& job, Stores& stores) {
@@ -183,12 +202,12 @@ class Runner {
       line.may_have_run = true;
       return true;
     }
-    errors_.append(error_line(request, "already_completed",
+    errors_.append(error_line(request, already_completed,
                               "completed in an earlier run (provider request id \"" +
                                   result.operation.provider_request_id + "\"); its answer is not in the output file",
-                              "already_completed", 0, nullptr));
+                              already_completed, 0, nullptr));
     finish(line, job, stores, false);
-    stats_.gave_up("already_completed");
+    stats_.gave_up(already_completed);
     return false;
   }
 

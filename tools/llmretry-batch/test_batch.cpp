@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -24,6 +26,7 @@
 
 #include <child_process.hpp>
 #include <llmretry_catch.hpp>
+#include <test_time.hpp>
 
 #include "input.hpp"
 
@@ -111,6 +114,13 @@ void check_answered_once(const std::filesystem::path& dir, int count) {
   for (const auto& line : lines_of(dir / "output.jsonl")) CHECK(line.at("response").at("status_code") == 200);
 }
 
+/// Returns a line of the Batch output format answering `custom_id`, its body padded with `padding` bytes.
+std::string answer_line(const std::string& custom_id, std::size_t padding = 0) {
+  return R"({"id":"batch_req_0","custom_id":")" + custom_id +
+         R"(","response":{"status_code":200,"request_id":"","body":{"padding":")" + std::string(padding, 'x') +
+         R"("}},"error":null})";
+}
+
 /// Returns the Idempotency-Key of each request the provider received, from the `from`th on.
 std::vector<std::string> keys_received(const LoopbackProvider& provider, std::size_t from) {
   std::vector<std::string> keys;
@@ -137,11 +147,11 @@ TEST_CASE("2,000 lines against the rate-limited loopback provider: each answered
   const double share = static_cast<double>(provider.refused()) / static_cast<double>(requests);
   std::printf("llmretry-batch, 2,000 lines, limits learned: %lld requests, %lld answered 429 (%.2f %%), %.2f s\n%s",
               static_cast<long long>(requests), static_cast<long long>(provider.refused()), 100.0 * share, seconds,
-              first.out().c_str());
+              first.err().c_str());
   check_answered_once(dir, 2000);
   CHECK(provider.served() == 2000);
   CHECK(share <= 0.01);
-  CHECK(first.out().find("wall time") != std::string::npos);
+  CHECK(first.err().find("wall time") != std::string::npos);
 
   // Every Idempotency-Key is the request's own, the same on its retries.
   std::set<std::string> keys;
@@ -153,7 +163,7 @@ TEST_CASE("2,000 lines against the rate-limited loopback provider: each answered
   Child rerun(arguments, provider.base_url() + "/v1", dir);
   CHECK(rerun.wait() == 0);
   CHECK(provider.request_count() == sent.size());
-  CHECK(rerun.out().find("requests: 0 sent") != std::string::npos);
+  CHECK(rerun.err().find("requests: 0 sent") != std::string::npos);
   check_answered_once(dir, 2000);
 }
 
@@ -183,7 +193,7 @@ TEST_CASE("killed with SIGKILL mid-run and run again: no line answered twice, no
   std::printf(
       "llmretry-batch killed after %zu lines (%zu requests sent), rerun: %zu requests, %zu of them of a "
       "completed line\n%s",
-      completed.size(), sent_before, resent.size(), resent_completed, rerun.out().c_str());
+      completed.size(), sent_before, resent.size(), resent_completed, rerun.err().c_str());
   CHECK(resent_completed == 0);
   CHECK(resent.size() < 2000 - completed.size() + 100);  // the rest, their 429s and those in flight at the kill
 }
@@ -236,6 +246,165 @@ TEST_CASE("a request that fails for good goes to the errors file with the stop r
   CHECK(provider.request_count() == 1);
 }
 
+TEST_CASE("OUTPUT or --errors naming INPUT, or OUTPUT and ERRORS one file: status 2, no file touched, nothing sent") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("same_file");
+  const std::string input = write_input(dir, 200);
+  const std::string before = llmretry_test::read_file(input);
+  std::filesystem::create_hard_link(input, dir / "input-link.jsonl");
+  std::ofstream(dir / "output.jsonl").flush();
+  std::filesystem::create_symlink(dir / "output.jsonl", dir / "output-link.jsonl");
+  const auto refused = [&](const std::vector<std::string>& arguments, const std::string& message) {
+    Child child(arguments, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    CHECK_THAT(child.err(), llmretry_catch::contains(message));
+    CHECK(llmretry_test::read_file(input) == before);
+  };
+  refused({input, input}, "OUTPUT " + input + " is the file INPUT names");
+  refused({input, (dir / "input-link.jsonl").string()}, "is the file INPUT names");
+  refused({input, (dir / "new.jsonl").string(), "--errors", input}, "--errors " + input + " is the file INPUT names");
+  CHECK(!std::filesystem::exists(dir / "new.jsonl"));
+  refused({input, (dir / "output.jsonl").string(), "--errors", (dir / "output-link.jsonl").string()},
+          "is the file OUTPUT names");
+  CHECK(!std::filesystem::exists(dir / "output.errors.jsonl"));
+  CHECK(provider.request_count() == 0);
+}
+
+TEST_CASE("an OUTPUT holding what is not Batch output is refused untouched; a complete last line is kept") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("foreign_output");
+  const std::string input = write_input(dir, 3);
+  const auto output = dir / "output.jsonl";
+  const auto refused = [&](const std::string& content, const std::string& message) {
+    std::ofstream(output, std::ios::binary | std::ios::trunc) << content;
+    Child child({input, output.string()}, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    CHECK_THAT(child.err(), llmretry_catch::contains(message));
+    CHECK(llmretry_test::read_file(output) == content);
+  };
+  refused(llmretry_test::read_file(input), "output.jsonl:1: not a line of the Batch output format");
+  refused(answer_line("ticket-1") + "\n{\"custom_id\":\"ticket-2\"}\n", "output.jsonl:2: not a line of the Batch");
+  refused("hello", "output.jsonl:1: not a line of the Batch output format");
+  CHECK(provider.request_count() == 0);
+
+  // A last line without its newline that parses was written whole: it counts, and is not cut.
+  std::ofstream(output, std::ios::binary | std::ios::trunc) << answer_line("ticket-2");
+  Child child({input, output.string()}, provider.base_url(), dir);
+  CHECK(child.wait() == 0);
+  const auto lines = lines_of(output);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].at("custom_id") == "ticket-2");
+  CHECK(provider.request_count() == 2);
+
+  // A last line cut short by a crash while writing it is cut, and its request sent again.
+  std::ofstream(output, std::ios::binary | std::ios::trunc) << answer_line("ticket-1") << '\n'
+                                                            << answer_line("ticket-2").substr(0, 40);
+  Child torn({input, output.string()}, provider.base_url(), dir);
+  CHECK(torn.wait() == 0);
+  CHECK(lines_of(output).size() == 3);
+  CHECK(provider.request_count() == 4);
+}
+
+TEST_CASE("an OUTPUT or ERRORS that is not a regular file is refused with status 2 before anything is sent") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("not_regular");
+  const std::string input = write_input(dir, 3);
+  const std::string fifo = (dir / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto refused = [&](const std::vector<std::string>& arguments, const std::string& file) {
+    Child child(arguments, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    CHECK_THAT(child.err(), llmretry_catch::contains(file + ": not a regular file"));
+    CHECK(child.err().find("see --help") == std::string::npos);
+  };
+  refused({input, "/dev/null"}, "/dev/null");
+  refused({input, fifo}, fifo);
+  refused({input, (dir / "output.jsonl").string(), "--errors", "/dev/null"}, "/dev/null");
+  CHECK(provider.request_count() == 0);
+}
+
+TEST_CASE("OUTPUT /dev/full is refused at once, not read") {
+  const auto dir = work_dir("dev_full");
+  Child child({write_input(dir, 3), "/dev/full"}, "http://127.0.0.1:9", dir);
+  CHECK(child.wait() == 2);
+  CHECK_THAT(child.err(), llmretry_catch::contains("/dev/full: not a regular file"));
+}
+
+TEST_CASE("OUTPUT /dev/stdout, a file: it holds the answers alone, the summary goes to stderr") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("stdout");
+  Child child({write_input(dir, 20), "/dev/stdout", "--errors", (dir / "errors.jsonl").string()}, provider.base_url(),
+              dir);
+  CHECK(child.wait() == 0);
+  CHECK_THAT(child.err(), llmretry_catch::contains("wall time"));
+  std::ifstream out(dir / "stdout.txt");
+  std::size_t answered = 0;
+  for (std::string text; std::getline(out, text); ++answered) {
+    INFO(text);
+    const auto line = nlohmann::json::parse(text, nullptr, false);
+    REQUIRE(line.is_object());
+    CHECK(line.at("response").at("status_code") == 200);
+  }
+  CHECK(answered == 20);
+}
+
+TEST_CASE("resuming a large output reads it a line at a time: it does not cost the output's size in memory") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("large_output");
+  const std::string input = write_input(dir, 2000);
+  const auto output = dir / "output.jsonl";
+  {
+    std::ofstream out(output, std::ios::binary);
+    for (int i = 1; i <= 2000; ++i) out << answer_line("ticket-" + std::to_string(i), 50'000) << '\n';
+  }
+  const auto size_kib = static_cast<long>(std::filesystem::file_size(output) / 1024);
+  Child child({input, output.string()}, provider.base_url(), dir);
+  CHECK(child.wait() == 0);
+  CHECK(provider.request_count() == 0);
+  std::printf("llmretry-batch resuming a %ld KiB output: %ld KiB at most in memory\n", size_kib, child.max_rss_kib());
+  if (llmretry_test::time_scale == 1)  // a sanitizer's allocator keeps what is freed for a while
+    CHECK(child.max_rss_kib() < size_kib / 2);
+}
+
+TEST_CASE("a rerun with --retry-errors sends again the lines of the errors file that failed for a temporary cause") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  // ticket-1 is asked to wait an hour: provider_wait_too_long; the deployment pauses as long, so tickets 2
+  // and 3 cannot be sent within the wait budget (wait_budget). Both causes pass.
+  provider.then(LoopbackProvider::rate_limit_exceeded("requests", std::chrono::hours{1}));
+  const auto dir = work_dir("retry_errors");
+  const std::vector<std::string> arguments{write_input(dir, 3), (dir / "output.jsonl").string(), "--concurrency", "1"};
+  Child first(arguments, provider.base_url(), dir);
+  CHECK(first.wait() == 1);
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 3);
+  CHECK(errors[0].at("error").at("stop_reason") == "provider_wait_too_long");
+  CHECK(provider.request_count() == 1);
+
+  Child again(arguments, provider.base_url(), dir);
+  CHECK(again.wait() == 1);  // without --retry-errors, every line of the errors file is final
+  CHECK(provider.request_count() == 1);
+
+  auto retry = arguments;
+  retry.emplace_back("--retry-errors");
+  provider.then(LoopbackProvider::context_length_exceeded());  // ticket-1 now fails for good
+  Child retried(retry, provider.base_url(), dir);
+  CHECK(retried.wait() == 1);
+  INFO(retried.err());
+  CHECK(provider.request_count() == 4);
+  const auto now_errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(now_errors.size() == 1);
+  CHECK(now_errors[0].at("custom_id") == "ticket-1");
+  CHECK(now_errors[0].at("error").at("stop_reason") == "not_retryable");
+  CHECK(lines_of(dir / "output.jsonl").size() == 2);
+
+  Child final_run(retry, provider.base_url(), dir);  // a final line is not sent again
+  CHECK(final_run.wait() == 1);
+  CHECK(provider.request_count() == 4);
+}
+
 #if LLMRETRY_BATCH_TEST_REDIS
 namespace {
 
@@ -275,7 +444,7 @@ TEST_CASE("--redis: every line answered once, a rerun sends nothing", "[redis]")
   Child rerun(arguments, provider.base_url(), dir);
   CHECK(rerun.wait() == 0);
   CHECK(provider.request_count() == sent);
-  CHECK(rerun.out().find("requests: 0 sent") != std::string::npos);
+  CHECK(rerun.err().find("requests: 0 sent") != std::string::npos);
 }
 
 TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line once, no completed request resent",
@@ -303,12 +472,12 @@ TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line
   CHECK(rerun.wait() == 0);
   INFO(rerun.out() << rerun.err());
   check_answered_once(dir, 400);
-  CHECK(rerun.out().find("(" + std::to_string(held) + " of its jobs reclaimed)") != std::string::npos);
+  CHECK(rerun.err().find("(" + std::to_string(held) + " of its jobs reclaimed)") != std::string::npos);
   const auto resent = keys_received(provider, sent_before);
   std::size_t resent_completed = 0;
   for (const auto& key : resent) resent_completed += completed.count(key);
   std::printf("llmretry-batch --redis killed after %zu lines, holding %lld jobs; rerun: %zu requests\n%s",
-              completed.size(), held, resent.size(), rerun.out().c_str());
+              completed.size(), held, resent.size(), rerun.err().c_str());
   CHECK(resent_completed == 0);
   CHECK(std::set<std::string>(resent.begin(), resent.end()).size() == 400 - completed.size());
   CHECK(taken_jobs(server) == 0);
@@ -359,5 +528,54 @@ TEST_CASE("--redis: a second llmretry-batch on the same output is refused while 
   REQUIRE(first.wait() == 0);
   check_answered_once(dir, 300);
   CHECK(provider.served() == 300);
+}
+TEST_CASE("--redis: the queue flushed mid-run stops the run with status 3 naming the cause; a rerun resumes",
+          "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("redis_flushed");
+  const std::vector<std::string> arguments{
+      write_input(dir, 2000), (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
+  Child first(arguments, provider.base_url(), dir);
+  while (line_count(dir / "output.jsonl") < 200) std::this_thread::sleep_for(2ms);
+  llmretry::redis::Connection connection(server.connection_options());
+  (void)connection.command("flushall", {"FLUSHALL"});
+  const std::optional<int> status = first.wait_for(llmretry_test::scaled(30s));
+  REQUIRE(status.has_value());  // not polling forever
+  CHECK(*status == 3);
+  CHECK_THAT(first.err(), llmretry_catch::contains("jobs were lost"));
+
+  Child rerun(arguments, provider.base_url(), dir);
+  CHECK(rerun.wait() == 0);
+  check_answered_once(dir, 2000);
+}
+
+TEST_CASE("--redis: --fresh forgets the batch's records, so that a batch whose files were moved away runs again",
+          "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("redis_fresh");
+  const std::vector<std::string> arguments{write_input(dir, 5), (dir / "output.jsonl").string(), "--redis",
+                                           url_of(server)};
+  Child first(arguments, provider.base_url(), dir);
+  REQUIRE(first.wait() == 0);
+  std::filesystem::rename(dir / "output.jsonl", dir / "first.jsonl");
+
+  Child again(arguments, provider.base_url(), dir);  // Redis remembers every request completed
+  CHECK(again.wait() == 1);
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 5);
+  CHECK(errors[0].at("error").at("code") == "already_completed");
+  CHECK(provider.request_count() == 5);
+
+  auto fresh = arguments;
+  fresh.emplace_back("--fresh");
+  Child afresh(fresh, provider.base_url(), dir);
+  CHECK(afresh.wait() == 0);
+  INFO(afresh.err());
+  CHECK(provider.request_count() == 10);
+  check_answered_once(dir, 5);
 }
 #endif
