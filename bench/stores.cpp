@@ -1,7 +1,10 @@
 // Operations per second of the stores, in memory and in Redis over loopback (a redis-server started on a free
 // port, one connection, one thread): claim + complete of an idempotency key, enqueue + take + ack of a job;
 // rate-limiter reservations, beside a fixed-window limiter (INCR + EXPIRE of a key per minute, the common
-// approach). Prints the median of 5 runs and the spread (lowest, highest).
+// approach); an attempt of a Deployment whose pacing is shared through Redis (reserve, then finish with the
+// answer's rate-limit headers): its round trips, counted by the server, and how many one server carries from
+// several threads, each on its own connection. Prints the median of 5 runs and the spread (lowest, highest).
+#include <llmretry/admission/deployment.hpp>
 #include <llmretry/admission/rate_limiter.hpp>
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
@@ -14,8 +17,10 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -72,6 +77,37 @@ void fixed_window(llmretry::redis::Connection& connection, long long limit) {
   if (count > limit) throw std::runtime_error("fixed window");
 }
 
+/// Returns how many scripts (EVALSHA) the server has run.
+long long scripts_run(llmretry::redis::Connection& connection) {
+  const std::string info = connection.command("info", {"INFO", "commandstats"}).text();
+  const std::string field = "cmdstat_evalsha:calls=";
+  const auto at = info.find(field);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
+}
+
+/// A deployment of `limits` whose pacing is shared through `connection` under `name`.
+std::unique_ptr<llmretry::Deployment> shared_deployment(llmretry::redis::Connection& connection, const std::string& name,
+                                                        const llmretry::Limits& limits) {
+  llmretry::DeploymentOptions options;
+  options.name = name;
+  options.limits = limits;
+  options.shared = std::make_shared<llmretry::redis::RateLimiter>(connection, name, limits);
+  return std::make_unique<llmretry::Deployment>(std::move(options));
+}
+
+/// One attempt through `deployment`: a reservation, then a success whose usage differs from the estimate and
+/// whose headers report the levels, as a provider's answer does.
+void shared_attempt(llmretry::Deployment& deployment) {
+  llmretry::RateLimits reported;
+  reported.requests = llmretry::RateLimitWindow{1'000'000'000, 999'999'000, std::nullopt};
+  reported.tokens = llmretry::RateLimitWindow{1'000'000'000'000, 999'999'000'000, std::nullopt};
+  const auto now = deployment.now();
+  auto reservation = deployment.reserve(llmretry::Cost{1, 100, 50}, now);
+  if (!reservation.granted() || !reservation.shared()) throw std::runtime_error("shared reserve");
+  deployment.succeeded(reservation, llmretry::Cost{1, 100, 20}, &reported, now);
+  if (deployment.shared_failures() != 0) throw std::runtime_error("shared finish");
+}
+
 }  // namespace
 
 int main() {
@@ -100,5 +136,36 @@ int main() {
           [&](int, int) { reserve_settle(redis_limiter); });
   measure("redis (loopback): fixed window INCR + EXPIRE", 20000,
           [&](int, int) { fixed_window(connection, 1LL << 40); });
+
+  auto deployment = shared_deployment(connection, "bench-deployment", limits);
+  const long long scripts_before = scripts_run(connection);
+  constexpr int counted = 1000;
+  for (int i = 0; i < counted; ++i) shared_attempt(*deployment);
+  std::printf("%-56s %10.2f\n", "redis (loopback): round trips per shared-paced attempt",
+              static_cast<double>(scripts_run(connection) - scripts_before) / counted);
+  measure("redis (loopback): shared-paced attempt (reserve + finish)", 20000,
+          [&](int, int) { shared_attempt(*deployment); });
+
+  // Several processes' worth of threads on one server, each on its own connection and deployment.
+  for (const int threads : {2, 4, 8}) {
+    std::vector<std::unique_ptr<llmretry::redis::Connection>> connections;
+    std::vector<std::unique_ptr<llmretry::Deployment>> deployments;
+    for (int t = 0; t < threads; ++t) {
+      connections.push_back(std::make_unique<llmretry::redis::Connection>(server.connection_options()));
+      deployments.push_back(shared_deployment(*connections.back(), "bench-fleet", limits));
+    }
+    const std::string name =
+        "redis (loopback): shared-paced attempts, " + std::to_string(threads) + " threads";
+    constexpr int each = 5000;
+    measure(name.c_str(), threads * each, [&](int, int i) {
+      if (i != 0) return;  // the whole batch, on every thread at once, counted as threads x each
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          for (int k = 0; k < each; ++k) shared_attempt(*deployments[static_cast<std::size_t>(t)]);
+        });
+      for (auto& thread : pool) thread.join();
+    });
+  }
   return 0;
 }
