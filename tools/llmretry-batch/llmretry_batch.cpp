@@ -9,6 +9,8 @@
 #include <llmretry/redis/connection.hpp>
 #include <llmretry/redis/job_queue.hpp>
 #include <llmretry/redis/operations.hpp>
+
+#include "common/redis_pool.hpp"
 #endif
 
 #include <unistd.h>
@@ -89,7 +91,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
       ->check(CLI::Range(1, 256));
   app.add_option("--redis", options.redis,
-                 "redis://HOST[:PORT]: keep the job queue and operations table in Redis (default: in memory)");
+                 "redis://HOST[:PORT]: keep the job queue and operations table in Redis, and pace with every "
+                 "process that uses the same provider and key on it (default: in memory, paced alone)");
   app.add_flag("--retry-errors", options.retry_errors,
                "send again the requests of the errors file given up for a temporary cause (attempts_exhausted, "
                "wait_budget, provider_wait_too_long, ...): their lines leave the errors file");
@@ -155,6 +158,12 @@ llmretry::redis::Options redis_options(const std::string& url) {
   } catch (const std::invalid_argument& error) {
     throw UsageError(std::string("--redis: ") + error.what());
   }
+}
+
+/// Returns the name of the pacing state shared by every process that sends to `base_url` with `api_key`: the
+/// provider's limits are per key, whatever the batch. The key itself is never written to Redis.
+std::string shared_pacing_name(const std::string& base_url, const std::string& api_key) {
+  return "llmretry-batch:" + llmretry::store::fingerprint(base_url + "\n" + api_key);
 }
 
 /// One worker's stores in Redis, over a connection of its own.
@@ -275,7 +284,17 @@ int run(const Options& options) {
   settings.api_key = api_key;
   settings.provider = base_url;
   settings.batch_name = batch_name(options.output) + ":";
-  llmretry::Deployment deployment(deployment_options(options));
+  llmretry::DeploymentOptions paced = deployment_options(options);
+#if LLMRETRY_BATCH_REDIS
+  std::unique_ptr<llmretry_tools::RedisPool> pacing_connections;
+  if (!options.redis.empty()) {
+    pacing_connections = std::make_unique<llmretry_tools::RedisPool>(
+        redis_options(options.redis), static_cast<std::size_t>(std::min(options.concurrency, 8)));
+    paced.shared = std::make_shared<llmretry_tools::PooledRateLimiter>(
+        *pacing_connections, shared_pacing_name(base_url, api_key), paced.limits);
+  }
+#endif
+  llmretry::Deployment deployment(std::move(paced));
   llmretry::store::MemoryJobQueue memory_queue(queue_options());
   llmretry::store::MemoryOperationsTable memory_operations;
   batch::OpenStores open_stores = [&] { return std::make_unique<MemoryStores>(memory_queue, memory_operations); };

@@ -27,9 +27,10 @@ namespace batch {
 /// the limits asked for more time, or more attempts, than the run allowed (not a refusal of the request).
 inline bool is_temporary(std::string_view reason) {
   using llmretry::StopReason;
-  for (const StopReason temporary : {StopReason::attempts_exhausted, StopReason::wait_budget,
-                                     StopReason::provider_wait_too_long, StopReason::deadline, StopReason::refused,
-                                     StopReason::no_capacity, StopReason::retry_budget, StopReason::circuit_open})
+  for (const StopReason temporary :
+       {StopReason::attempts_exhausted, StopReason::wait_budget, StopReason::provider_wait_too_long,
+        StopReason::deadline, StopReason::refused, StopReason::no_capacity, StopReason::retry_budget,
+        StopReason::circuit_open, StopReason::pacing_unavailable})
     if (reason == llmretry::to_string(temporary)) return true;
   return false;
 }

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -445,6 +446,48 @@ TEST_CASE("--redis: every line answered once, a rerun sends nothing", "[redis]")
   CHECK(rerun.wait() == 0);
   CHECK(provider.request_count() == sent);
   CHECK(rerun.err().find("requests: 0 sent") != std::string::npos);
+}
+
+TEST_CASE("--redis: processes on one key pace as one, from limits they learn", "[redis][fleet]") {
+  // 6,000 requests a minute enforced per second (100 a second, 100 at once), tokens to spare; no limit given
+  // to the processes: they learn it from the provider's headers, through the one Redis they share.
+  LoopbackLimits shared_limits;
+  shared_limits.requests_per_minute = 6'000;
+  shared_limits.tokens_per_minute = 6'000'000;
+  shared_limits.latency = 10ms;
+  for (const int processes : {2, 4}) {
+    DYNAMIC_SECTION(processes << " processes of 300 lines each") {
+      llmretry::testing::RedisServer server;
+      LoopbackProvider provider;
+      provider.enforce(shared_limits);
+      std::vector<std::filesystem::path> dirs;
+      std::vector<std::unique_ptr<Child>> children;
+      const auto start = std::chrono::steady_clock::now();
+      for (int p = 0; p < processes; ++p) {
+        dirs.push_back(work_dir("fleet-" + std::to_string(processes) + "-" + std::to_string(p)));
+        const std::string input = write_input(dirs.back(), 300);
+        children.push_back(
+            std::make_unique<Child>(std::vector<std::string>{input, (dirs.back() / "output.jsonl").string(),
+                                                             "--concurrency", "8", "--redis", url_of(server)},
+                                    provider.base_url(), dirs.back()));
+      }
+      for (auto& child : children) {
+        INFO(child->out() << child->err());
+        CHECK(child->wait() == 0);
+      }
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      for (const auto& dir : dirs) check_answered_once(dir, 300);
+      const auto requests = static_cast<double>(provider.request_count());
+      const double share_429 = static_cast<double>(provider.refused()) / requests;
+      // The bound the limit sets: the first 100 at once, then 100 a second.
+      const double bound = (300.0 * processes - 100.0) / 100.0;
+      WARN(processes << " processes: " << requests << " requests, " << provider.refused() << " answered 429 ("
+                     << 100 * share_429 << " %), " << took.count() << " s for a bound of " << bound << " s ("
+                     << took.count() / bound << "x)");
+      CHECK(provider.served() == 300 * processes);
+      CHECK(share_429 <= 0.02);
+    }
+  }
 }
 
 TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line once, no completed request resent",
