@@ -12,5 +12,6 @@
 #include "sim/report.hpp"
 #include "sim/scenarios.hpp"
 #include "sim/simulation.hpp"
+#include "sim/store.hpp"
 
 #endif  // LLMRETRY_SIM_HPP
