@@ -6,11 +6,13 @@
 
 #include "sim/event_queue.hpp"
 #include "sim/fleet.hpp"
+#include "sim/hosts.hpp"
 #include "sim/pacing.hpp"
 #include "sim/provider.hpp"
 #include "sim/random.hpp"
 #include "sim/report.hpp"
 #include "sim/scenarios.hpp"
 #include "sim/simulation.hpp"
+#include "sim/store.hpp"
 
 #endif  // LLMRETRY_SIM_HPP

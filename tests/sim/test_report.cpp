@@ -99,3 +99,29 @@ TEST_CASE("SVG: one lane per client, the title escaped") {
   CHECK(svg.rfind("<?xml", 0) == 0);
   CHECK(svg.find("</svg>") != std::string::npos);
 }
+
+TEST_CASE("the hosts' table: exchanges per second, and the spread between hosts") {
+  llmretry::sim::HostsTotals shared;
+  shared.all.requests = 200;
+  shared.all.refused = 3;
+  shared.all.makespan = 10s;
+  shared.all.bound = 8s;
+  shared.exchanges = 400;
+  shared.peak_exchanges_per_second = 90;
+  shared.by_host.resize(2);
+  shared.by_host[0].makespan = 9500ms;
+  shared.by_host[0].requests = 90;
+  shared.by_host[1].makespan = 10s;
+  shared.by_host[1].requests = 110;
+  llmretry::sim::HostsTotals alone = shared;
+  alone.exchanges = 0;
+  std::ostringstream out;
+  llmretry::sim::write_hosts_table(out, {{"shared", shared}, {"alone", alone}});
+  const std::string text = out.str();
+  CHECK_THAT(text, llmretry_catch::contains("3 (1.5 %)"));
+  CHECK_THAT(text, llmretry_catch::contains("1.25"));
+  CHECK_THAT(text, llmretry_catch::contains("90 / 40.0"));
+  CHECK_THAT(text, llmretry_catch::contains("9.5 - 10"));
+  CHECK_THAT(text, llmretry_catch::contains("90 - 110"));
+  CHECK(text.find("alone   200") != std::string::npos);
+}

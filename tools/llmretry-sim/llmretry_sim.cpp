@@ -57,8 +57,17 @@ Scenario
                            its requests 503) or rate-limited, with a fallback beside it, under retries
                            only, a retry budget, a circuit breaker and a fallback chain; other options
                            are ignored
+                         hosts: --hosts hosts of --workers workers share out the per-second backlog
+                           (38,000 tickets), each with its own Deployment, pacing through one modelled
+                           store --store-rtt away (two exchanges per attempt), compared with each host
+                           pacing alone told the whole limits, or 1 / hosts of them; prints makespan
+                           against the bound, 429s, store exchanges per second and the spread between
+                           hosts; options other than these three are ignored
                          explorer and brooker compare jitter, thirty compares Retry-After: the comparison
                          is skipped when --jitter or --retry-after is given
+  --hosts N              hosts (default 20), for --scenario hosts
+  --workers N            workers per host (default 50), for --scenario hosts
+  --store-rtt D          round trip between a host and the store (default 1ms), for --scenario hosts
   --clients N            number of clients
   --spacing D            client i starts at i x D (default 0: all at once)
   --seed N               seed of the jitter draws and random failures (default 1)
@@ -150,14 +159,15 @@ std::vector<Run> scenario_runs(std::string_view name) {
   if (name == "brooker")
     return {{n, "one optimistic-concurrency row, no jitter", scenarios::brooker_occ(100, Jitter::none)},
             {n, "one optimistic-concurrency row, full jitter", scenarios::brooker_occ(100, Jitter::full)}};
-  throw UsageError("--scenario: '" + n + "' is not explorer, thirty, rpm, tpm, brooker, pacing or fleet");
+  throw UsageError("--scenario: '" + n + "' is not explorer, thirty, rpm, tpm, brooker, pacing, fleet or hosts");
 }
 
 /// What the command line asked for.
 struct Options {
   std::vector<Run> runs = scenario_runs("explorer");
-  bool pacing = false;  ///< --scenario pacing: the admission comparison instead of runs
-  bool fleet = false;   ///< --scenario fleet: the many-calls comparison instead of runs
+  bool pacing = false;                      ///< --scenario pacing: the admission comparison instead of runs
+  bool fleet = false;                       ///< --scenario fleet: the many-calls comparison instead of runs
+  std::optional<sim::HostsScenario> hosts;  ///< --scenario hosts: the fleet of hosts instead of runs
   std::int64_t seeds = 50;
   bool table = false;
   std::string svg, csv;
@@ -247,7 +257,22 @@ Options parse(int argc, char** argv) {
   value_option("--scenario", [&options](const std::string& value) {
     options.pacing = value == "pacing";
     options.fleet = value == "fleet";
-    if (!options.pacing && !options.fleet) options.runs = scenario_runs(value);
+    if (value == "hosts") options.hosts = scenarios::hosts();
+    else options.hosts.reset();
+    if (!options.pacing && !options.fleet && !options.hosts) options.runs = scenario_runs(value);
+  });
+  std::vector<std::function<void(sim::HostsScenario&)>> host_edits;
+  value_option("--hosts", [&](const std::string& value) {
+    const auto n = static_cast<int>(parse_integer("--hosts", value, 1, 100'000));
+    host_edits.emplace_back([n](sim::HostsScenario& s) { s.hosts = n; });
+  });
+  value_option("--workers", [&](const std::string& value) {
+    const auto n = static_cast<int>(parse_integer("--workers", value, 1, 1'000'000));
+    host_edits.emplace_back([n](sim::HostsScenario& s) { s.paced.workload.workers = n; });
+  });
+  value_option("--store-rtt", [&](const std::string& value) {
+    const milliseconds rtt = parse_duration("--store-rtt", value);
+    host_edits.emplace_back([rtt](sim::HostsScenario& s) { s.store_round_trip = rtt; });
   });
   value_option("--seeds",
                [&options](const std::string& value) { options.seeds = parse_integer("--seeds", value, 1, 1'000'000); });
@@ -270,6 +295,14 @@ Options parse(int argc, char** argv) {
     std::string flag = extras.front();
     if (flag.substr(0, 2) == "--") flag = flag.substr(0, flag.find('='));
     throw UsageError("'" + flag + "' is not an option (see --help)");
+  }
+  if (options.hosts) {
+    for (const auto& change : host_edits) change(*options.hosts);
+    try {
+      options.hosts->validate();
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
   }
   if (!compare) {
     options.runs.resize(1);
@@ -432,6 +465,29 @@ void show_fleet() {
   }
 }
 
+/// Prints the fleet of hosts under each way of pacing.
+void show_hosts(const sim::HostsScenario& scenario) {
+  std::vector<std::pair<std::string, sim::HostsTotals>> rows;
+  for (const auto pacing : {sim::HostPacing::shared, sim::HostPacing::alone, sim::HostPacing::alone_split}) {
+    sim::HostsScenario s = scenario;
+    s.pacing = pacing;
+    rows.emplace_back(sim::to_string(pacing), sim::simulate_hosts(s));
+  }
+  const sim::Workload& w = scenario.paced.workload;
+  const sim::ProviderSpec& p = scenario.paced.provider;
+  std::cout << "== " << scenario.hosts << " hosts x " << w.workers << " workers, " << w.calls
+            << " tickets shared out; one quota for all:";
+  if (p.requests)
+    std::cout << ' ' << p.requests->capacity << " requests per " << sim::seconds(p.requests->period) << " s";
+  if (p.tokens)
+    std::cout << (p.requests ? ", " : " ") << p.tokens->capacity << " tokens per " << sim::seconds(p.tokens->period)
+              << " s";
+  std::cout << "; store round trip " << sim::seconds(scenario.store_round_trip) << " s ==\ncapacity bound "
+            << sim::seconds(rows.front().second.all.bound)
+            << " s; every call under RetryPolicy::batch(); virtual time\n";
+  sim::write_hosts_table(std::cout, rows);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -447,6 +503,10 @@ int main(int argc, char** argv) {
     }
     if (options.fleet) {
       show_fleet();
+      return 0;
+    }
+    if (options.hosts) {
+      show_hosts(*options.hosts);
       return 0;
     }
     std::vector<sim::RunResult> results;

@@ -138,6 +138,10 @@ struct ReservationAccess {
   }
   /// Closes `reservation`. Returns true when it was open (what it holds is the caller's to give back).
   static bool close(Reservation& reservation) noexcept { return std::exchange(reservation.open_, false); }
+  /// Marks `reservation` as made on shared state (true) or by a RateLimiter (false): a SharedPacing that
+  /// keeps its state in a RateLimiter hands out that limiter's reservations marked shared, and unmarks one
+  /// to settle or cancel it there.
+  static void mark_shared(Reservation& reservation, bool shared) noexcept { reservation.shared_ = shared; }
 };
 
 }  // namespace detail

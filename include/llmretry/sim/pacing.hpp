@@ -189,14 +189,22 @@ class Buckets {
   std::int64_t* reserved_;
 };
 
-/// The run of simulate_paced with calls admitted by the guards `make_guard()` returns, one per call.
+/// What run_paced did: over every call, and over the calls of each pool of workers (whose `bound` is 0).
+struct PooledTotals {
+  sim::PacedTotals all;
+  std::vector<sim::PacedTotals> pools;
+};
+
+/// The run of simulate_paced with the calls shared out among `pools` pools of workers (call i in pool
+/// i mod pools), each with Workload::workers workers and its own backlog, and admitted by the guards
+/// `make_guard(pool)` returns, one per call. Requires pools >= 1.
 template <class MakeGuard>
-sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderModel& provider, sim::Time& now,
-                           MakeGuard make_guard) {
+PooledTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderModel& provider, sim::Time& now,
+                       std::size_t pools, MakeGuard make_guard) {
   const sim::Workload& w = scenario.workload;
   const Cost estimate{1, w.prompt_tokens, w.max_tokens};
   const Cost usage{1, w.prompt_tokens, w.output_tokens};
-  using Guard = decltype(make_guard());
+  using Guard = decltype(make_guard(std::size_t{0}));
   const CallOptions call_options;  // safe to repeat, no deadline: the run's waits are virtual
 
   struct Call {
@@ -206,10 +214,11 @@ sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderMode
     std::optional<CallEngine<Guard>> engine;
   };
   std::deque<Call> calls;  // engines stay where they are made
+  const auto pool_of = [pools](std::size_t i) { return i % pools; };
   for (std::int64_t i = 0; i < w.calls; ++i) {
     Call& call = calls.emplace_back();
     call.rng = sim::stream(scenario.seed, static_cast<std::uint64_t>(i) + 1);
-    call.engine.emplace(prevalidated, scenario.policy, make_guard(), call_options);
+    call.engine.emplace(prevalidated, scenario.policy, make_guard(pool_of(static_cast<std::size_t>(i))), call_options);
   }
 
   enum class Kind : std::uint8_t { ready, start, resume, answered };
@@ -218,42 +227,46 @@ sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderMode
     std::size_t call = 0;
     sim::Reply reply;
   };
+  // One pool of workers: its ready calls waiting for a worker, and what its calls did.
+  struct Pool {
+    std::deque<std::size_t> backlog;
+    int busy_workers = 0;
+    sim::PacedTotals totals;
+    std::vector<std::chrono::milliseconds> queue_waits;
+  };
   sim::EventQueue<Due> queue;
-  std::deque<std::size_t> backlog;  // ready calls waiting for a worker
-  int busy_workers = 0;
-  sim::PacedTotals totals;
-  std::vector<std::chrono::milliseconds> queue_waits;
-  queue_waits.reserve(calls.size());
+  std::vector<Pool> by_pool(pools);
 
   const auto rank = [](std::size_t i) { return static_cast<std::uint64_t>(i); };
   const auto take_up = [&](std::size_t i) {
     calls[i].taken = now;
     queue.push(now, rank(i), Due{Kind::start, i, {}});
   };
-  const auto finish = [&] {
-    totals.makespan = std::max(totals.makespan, now);
+  const auto finish = [&](Pool& pool) {
+    pool.totals.makespan = std::max(pool.totals.makespan, now);
     if (w.workers == 0) return;
-    --busy_workers;
-    if (backlog.empty()) return;
-    const std::size_t next = backlog.front();
-    backlog.pop_front();
-    ++busy_workers;
+    --pool.busy_workers;
+    if (pool.backlog.empty()) return;
+    const std::size_t next = pool.backlog.front();
+    pool.backlog.pop_front();
+    ++pool.busy_workers;
     take_up(next);
   };
   // Carries out `step` of call i: a wait is an event later, the attempt is sent, a call done is finished.
   const auto carry_out = [&](std::size_t i, const Step& step) {
     Call& call = calls[i];
+    Pool& pool = by_pool[pool_of(i)];
     if (step.kind == Step::Kind::wait) {
       queue.push(now + step.wait, rank(i), Due{Kind::resume, i, {}});
       return;
     }
     if (step.kind == Step::Kind::done) {
-      ++(call.engine->gave_up() == nullptr ? totals.served : totals.gave_up);
-      finish();
+      ++(call.engine->gave_up() == nullptr ? pool.totals.served : pool.totals.gave_up);
+      finish(pool);
       return;
     }
-    if (!std::exchange(call.started, true)) queue_waits.push_back(now - call.taken);
-    ++totals.requests;
+    if (!std::exchange(call.started, true)) pool.queue_waits.push_back(now - call.taken);
+    ++pool.totals.requests;
     const sim::Reply reply = provider.request(now, estimate.tokens());
     queue.push(now + reply.latency, rank(i), Due{Kind::answered, i, reply});
   };
@@ -265,13 +278,14 @@ sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderMode
     now = event.at;
     const std::size_t i = event.payload.call;
     Call& call = calls[i];
+    Pool& pool = by_pool[pool_of(i)];
     switch (event.payload.kind) {
       case Kind::ready:
-        if (w.workers == 0 || busy_workers < w.workers) {
-          if (w.workers > 0) ++busy_workers;
+        if (w.workers == 0 || pool.busy_workers < w.workers) {
+          if (w.workers > 0) ++pool.busy_workers;
           take_up(i);
         } else {
-          backlog.push_back(i);
+          pool.backlog.push_back(i);
         }
         break;
       case Kind::start: carry_out(i, call.engine->start()); break;
@@ -280,20 +294,37 @@ sim::PacedTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderMode
         const sim::Reply& reply = event.payload.reply;
         if (!reply.failure) {
           if (scenario.provider_counts_usage) provider.refund(now, w.max_tokens - w.output_tokens);
-          totals.tokens_used += usage.tokens();
+          pool.totals.tokens_used += usage.tokens();
           carry_out(i,
                     call.engine->succeeded(PacedAnswer{
                         scenario.provider_counts_usage ? std::optional<Cost>(usage) : std::nullopt, reply.reported}));
           break;
         }
-        if (reply.outcome == sim::Outcome::refused) ++totals.refused;
+        if (reply.outcome == sim::Outcome::refused) ++pool.totals.refused;
         carry_out(i, call.engine->failed(*reply.failure, call.rng));
         break;
       }
     }
   }
+  PooledTotals totals;
+  std::vector<std::chrono::milliseconds> queue_waits;
+  queue_waits.reserve(calls.size());
+  for (Pool& pool : by_pool) {
+    sim::PacedTotals& t = pool.totals;
+    std::sort(pool.queue_waits.begin(), pool.queue_waits.end());
+    t.p95_queue_wait = sim::percentile(pool.queue_waits, 95);
+    queue_waits.insert(queue_waits.end(), pool.queue_waits.begin(), pool.queue_waits.end());
+    sim::PacedTotals& all = totals.all;
+    all.served += t.served;
+    all.gave_up += t.gave_up;
+    all.requests += t.requests;
+    all.refused += t.refused;
+    all.tokens_used += t.tokens_used;
+    all.makespan = std::max(all.makespan, t.makespan);
+    totals.pools.push_back(t);
+  }
   std::sort(queue_waits.begin(), queue_waits.end());
-  totals.p95_queue_wait = sim::percentile(queue_waits, 95);
+  totals.all.p95_queue_wait = sim::percentile(queue_waits, 95);
   return totals;
 }
 
@@ -317,12 +348,16 @@ namespace sim {
   Time now{0};
   PacedTotals totals;
   switch (scenario.admission) {
-    case AdmissionMode::none: totals = detail::run_paced(scenario, provider, now, [] { return NoGuard{}; }); break;
+    case AdmissionMode::none:
+      totals = detail::run_paced(scenario, provider, now, 1, [](std::size_t) { return NoGuard{}; }).all;
+      break;
     case AdmissionMode::spacing: {
       const std::chrono::milliseconds interval{
           60'000 / std::max<std::int64_t>(1, scenario.limits[Dimension::requests_per_minute]->limit)};
       Time next_start{0};
-      totals = detail::run_paced(scenario, provider, now, [&] { return detail::Spacing(next_start, interval, now); });
+      totals = detail::run_paced(scenario, provider, now, 1, [&](std::size_t) {
+                 return detail::Spacing(next_start, interval, now);
+               }).all;
       break;
     }
     case AdmissionMode::buckets: {
@@ -331,8 +366,9 @@ namespace sim {
         if (scenario.limits[d]) minute[d] = Limit::per_minute(scenario.limits[d]->limit);
       RateLimiter buckets(minute);
       std::int64_t reserved = 0;
-      totals =
-          detail::run_paced(scenario, provider, now, [&] { return detail::Buckets(buckets, estimate, now, reserved); });
+      totals = detail::run_paced(scenario, provider, now, 1, [&](std::size_t) {
+                 return detail::Buckets(buckets, estimate, now, reserved);
+               }).all;
       totals.tokens_reserved = reserved;
       break;
     }
@@ -343,7 +379,8 @@ namespace sim {
       if (scenario.admission == AdmissionMode::deployment) options.limits = scenario.limits;
       options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
       Deployment deployment(options);
-      totals = detail::run_paced(scenario, provider, now, [&] { return deployment.pace(estimate); });
+      totals =
+          detail::run_paced(scenario, provider, now, 1, [&](std::size_t) { return deployment.pace(estimate); }).all;
       totals.tokens_reserved = deployment.limiter().stats().tokens_reserved;
       break;
     }

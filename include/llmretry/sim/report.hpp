@@ -13,6 +13,7 @@
 #include "../decision.hpp"
 #include "../version.hpp"
 #include "fleet.hpp"
+#include "hosts.hpp"
 #include "pacing.hpp"
 #include "simulation.hpp"
 
@@ -145,6 +146,44 @@ inline void write_paced_table(std::ostream& out, const std::vector<std::pair<std
                     std::to_string(t.gave_up), seconds(t.makespan), ratio(t.makespan.count(), t.bound.count(), 2),
                     t.tokens_reserved == 0 ? "-" : std::to_string(t.tokens_reserved), std::to_string(t.tokens_used),
                     seconds(t.p95_queue_wait)});
+  }
+  detail::write_columns(out, rows);
+}
+
+/// Writes a comparison of fleets of hosts: one row per way of pacing, with the requests, the 429s, the
+/// makespan against the bound, the exchanges with the store (in all, and per second: the peak and the mean),
+/// and the spread between hosts (when the first and the last finished; the fewest and most requests).
+inline void write_hosts_table(std::ostream& out, const std::vector<std::pair<std::string, HostsTotals>>& runs) {
+  std::vector<std::vector<std::string>> rows{{"pacing", "requests", "429s", "gave up", "makespan (s)", "/ bound",
+                                              "store exchanges", "per s (peak / mean)", "hosts done (s)",
+                                              "requests per host"}};
+  const auto fixed = [](double value, int decimals) {
+    std::ostringstream text;
+    text.setf(std::ios::fixed);
+    text.precision(decimals);
+    text << value;
+    return text.str();
+  };
+  const auto share = [&](std::int64_t part, std::int64_t whole, int decimals) {
+    return fixed(whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole), decimals);
+  };
+  for (const auto& [name, t] : runs) {
+    const auto by_makespan = std::minmax_element(t.by_host.begin(), t.by_host.end(),
+                                                 [](const auto& a, const auto& b) { return a.makespan < b.makespan; });
+    const auto by_requests = std::minmax_element(t.by_host.begin(), t.by_host.end(),
+                                                 [](const auto& a, const auto& b) { return a.requests < b.requests; });
+    const bool any = !t.by_host.empty();
+    rows.push_back(
+        {name, std::to_string(t.all.requests),
+         std::to_string(t.all.refused) + " (" + share(t.all.refused * 100, t.all.requests, 1) + " %)",
+         std::to_string(t.all.gave_up), seconds(t.all.makespan), share(t.all.makespan.count(), t.all.bound.count(), 2),
+         t.exchanges == 0 ? "-" : std::to_string(t.exchanges),
+         t.exchanges == 0
+             ? "-"
+             : std::to_string(t.peak_exchanges_per_second) + " / " + fixed(t.mean_exchanges_per_second(), 1),
+         any ? seconds(by_makespan.first->makespan) + " - " + seconds(by_makespan.second->makespan) : "-",
+         any ? std::to_string(by_requests.first->requests) + " - " + std::to_string(by_requests.second->requests)
+             : "-"});
   }
   detail::write_columns(out, rows);
 }
