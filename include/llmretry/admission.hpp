@@ -12,6 +12,7 @@
 #include "admission/rate_limiter.hpp"
 #include "admission/retry_budget.hpp"
 #include "admission/settlement.hpp"
+#include "admission/shared_pacing.hpp"
 #include "admission/tokens.hpp"
 
 #endif  // LLMRETRY_ADMISSION_HPP

@@ -34,7 +34,8 @@ LLMRETRY_BEGIN_NAMESPACE
 [[nodiscard]] constexpr std::optional<FallbackReason> fallback_reason(StopReason stop,
                                                                       const Failure& failure) noexcept {
   if (stop == StopReason::deadline) return std::nullopt;
-  if (stop == StopReason::circuit_open || stop == StopReason::no_capacity) return FallbackReason::primary_unavailable;
+  if (stop == StopReason::circuit_open || stop == StopReason::no_capacity || stop == StopReason::pacing_unavailable)
+    return FallbackReason::primary_unavailable;
   switch (failure.kind) {
     case FailureKind::context_length: return FallbackReason::context_length_needed;
     case FailureKind::rate_limited: return FallbackReason::rate_limit_after_retry_budget;

@@ -83,6 +83,7 @@ struct may_keep_virtual_time<Sleep, std::void_t<decltype(std::declval<const Slee
 template <class Sleep, bool Wakes = true>
 class BlockingWaits {
  public:
+  /// Waits carried out by `sleep`.
   explicit BlockingWaits(Sleep& sleep) noexcept : sleep_(sleep) {}
 
   /// Returns the waker to give the call's engine (CallEngine::wake_with).

@@ -255,6 +255,40 @@ TEST_CASE("Reservations from many threads are neither lost nor doubled", "[rate_
   CHECK(limiter.stats().granted == threads * each);
 }
 
+TEST_CASE("Settles without the lock race learning and slowing down: nothing lost, nothing charged twice",
+          "[rate_limiter][threads]") {
+  // Three threads reserve one request and settle it with the estimate (the path without the lock) while a
+  // fourth slows the limiter down and learns a lower limit (which re-rates the settles after it, under the
+  // lock). Every usage is counted once, and the level ends where the slowest rate alone puts it at most.
+  constexpr int threads = 3, each = 20'000;
+  RateLimiter limiter{rpm(6'000'000, 6'000'000)};
+  std::atomic<bool> done{false};
+  std::thread changer([&] {
+    for (int k = 0; !done; ++k) {
+      (void)limiter.slow_down(t0 + std::chrono::seconds{k});
+      RateLimits reported;
+      reported.requests.limit = 6'000'000 - k;
+      limiter.learn(reported, t0);
+    }
+  });
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int i = 0; i < each; ++i) {
+        auto r = limiter.reserve(tokens(3, 4), t0);
+        limiter.settle(r, tokens(3, 4), t0);
+        REQUIRE_FALSE(r.open());
+      }
+    });
+  for (auto& thread : pool) thread.join();
+  done = true;
+  changer.join();
+  const auto stats = limiter.stats();
+  CHECK(stats.granted == threads * each);
+  CHECK(stats.tokens_reserved == 7 * threads * each);
+  CHECK(stats.tokens_used == 7 * threads * each);
+}
+
 TEST_CASE("Each reservation sees one whole configuration while another thread slows the limiter down",
           "[rate_limiter][threads]") {
   // One dimension switched between two configurations: 6000 a minute (one every 10 ms) and 0.7 of that,

@@ -210,7 +210,7 @@ TEST_CASE("redis pacing: Redis gone, attempts are refused (fail closed) and noth
         (void)call_with_retry(call, RetryPolicy{}, refused_pacing, sleep);
         FAIL("the call was admitted");
       } catch (const AttemptRefused& refused) {
-        CHECK(refused.reason() == StopReason::refused);
+        CHECK(refused.reason() == StopReason::pacing_unavailable);
         CHECK(refused.failure().sent == llmretry::Sent::not_sent);
         CHECK(refused.failure().kind == llmretry::FailureKind::connection);
       }

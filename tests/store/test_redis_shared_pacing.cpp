@@ -8,6 +8,8 @@
 #include <llmretry/testing/fake_sleep.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -208,6 +210,38 @@ TEST_CASE("shared pacing: a flushed server starts afresh, nothing hangs", "[redi
   (void)a.connection.command("flush", {"FLUSHALL"});                 // the state is gone
   (void)a.connection.command("flush scripts", {"SCRIPT", "FLUSH"});  // and the script loaded
   CHECK(a.wait() == 0ms);
-  a.deployment.succeeded(first, std::nullopt, nullptr, a.deployment.now());  // settled on the new state
+  a.deployment.succeeded(first, Cost{2, 0, 0}, nullptr, a.deployment.now());  // settled on the new state
   CHECK(a.deployment.shared_failures() == 0);
+  CHECK(about(a.wait(), 1s));  // the second request the settle charged
+}
+
+TEST_CASE("shared pacing: a usage out of range from the provider is bounded, never wraps", "[redis][shared_pacing]") {
+  const auto options = redis_fixture::unique_options();
+  Limits limits;
+  limits[Dimension::tokens_per_day] = Limit{1000, std::chrono::hours{24}, std::nullopt};
+  Process a(options, "huge", limits);
+  auto reservation = a.deployment.reserve(llmretry_test::tokens(10), a.deployment.now());
+  REQUIRE(reservation.granted());
+  const Cost huge{1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()};
+  a.deployment.succeeded(reservation, huge, nullptr, a.deployment.now());
+  CHECK(a.deployment.shared_failures() == 0);
+  // Charged far into the future (bounded, not wrapped to the past): the next call cannot start within a day.
+  const auto next = a.deployment.reserve(llmretry_test::tokens(10), a.deployment.now(), std::chrono::hours{24});
+  CHECK(next.status() == ReservationStatus::too_long);
+}
+
+TEST_CASE("shared pacing: limits and resets out of range in the headers are bounded, never wrap",
+          "[redis][shared_pacing]") {
+  const auto options = redis_fixture::unique_options();
+  Process a(options, "huge headers", Limits{});
+  auto reservation = a.deployment.reserve(Cost{}, a.deployment.now());
+  RateLimits reported;  // as parse_rate_limits saturates them
+  reported.requests =
+      RateLimitWindow{std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max(), std::nullopt};
+  reported.tokens = RateLimitWindow{1'000'000, std::nullopt, milliseconds::max()};  // full again in a day, at most
+  a.deployment.succeeded(reservation, std::nullopt, &reported, a.deployment.now());
+  CHECK(a.deployment.shared_failures() == 0);
+  CHECK(a.wait() == 0ms);  // a huge limit with as much left: no wait, and not refused as too large
+  const auto tokens = a.deployment.reserve(llmretry_test::tokens(10), a.deployment.now(), std::chrono::hours{1});
+  CHECK(tokens.status() == ReservationStatus::too_long);  // the reset is a day away, not wrapped to the past
 }

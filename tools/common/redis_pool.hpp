@@ -7,6 +7,7 @@
 #include <llmretry/redis/connection.hpp>
 #include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/rate_limiter.hpp>
+#include <llmretry/store/fingerprint.hpp>
 #include <llmretry/store/idempotency_store.hpp>
 
 #include <atomic>
@@ -69,6 +70,13 @@ class PooledIdempotencyStore final : public llmretry::store::IdempotencyStore {
   RedisPool& pool_;
   std::vector<std::unique_ptr<llmretry::redis::IdempotencyStore>> stores_;
 };
+
+/// Returns the name under which every process paces the deployment `label` (a model, or the tool's name)
+/// that sends to `base_url` with `api_key`: providers set limits per key. The key itself never reaches Redis.
+inline std::string shared_pacing_name(const std::string& label, const std::string& base_url,
+                                      const std::string& api_key) {
+  return label + "@" + llmretry::store::fingerprint(base_url + "\n" + api_key);
+}
 
 /// A redis::RateLimiter on each connection of a RedisPool (which must outlive it), each operation made on
 /// the next one: the state lives in Redis, so any connection serves any reservation.

@@ -160,12 +160,6 @@ llmretry::redis::Options redis_options(const std::string& url) {
   }
 }
 
-/// Returns the name of the pacing state shared by every process that sends to `base_url` with `api_key`: the
-/// provider's limits are per key, whatever the batch. The key itself is never written to Redis.
-std::string shared_pacing_name(const std::string& base_url, const std::string& api_key) {
-  return "llmretry-batch:" + llmretry::store::fingerprint(base_url + "\n" + api_key);
-}
-
 /// One worker's stores in Redis, over a connection of its own.
 class RedisStores final : public batch::Stores {
  public:
@@ -291,7 +285,7 @@ int run(const Options& options) {
     pacing_connections = std::make_unique<llmretry_tools::RedisPool>(
         redis_options(options.redis), static_cast<std::size_t>(std::min(options.concurrency, 8)));
     paced.shared = std::make_shared<llmretry_tools::PooledRateLimiter>(
-        *pacing_connections, shared_pacing_name(base_url, api_key), paced.limits);
+        *pacing_connections, llmretry_tools::shared_pacing_name("llmretry-batch", base_url, api_key), paced.limits);
   }
 #endif
   llmretry::Deployment deployment(std::move(paced));

@@ -278,7 +278,7 @@ class Forwarder {
     const std::string message = "upstream gave up (" + stop + "): " + llmretry::describe(failure);
     if (reason == StopReason::circuit_open || reason == StopReason::retry_budget)
       return refuse(503, message, "service_unavailable");
-    if (reason == StopReason::refused || reason == StopReason::pacing_unavailable)  // refused unsent: Redis failed
+    if (reason == StopReason::refused || reason == StopReason::pacing_unavailable)  // refused unsent
       return refuse(503, "the relay could not admit the request (" + stop + "): " + llmretry::describe(failure),
                     "service_unavailable");
     if (failure.kind == llmretry::FailureKind::timeout) return refuse(504, message, "upstream_timeout");

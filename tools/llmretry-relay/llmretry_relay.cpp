@@ -154,8 +154,10 @@ class RedisState {
   /// in turn).
   relay::ShareLimits share_limits() {
 #if LLMRETRY_RELAY_REDIS
-    return [this](const std::string& name, const llmretry::Limits& limits) -> std::shared_ptr<llmretry::SharedPacing> {
-      return std::make_shared<llmretry_tools::PooledRateLimiter>(*pool_, name, limits);
+    return [this](const std::string& name, const std::string& base_url, const std::string& api_key,
+                  const llmretry::Limits& limits) -> std::shared_ptr<llmretry::SharedPacing> {
+      return std::make_shared<llmretry_tools::PooledRateLimiter>(
+          *pool_, llmretry_tools::shared_pacing_name(name, base_url, api_key), limits);
     };
 #else
     return {};

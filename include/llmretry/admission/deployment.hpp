@@ -14,6 +14,7 @@
 #include "../attempt.hpp"
 #include "../clock.hpp"
 #include "../decision.hpp"
+#include "../detail/config.hpp"
 #include "../failure.hpp"
 #include "../guard.hpp"
 #include "../http/rate_limits.hpp"
@@ -123,15 +124,12 @@ class Deployment {
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
     const auto wait = shorter_wait(max_wait, options_.max_queue_wait);
     if (options_.shared) {
-      try {
-        return options_.shared->reserve(estimate, now, wait);
-      } catch (...) {
-        shared_failures_.fetch_add(1, std::memory_order_relaxed);
-        if (options_.when_shared_fails == SharedFailure::fail_closed) {
-          Reservation refused = detail::ReservationAccess::make(estimate);
-          detail::ReservationAccess::refuse(refused, ReservationStatus::unavailable, now, std::nullopt);
-          return refused;
-        }
+      Reservation reservation;
+      if (with_shared([&] { reservation = options_.shared->reserve(estimate, now, wait); })) return reservation;
+      if (options_.when_shared_fails == SharedFailure::fail_closed) {
+        reservation = detail::ReservationAccess::make(estimate);
+        detail::ReservationAccess::refuse(reservation, ReservationStatus::unavailable, now, std::nullopt);
+        return reservation;
       }
     }
     return limiter_.reserve(estimate, now, wait);
@@ -139,7 +137,9 @@ class Deployment {
 
   /// Gives back what `reservation` holds: the attempt was not sent.
   void cancel(Reservation& reservation) noexcept {
-    if (reservation.open()) finish(reservation, AttemptEnd{}, nullptr, now());
+    if (!reservation.open()) return;
+    if (reservation.shared()) (void)with_shared([&] { options_.shared->finish(reservation, AttemptEnd{}, now()); });
+    else limiter_.cancel(reservation);
   }
 
   /// Records a successful attempt at `now`: learns from `reported` (the answer's rate-limit headers),
@@ -150,7 +150,7 @@ class Deployment {
     AttemptEnd end;
     end.charge = usage.value_or(reservation.cost());
     end.reported = reported;
-    finish(reservation, end, reported, now);
+    finish(reservation, end, now);
   }
 
   /// Records a failed attempt at `now`. A 429 pauses every call of the deployment for the provider's
@@ -162,8 +162,7 @@ class Deployment {
     AttemptEnd end;
     if (failure.kind == FailureKind::rate_limited) {
       if (failure.provider_wait) {
-        // A provider's wait is untrusted and may be huge: a day at most, so that times cannot overflow.
-        const auto wait = std::min(*failure.provider_wait, std::chrono::milliseconds{std::chrono::hours{24}});
+        const auto wait = at_most_a_day(*failure.provider_wait);
         limiter_.pause_until(now + wait);
         limiter_.set_back(wait, now);
         end.refused_for = wait;
@@ -174,7 +173,7 @@ class Deployment {
       }
     }
     end.charge = charge_after(failure, reservation.cost());
-    finish(reservation, end, nullptr, now);
+    finish(reservation, end, now);
   }
 
   class Pacing;
@@ -183,25 +182,33 @@ class Deployment {
   [[nodiscard]] Pacing pace(const Cost& estimate) noexcept;
 
  private:
+  /// Runs `exchange` with the shared state. Returns false, the failure counted, when it threw.
+  template <class Exchange>
+  bool with_shared(Exchange&& exchange) noexcept {
+#if LLMRETRY_HAS_EXCEPTIONS
+    try {
+      std::forward<Exchange>(exchange)();
+    } catch (...) {
+      shared_failures_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+#else
+    std::forward<Exchange>(exchange)();
+#endif
+    return true;
+  }
+
   /// Tells `end` where `reservation` was made: the shared state (its failures counted, never thrown), or
-  /// this process's limiter, which has learned `reported` already.
-  void finish(Reservation& reservation, const AttemptEnd& end, const RateLimits* reported, time_point now) noexcept {
+  /// this process's limiter, which has learned `end.reported` already.
+  void finish(Reservation& reservation, const AttemptEnd& end, time_point now) noexcept {
     if (reservation.shared()) {
-      try {
-        options_.shared->finish(reservation, end, now);
-      } catch (...) {
-        shared_failures_.fetch_add(1, std::memory_order_relaxed);
-      }
+      (void)with_shared([&] { options_.shared->finish(reservation, end, now); });
       return;
     }
-    if (options_.shared && (reported != nullptr || end.refused_for || end.slow_down)) {
+    if (options_.shared && end.has_news()) {
       // Paced here while the shared state was out of reach: what the answer taught goes there too.
       Reservation none;
-      try {
-        options_.shared->finish(none, end, now);
-      } catch (...) {
-        shared_failures_.fetch_add(1, std::memory_order_relaxed);
-      }
+      (void)with_shared([&] { options_.shared->finish(none, end, now); });
     }
     if (end.charge) limiter_.settle(reservation, *end.charge, now);
     else limiter_.cancel(reservation);
@@ -219,8 +226,9 @@ class Deployment {
 /// never a blocked thread. After the attempt it settles: the answer's usage and
 /// rate-limit headers (read from its `body` and `headers` members, when it has them, such as
 /// curl::Response) on success; what the failure says was used otherwise. Refuses with
-/// StopReason::no_capacity a cost above a limit or a wait beyond max_queue_wait, and with
-/// StopReason::deadline a wait beyond the call's deadline.
+/// StopReason::no_capacity a cost above a limit or a wait beyond max_queue_wait, with
+/// StopReason::deadline a wait beyond the call's deadline, and with StopReason::pacing_unavailable when
+/// the shared pacing state is out of reach and the deployment fails closed.
 class Deployment::Pacing {
  public:
   /// What one attempt holds: its reservation and its slot (or its place in line for one), given back or
@@ -345,7 +353,7 @@ class Deployment::Pacing {
 
   /// Reserves the estimate for the attempt. Returns the ticket and the wait until capacity comes, or the
   /// refusal: no_capacity for a cost above a limit or a wait beyond max_queue_wait, deadline for a wait
-  /// beyond the call's time left.
+  /// beyond the call's time left, pacing_unavailable for shared pacing state out of reach (fail_closed).
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
     const time_point now = deployment_->now();
     Reservation reservation = deployment_->reserve(estimate_, now, attempt.time_left);

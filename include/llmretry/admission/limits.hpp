@@ -1,6 +1,7 @@
 #ifndef LLMRETRY_ADMISSION_LIMITS_HPP
 #define LLMRETRY_ADMISSION_LIMITS_HPP
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -78,6 +79,12 @@ inline constexpr std::size_t dimension_count = 6;
     case Dimension::output_tokens_per_minute: return bounded(cost.output_tokens);
   }
   return 0;
+}
+
+/// Returns `wait` bounded to a day: a wait the provider reported is untrusted and may be huge, and times
+/// computed from it must not overflow.
+[[nodiscard]] constexpr std::chrono::milliseconds at_most_a_day(std::chrono::milliseconds wait) noexcept {
+  return std::min(wait, std::chrono::milliseconds{std::chrono::hours{24}});
 }
 
 /// What a cost charges every dimension at once: charge_of(cost, d) at index d.

@@ -55,7 +55,7 @@ class Reservation {
     start_ = other.start_;
     cost_ = other.cost_;
     limited_by_ = other.limited_by_;
-    charged_ = other.charged_;
+    held_ = other.held_;
     generation_ = other.generation_;
     paced_ = other.paced_;
     shared_ = other.shared_;
@@ -97,7 +97,7 @@ class Reservation {
   time_point start_{};
   Cost cost_{0, 0, 0};
   std::optional<Dimension> limited_by_;
-  std::array<std::int64_t, dimension_count> charged_{};  ///< nanoseconds of capacity held per dimension
+  std::array<std::int64_t, dimension_count> held_{};  ///< nanoseconds of capacity held per dimension
   std::uint64_t generation_ = 0;  ///< the limiter's limits when it was reserved (RateLimiter::generation_)
   std::uint8_t paced_ = 0;        ///< the dimensions paced when it was reserved, one bit each
   bool shared_ = false;
@@ -119,7 +119,7 @@ struct ReservationAccess {
   }
   /// Returns the nanoseconds of capacity `reservation` holds per dimension, to fill in before granting it.
   [[nodiscard]] static std::array<std::int64_t, dimension_count>& held(Reservation& reservation) noexcept {
-    return reservation.charged_;
+    return reservation.held_;
   }
   /// Ends `reservation` with `status` (not granted): it holds nothing.
   static void refuse(Reservation& reservation, ReservationStatus status, time_point start,
@@ -127,7 +127,7 @@ struct ReservationAccess {
     reservation.status_ = status;
     reservation.start_ = start;
     reservation.limited_by_ = limited_by;
-    reservation.charged_ = {};
+    reservation.held_ = {};
   }
   /// Grants `reservation` from `start`: it is open until closed.
   static void grant(Reservation& reservation, time_point start, std::optional<Dimension> limited_by) noexcept {
@@ -213,7 +213,7 @@ class RateLimiter {
       if (cell.recover(now_ns)) limits_changed();
       const std::int64_t charge = charges[i];
       if (charge == 0) continue;
-      const std::int64_t starts = cell.take(charge, now_ns, reservation.charged_[i]);
+      const std::int64_t starts = cell.take(charge, now_ns, reservation.held_[i]);
       cell.note_start(std::max(starts, now_ns));
       if (starts > latest_cell) {
         latest_cell = starts;
@@ -270,7 +270,7 @@ class RateLimiter {
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      const std::int64_t delta = cell.time_of(charges[i]) - reservation.charged_[i];
+      const std::int64_t delta = cell.time_of(charges[i]) - reservation.held_[i];
       if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }
   }
@@ -549,7 +549,7 @@ class RateLimiter {
   void give_back(const Reservation& reservation) noexcept {
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
-      if (reservation.charged_[i] != 0) cells_[i].adjust(-reservation.charged_[i]);
+      if (reservation.held_[i] != 0) cells_[i].adjust(-reservation.held_[i]);
     }
   }
 
@@ -566,7 +566,7 @@ class RateLimiter {
       const std::int64_t free = std::max<std::int64_t>(0, *window.remaining);
       if (free < cell.burst()) cell.raise_to(now_ns + cell.time_of(cell.burst() - free));
     } else if (window.reset_after) {
-      cell.raise_to(now_ns + std::chrono::nanoseconds{*window.reset_after}.count());
+      cell.raise_to(now_ns + std::chrono::nanoseconds{at_most_a_day(*window.reset_after)}.count());
     }
   }
 

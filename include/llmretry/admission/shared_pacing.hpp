@@ -17,6 +17,9 @@ struct AttemptEnd {
   const RateLimits* reported = nullptr;  ///< the limits and levels the answer reported; null: none
   std::optional<std::chrono::milliseconds> refused_for;  ///< a 429's wait: every call pauses and is set back by it
   bool slow_down = false;                                ///< a 429 without rate-limit headers (Learning::adaptive)
+
+  /// Returns true when it teaches the pacing something besides the charge: headers, a 429, a slow-down.
+  [[nodiscard]] bool has_news() const noexcept { return reported != nullptr || refused_for || slow_down; }
 };
 
 /// What a Deployment does when its shared pacing state cannot be reached (down, too slow, an error reply).
@@ -42,7 +45,8 @@ enum class SharedFailure {
 /// A Deployment with one (DeploymentOptions::shared) reserves there and tells it every attempt's end, so
 /// that what one process learns, all learn, and a 429 seen by one pauses all: two exchanges per attempt
 /// at most. Every operation may throw when the state cannot be reached; what a reservation held then stays
-/// charged until it refills.
+/// charged until it refills. An implementation given to a Deployment that threads share must be
+/// thread-safe.
 class SharedPacing {
  public:
   using time_point = std::chrono::steady_clock::time_point;

@@ -53,7 +53,8 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local state, dirty = {}, {}
 local raw = redis.call('HGETALL', key)
 for k = 1, #raw, 2 do state[raw[k]] = tonumber(raw[k + 1]) end
-local function set(field, value) state[field] = value; dirty[#dirty + 1] = field end
+local most = 4000000000000000  -- µs, about 126 years: no time goes further (a usage reported may be huge)
+local function set(field, value) state[field] = math.min(value, most); dirty[#dirty + 1] = field end
 local function arg(k) return tonumber(ARGV[k]) end
 
 local cells = {}
@@ -75,7 +76,7 @@ end
 for d = 0, 5 do cells[d] = cell(d) end
 local function time_of(c, units)
   if units <= 0 then return 0 end
-  return math.ceil(units * c.period / c.limit)
+  return math.min(math.ceil(units * c.period / c.limit), most)
 end
 local function tolerance(c) return time_of(c, math.min(c.burst, c.limit)) end
 local function raise(c, at_least) set('t' .. c.d, math.max(state['t' .. c.d] or at_least, at_least)) end
@@ -333,8 +334,7 @@ class RateLimiter final : public SharedPacing {
     using Access = llmretry::detail::ReservationAccess;
     const Cost reserved = reservation.cost();
     const bool open = Access::close(reservation);
-    const bool news = end.reported != nullptr || end.refused_for || end.slow_down;
-    if (!news && (!open || end.charge == reserved)) return;  // nothing to learn, nothing to adjust
+    if (!end.has_news() && (!open || end.charge == reserved)) return;  // nothing to learn, nothing to adjust
     std::vector<std::string> args = header("finish");
     for (const std::int64_t held : Access::held(reservation)) args.push_back(std::to_string(open ? held / 1000 : 0));
     for (const std::int64_t charge : charges_of(end.charge.value_or(Cost{0, 0, 0})))
@@ -344,10 +344,13 @@ class RateLimiter final : public SharedPacing {
     const RateLimits& reported = end.reported != nullptr ? *end.reported : none;
     for (const RateLimitWindow* window :
          {&reported.requests, &reported.tokens, &reported.input_tokens, &reported.output_tokens}) {
-      args.push_back(window->limit && *window->limit > 0 ? std::to_string(*window->limit) : "-1");
-      args.push_back(window->remaining ? std::to_string(std::max<std::int64_t>(0, *window->remaining)) : "-1");
-      args.push_back(window->reset_after ? std::to_string(std::chrono::microseconds{*window->reset_after}.count())
-                                         : "-1");
+      // Untrusted values, bounded as the local limiter bounds them: units to 10^12, a reset to a day.
+      constexpr std::int64_t most = 1'000'000'000'000;
+      args.push_back(window->limit && *window->limit > 0 ? std::to_string(std::min(*window->limit, most)) : "-1");
+      args.push_back(window->remaining ? std::to_string(std::clamp<std::int64_t>(*window->remaining, 0, most)) : "-1");
+      args.push_back(window->reset_after
+                         ? std::to_string(std::chrono::microseconds{at_most_a_day(*window->reset_after)}.count())
+                         : "-1");
     }
     args.push_back(end.refused_for ? std::to_string(std::chrono::microseconds{*end.refused_for}.count()) : "-1");
     args.emplace_back(end.slow_down ? "1" : "0");
@@ -382,8 +385,8 @@ class RateLimiter final : public SharedPacing {
 /// wait beyond the attempt's time left.
 ///
 /// Redis failing never throws through it. In admit it fails closed: the attempt is refused with
-/// StopReason::refused and a failure of nothing sent (FailureKind::connection, or timeout when the server did
-/// not answer in time, unknown for an error reply), and error() keeps the redis::RedisError. In a ticket (settle,
+/// StopReason::pacing_unavailable and a failure of nothing sent (FailureKind::connection, or timeout when the server
+/// did not answer in time, unknown for an error reply), and error() keeps the redis::RedisError. In a ticket (settle,
 /// cancel) the failure is kept in error() and the reservation stays charged until it refills.
 class RateLimiter::Pacing {
  public:
@@ -441,7 +444,8 @@ class RateLimiter::Pacing {
     std::optional<Reservation> reservation;
     guarded(
         [&] { reservation.emplace(limiter_->reserve(estimate_, now, shorter_wait(max_wait_, attempt.time_left))); });
-    if (!reservation) return Admission<Ticket>::refuse(Refusal{StopReason::refused, redis_failure(error_->kind())});
+    if (!reservation)
+      return Admission<Ticket>::refuse(Refusal{StopReason::pacing_unavailable, redis_failure(error_->kind())});
     if (!reservation->granted())
       return Admission<Ticket>::refuse(refusal_of(*reservation, now, attempt.time_left, max_wait_));
     const auto wait = reservation->wait_after(now);

@@ -50,7 +50,7 @@ class ModelledStore final : public SharedPacing {
   /// and slows down as Deployment::succeeded and failed do on their own limiter, then settles or cancels.
   void finish(Reservation& reservation, const AttemptEnd& end, [[maybe_unused]] time_point now) override {
     using Access = detail::ReservationAccess;
-    const bool news = end.reported != nullptr || end.refused_for || end.slow_down;
+    const bool news = end.has_news();
     if (!news && (!reservation.open() || end.charge == reservation.cost())) {
       (void)Access::close(reservation);  // nothing to learn, nothing to adjust: the estimate stays charged
       return;
