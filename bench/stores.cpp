@@ -86,8 +86,8 @@ long long scripts_run(llmretry::redis::Connection& connection) {
 }
 
 /// A deployment of `limits` whose pacing is shared through `connection` under `name`.
-std::unique_ptr<llmretry::Deployment> shared_deployment(llmretry::redis::Connection& connection, const std::string& name,
-                                                        const llmretry::Limits& limits) {
+std::unique_ptr<llmretry::Deployment> shared_deployment(llmretry::redis::Connection& connection,
+                                                        const std::string& name, const llmretry::Limits& limits) {
   llmretry::DeploymentOptions options;
   options.name = name;
   options.limits = limits;
@@ -154,8 +154,7 @@ int main() {
       connections.push_back(std::make_unique<llmretry::redis::Connection>(server.connection_options()));
       deployments.push_back(shared_deployment(*connections.back(), "bench-fleet", limits));
     }
-    const std::string name =
-        "redis (loopback): shared-paced attempts, " + std::to_string(threads) + " threads";
+    const std::string name = "redis (loopback): shared-paced attempts, " + std::to_string(threads) + " threads";
     constexpr int each = 5000;
     measure(name.c_str(), threads * each, [&](int, int i) {
       if (i != 0) return;  // the whole batch, on every thread at once, counted as threads x each
