@@ -435,12 +435,13 @@ class Runner {
   /// it): nothing is recorded, and the line is forgotten here.
   bool finish(Line& line, const llmretry::store::Job& job, Stores& stores, std::string text, bool answered) {
     line.done = true;
+    --remaining_;  // before the job leaves the queue: check_jobs never counts fewer jobs than lines remain
     if (!destination_.record(stores.queue(), job, std::move(text), answered)) {
+      ++remaining_;
       ++stats_.leases_lost;
       return false;
     }
     ++(answered ? stats_.answered : stats_.failed);
-    --remaining_;
     return true;
   }
 
