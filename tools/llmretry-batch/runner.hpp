@@ -157,8 +157,8 @@ class Runner {
     curl_options_.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
     curl_options_.attempt_header.clear();  // the attempt number is the request's, sent by attempt()
     for (auto& request : pending) {
-      const std::string key = request.key;
-      lines_.emplace(key, make_line(std::move(request)));
+      order_.push_back(request.key);
+      lines_.emplace(order_.back(), make_line(std::move(request)));
     }
   }
 
@@ -172,7 +172,7 @@ class Runner {
       // This run holds the batch's run lease, so no other run uses its queue: a job taken there was taken
       // by a run that stopped, and is ready again now rather than after the visibility timeout.
       stats_.reclaimed += static_cast<std::int64_t>(stores->queue().reclaim());
-      for (const auto& [key, line] : lines_)
+      for (const std::string& key : order_)  // in the input's order
         (void)stores->queue().enqueue({key, {}, 0, std::chrono::milliseconds::zero()});
     }
     {
@@ -445,6 +445,7 @@ class Runner {
     return true;
   }
 
+  std::vector<std::string> order_;  ///< the pending requests' keys, in the input's order
   std::mutex lines_mutex_;
   std::unordered_map<std::string, std::shared_ptr<Line>> lines_;  ///< Idempotency-Key (the job id) -> line
   std::mutex held_mutex_;
