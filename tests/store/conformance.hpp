@@ -342,6 +342,91 @@ TEMPLATE_TEST_CASE("queue: ack, retry_later, bury and extend need the holder's t
   }
 }
 
+TEMPLATE_TEST_CASE("queue: finish removes a job and keeps its result; its id is not enqueued again", "[store][queue]",
+                   LLMRETRY_STORE_FIXTURES) {
+  using namespace conformance;
+  TestType fixture;
+  auto queue = fixture.queue(store::JobQueueOptions{short_time, 3});
+  REQUIRE(queue->enqueue({"a", "p", 0, 0ms}));
+  REQUIRE(queue->enqueue({"b", "p", 0, 0ms}));
+  const auto a = queue->take();
+  REQUIRE(a);
+  CHECK_FALSE(queue->finish("a", "not the token", "answer a", false));
+  CHECK_FALSE(queue->result("a"));
+  CHECK(queue->finish("a", a->token, "answer a", false));
+  CHECK_FALSE(queue->finish("a", a->token, "again", false));  // no longer held
+  CHECK_FALSE(queue->ack("a", a->token));
+  const auto kept = queue->result("a");
+  REQUIRE(kept);
+  CHECK(kept->id == "a");
+  CHECK(kept->value == "answer a");
+  CHECK_FALSE(kept->failed);
+  CHECK_FALSE(queue->enqueue({"a", "p", 0, 0ms}));  // done: never enqueued again while its result is kept
+  auto counts = queue->counts();
+  CHECK(counts.done == 1);
+  CHECK(counts.failed == 0);
+  CHECK(counts.ready == 1);
+  CHECK(counts.taken == 0);
+
+  SECTION("a failed result, and the results page after page, in the order kept, each once") {
+    const auto b = queue->take();
+    REQUIRE(b);
+    CHECK(queue->finish("b", b->token, "", true));
+    for (int i = 0; i < 5; ++i) {
+      const std::string id = "n" + std::to_string(i);
+      REQUIRE(queue->enqueue({id, "p", 0, 0ms}));
+      const auto job = queue->take();
+      REQUIRE(job);
+      REQUIRE(queue->finish(id, job->token, "value " + id, false));
+    }
+    counts = queue->counts();
+    CHECK(counts.done == 6);
+    CHECK(counts.failed == 1);
+    CHECK(queue->result("b")->failed);
+    CHECK(queue->result("b")->value.empty());
+    std::vector<std::string> order;
+    std::string cursor;
+    int pages = 0;
+    do {
+      const auto page = queue->results(cursor, 3);
+      CHECK(page.results.size() <= 3);
+      for (const auto& result : page.results) order.push_back(result.id);
+      cursor = page.cursor;
+      ++pages;
+    } while (!cursor.empty());
+    CHECK(pages == 3);
+    CHECK(order == std::vector<std::string>{"a", "b", "n0", "n1", "n2", "n3", "n4"});
+    CHECK(queue->results("", 100).results.at(2).value == "value n0");
+    CHECK(queue->results("", 100).cursor.empty());
+  }
+  SECTION("a job taken again after its visibility timeout: only the new holder finishes it") {
+    const auto b = queue->take();
+    REQUIRE(b);
+    fixture.advance(past_it);
+    const auto again = queue->take();
+    REQUIRE(again);
+    CHECK_FALSE(queue->finish("b", b->token, "late", false));
+    CHECK(queue->finish("b", again->token, "on time", false));
+    CHECK(queue->result("b")->value == "on time");
+    CHECK(queue->counts().done == 2);
+  }
+  SECTION("results are forgotten together after the retention; then the id may be enqueued again") {
+    const auto b = queue->take();  // out of the way: on Redis, the queues of one fixture are one queue
+    REQUIRE(b);
+    REQUIRE(queue->ack("b", b->token));
+    auto short_lived = fixture.queue(store::JobQueueOptions{short_time, 3, short_time});
+    REQUIRE(short_lived->enqueue({"x", "p", 0, 0ms}));
+    const auto x = short_lived->take();
+    REQUIRE(x);
+    REQUIRE(short_lived->finish("x", x->token, "v", false));
+    fixture.advance(past_it);
+    CHECK_FALSE(short_lived->result("x"));
+    CHECK(short_lived->counts().done == 0);
+    CHECK(short_lived->enqueue({"x", "p", 0, 0ms}));
+  }
+  CHECK_THROWS_AS(fixture.queue(store::JobQueueOptions{1s, 1, 0ms}), std::invalid_argument);
+}
+
 TEMPLATE_TEST_CASE("queue: reclaim counts more jobs than one Redis script reclaims (1,000)", "[store][queue]",
                    LLMRETRY_STORE_FIXTURES) {
   using namespace conformance;

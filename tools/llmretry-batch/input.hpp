@@ -89,14 +89,17 @@ inline Request parse_line(std::string_view text, std::size_t number, const std::
 
 }  // namespace detail
 
-/// Returns every request of the JSONL file `path` (blank lines skipped), its url resolved against
-/// `base_url`. Throws InputError naming the line and field of the first bad line, a custom_id used twice,
-/// or a file that cannot be read or holds no request.
-inline std::vector<Request> read_input(const std::string& path, const std::string& base_url) {
+/// Calls `use(request, text)` for every request of the JSONL file `path` in order (blank lines skipped),
+/// `text` its line as read (without its line end), its url resolved against `base_url`; only the line being
+/// read and the custom_ids are held. Returns how many requests it read. Throws InputError naming the line
+/// and field of the first bad line (the requests before it were used), a custom_id used twice, or a file
+/// that cannot be read or holds no request.
+template <class Use>
+std::size_t for_each_request(const std::string& path, const std::string& base_url, Use&& use) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot be read");
-  std::vector<Request> requests;
   std::unordered_map<std::string, std::size_t> line_of;
+  std::size_t count = 0;
   std::string text;
   for (std::size_t number = 1; std::getline(in, text); ++number) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
@@ -106,10 +109,20 @@ inline std::vector<Request> read_input(const std::string& path, const std::strin
     if (!added)
       throw InputError(path + ":" + std::to_string(number) + ": custom_id: \"" + request.custom_id +
                        "\" is already used on line " + std::to_string(first->second));
-    requests.push_back(std::move(request));
+    use(std::move(request), std::string_view(text));
+    ++count;
   }
   if (in.bad()) throw InputError(path + ": read error");
-  if (requests.empty()) throw InputError(path + ": no request in the file");
+  if (count == 0) throw InputError(path + ": no request in the file");
+  return count;
+}
+
+/// Returns every request of the JSONL file `path` (blank lines skipped), its url resolved against
+/// `base_url`. Throws InputError as for_each_request does.
+inline std::vector<Request> read_input(const std::string& path, const std::string& base_url) {
+  std::vector<Request> requests;
+  (void)for_each_request(path, base_url,
+                         [&](Request request, std::string_view) { requests.push_back(std::move(request)); });
   return requests;
 }
 

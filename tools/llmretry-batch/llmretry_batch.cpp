@@ -7,14 +7,19 @@
 #include <llmretry/store/operations.hpp>
 #if LLMRETRY_BATCH_REDIS
 #include <llmretry/redis/connection.hpp>
+#include <llmretry/redis/idempotency_store.hpp>
 #include <llmretry/redis/job_queue.hpp>
 #include <llmretry/redis/operations.hpp>
 
+#include "common/lease_renewer.hpp"
 #include "common/redis_pool.hpp"
 #endif
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -61,7 +66,9 @@ constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL; never printed).
 Progress and summary go to stderr.
 Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage, input or files,
-3 stopped by a file or Redis failure (rerun to resume).)";
+3 stopped by a file or Redis failure (rerun to resume).
+One batch, many workers on any hosts: llmretry-batch submit | work | collect | status (see
+llmretry-batch work --help).)";
 
 struct Options {
   std::string input;
@@ -74,6 +81,18 @@ struct Options {
   bool retry_errors = false;
   bool fresh = false;
 };
+
+/// Returns this host's name ("unknown" when it cannot be found out).
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
+/// Returns true when `word` names a command of the fleet form.
+bool is_fleet_command(const std::string& word) {
+  return word == "submit" || word == "work" || word == "collect" || word == "status";
+}
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
 Options parse(int argc, char** argv) {
@@ -138,14 +157,14 @@ class MemoryStores final : public batch::Stores {
   llmretry::store::OperationsTable& operations_;
 };
 
-/// A job a worker holds comes back to the queue after this long without an answer: the longest attempt
-/// (60 s) and some pacing wait.
-constexpr std::chrono::milliseconds visibility_timeout{90'000};
+/// A job a worker holds comes back to the queue after this long without being renewed (the worker renews
+/// it every third of it while it holds it).
+constexpr std::chrono::milliseconds visibility_timeout{30'000};
 
 /// Jobs are retried by the RetryPolicy; the queue's own limit only guards against a job taken forever.
-llmretry::store::JobQueueOptions queue_options() {
+llmretry::store::JobQueueOptions queue_options(std::chrono::milliseconds lease = visibility_timeout) {
   llmretry::store::JobQueueOptions options;
-  options.visibility_timeout = visibility_timeout;
+  options.visibility_timeout = lease;
   options.max_attempts = 1000;
   return options;
 }
@@ -163,8 +182,9 @@ llmretry::redis::Options redis_options(const std::string& url) {
 /// One worker's stores in Redis, over a connection of its own.
 class RedisStores final : public batch::Stores {
  public:
-  RedisStores(const llmretry::redis::Options& options, const std::string& queue_name)
-      : connection_(options), queue_(connection_, queue_name, queue_options()), operations_(connection_) {}
+  RedisStores(const llmretry::redis::Options& options, const std::string& queue_name,
+              std::chrono::milliseconds lease = visibility_timeout)
+      : connection_(options), queue_(connection_, queue_name, queue_options(lease)), operations_(connection_) {}
   llmretry::store::JobQueue& queue() override { return queue_; }
   llmretry::store::OperationsTable& operations() override { return operations_; }
 
@@ -172,6 +192,48 @@ class RedisStores final : public batch::Stores {
   llmretry::redis::Connection connection_;
   llmretry::redis::JobQueue queue_;
   llmretry::redis::OperationsTable operations_;
+};
+
+/// Holds the run lease of the batch `name` in Redis from construction to destruction: one run of a batch at
+/// a time, whatever the host. The holder is named after this host, so that a rerun on the host of a run
+/// that died (it holds the output file's lock, so that run is gone) takes the lease at once, and a run on
+/// another host is refused until the lease lapses (30 s after its holder stopped renewing it).
+class RunLease {
+ public:
+  /// Takes the lease. Throws batch::FileProblem naming `output` when another host holds it, and
+  /// redis::RedisError.
+  RunLease(const llmretry::redis::Options& redis, const std::string& name, const std::string& output)
+      : connection_(redis), store_(connection_, lease_options()), key_("run:" + name), token_("host:" + host_name()) {
+    const auto claim = store_.claim(key_, "llmretry-batch run", token_);
+    if (claim.status != llmretry::store::ClaimStatus::claimed)
+      throw batch::FileProblem(output + ": in use by another llmretry-batch on another host (its run lease ends " +
+                               std::to_string(claim.lease_left.count() / 1000) + " s after it last renewed it)");
+    renewer_.emplace(store_, key_, token_, lease_options().lease / 3);
+  }
+  RunLease(const RunLease&) = delete;
+  RunLease& operator=(const RunLease&) = delete;
+  RunLease(RunLease&&) = delete;
+  RunLease& operator=(RunLease&&) = delete;
+  ~RunLease() {
+    renewer_.reset();
+    try {
+      (void)store_.release(key_, token_);
+    } catch (const std::exception&) {  // the lease lapses by itself
+    }
+  }
+
+ private:
+  static llmretry::store::IdempotencyOptions lease_options() {
+    llmretry::store::IdempotencyOptions options;
+    options.lease = std::chrono::seconds{30};
+    return options;
+  }
+
+  llmretry::redis::Connection connection_;
+  llmretry::redis::IdempotencyStore store_;
+  const std::string key_;
+  const std::string token_;
+  std::optional<llmretry_tools::LeaseRenewer> renewer_;  ///< last: it renews once the rest is ready
 };
 
 /// Deletes what Redis holds of the batch `name`: its job queue (`<prefix>queue:{<name>}:...`, as
@@ -246,9 +308,14 @@ int run(const Options& options) {
   const std::vector<batch::Request> requests = batch::read_input(options.input, base_url);
   std::optional<batch::AnswerFile> output;
   std::optional<batch::AnswerFile> errors;
+#if LLMRETRY_BATCH_REDIS
+  std::optional<RunLease> run_lease;
+#endif
   try {
     output.emplace(options.output);
 #if LLMRETRY_BATCH_REDIS
+    if (!options.redis.empty())
+      run_lease.emplace(redis_options(options.redis), batch_name(options.output), options.output);
     if (options.fresh) forget_batch(redis_options(options.redis), batch_name(options.output));
 #endif
     const auto send_again = [&](std::string_view reason) {
@@ -278,6 +345,7 @@ int run(const Options& options) {
   settings.api_key = api_key;
   settings.provider = base_url;
   settings.batch_name = batch_name(options.output) + ":";
+  settings.renew_every = visibility_timeout / 3;
   llmretry::DeploymentOptions paced = deployment_options(options);
 #if LLMRETRY_BATCH_REDIS
   std::unique_ptr<llmretry_tools::RedisPool> pacing_connections;
@@ -305,12 +373,423 @@ int run(const Options& options) {
   {
     std::optional<Progress> progress;
     if (::isatty(STDERR_FILENO) != 0) progress.emplace(stats, total, done_before);
-    batch::Runner(std::move(pending), *output, *errors, deployment, open_stores, settings, stats).run();
+    batch::FileDestination destination(*output, *errors);
+    batch::Runner(std::move(pending), destination, deployment, open_stores, settings, stats).run();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   batch::print_summary(stats, deployment, total, done_before, seconds);
   return failed_before + stats.failed > 0 ? 1 : 0;
 }
+
+#if LLMRETRY_BATCH_REDIS
+// The fleet form: `submit` puts a batch in Redis, any number of `work` processes on any hosts send it,
+// `collect` writes its answers, `status` tells where it stands.
+
+constexpr const char* fleet_description = R"(The fleet form: one batch, many workers, through one Redis.
+  llmretry-batch submit  INPUT.jsonl --redis URL --batch NAME
+  llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--rpm N] [--tpm N] [--lease DURATION]
+  llmretry-batch collect --redis URL --batch NAME OUTPUT.jsonl [--errors ERRORS.jsonl]
+  llmretry-batch status  --redis URL --batch NAME)";
+
+constexpr const char* fleet_footer = R"(
+submit enqueues every line of INPUT once (again: a no-op for the lines already there or done). work sends
+the batch's jobs until none is left (exit 0), holding each under a lease it renews (--lease, default 30s:
+a worker killed loses its jobs to the others once it lapses). collect writes one line per custom_id:
+exit 0 all answered, 1 some in the errors file, 4 the batch is not finished (nothing written). work reads
+OPENAI_BASE_URL and OPENAI_API_KEY. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure.)";
+
+/// The command line of a fleet command.
+struct FleetOptions {
+  std::string command;  ///< submit, work, collect or status
+  std::string file;     ///< submit: INPUT; collect: OUTPUT
+  std::string errors;
+  std::string redis;
+  std::string batch;
+  std::optional<std::int64_t> rpm;
+  std::optional<std::int64_t> tpm;
+  int concurrency = 8;
+  std::chrono::milliseconds lease = visibility_timeout;
+};
+
+/// Returns the duration "30s", "500ms", "2m" or "45" (seconds). Throws UsageError naming --lease.
+std::chrono::milliseconds parse_lease(const std::string& text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string unit = text.substr(digits);
+  const long long scale = unit.empty() || unit == "s" ? 1000 : unit == "ms" ? 1 : unit == "m" ? 60'000 : 0;
+  if (digits == 0 || digits > 9 || scale == 0)
+    throw UsageError("--lease: \"" + text + "\" is not a duration such as 30s, 500ms or 2m");
+  const std::chrono::milliseconds lease{std::stoll(text.substr(0, digits)) * scale};
+  if (lease < std::chrono::milliseconds{300} || lease > std::chrono::hours{1})
+    throw UsageError("--lease: " + text + " is outside 300ms to 1h");
+  return lease;
+}
+
+/// Returns the options of a fleet command line (argv[1] is the command); exits with status 0 after --help.
+/// Throws UsageError.
+FleetOptions parse_fleet(int argc, char** argv) {
+  FleetOptions options;
+  options.command = argv[1];
+  CLI::App app{fleet_description, "llmretry-batch " + options.command};
+  app.footer(fleet_footer);
+  std::string lease;
+  if (options.command == "submit") app.add_option("INPUT", options.file, "requests, one JSON object a line (required)");
+  if (options.command == "collect") {
+    app.add_option("OUTPUT", options.file, "answers, one line per custom_id, replaced whole (required)");
+    app.add_option("--errors", options.errors, "requests that failed for good (default: OUTPUT with .errors.jsonl)");
+  }
+  app.add_option("--redis", options.redis, "redis://HOST[:PORT] (required)");
+  app.add_option("--batch", options.batch, "the batch's name: letters, digits, '.', '_' and '-' (required)");
+  if (options.command == "work") {
+    app.add_option("--rpm", options.rpm, "requests per minute, enforced per second (default: learned)")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
+    app.add_option("--tpm", options.tpm, "tokens per minute, enforced per second (default: learned)")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
+    app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
+        ->check(CLI::Range(1, 256));
+    app.add_option("--lease", lease, "how long a job stays this worker's without being renewed (default 30s)");
+  }
+  llmretry_tools::parse_command_line(app, argc - 1, argv + 1);
+  if ((options.command == "submit" || options.command == "collect") && options.file.empty())
+    throw UsageError(std::string(options.command == "submit" ? "INPUT" : "OUTPUT") + " is required");
+  if (options.redis.empty()) throw UsageError("--redis is required");
+  if (options.batch.empty()) throw UsageError("--batch is required");
+  const bool name_ok =
+      options.batch.size() <= 100 && std::all_of(options.batch.begin(), options.batch.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
+      });
+  if (!name_ok) throw UsageError("--batch: \"" + options.batch + "\": 1 to 100 letters, digits, '.', '_' or '-'");
+  if (!lease.empty()) options.lease = parse_lease(lease);
+  if (options.command == "collect") {
+    if (options.errors.empty()) {
+      const std::string& out = options.file;
+      const bool jsonl = out.size() > 6 && out.compare(out.size() - 6, 6, ".jsonl") == 0;
+      options.errors = (jsonl ? out.substr(0, out.size() - 6) : out) + ".errors.jsonl";
+    }
+    if (options.errors == options.file) throw UsageError("--errors: must not be OUTPUT");
+  }
+  (void)redis_options(options.redis);  // throws UsageError for a bad URL
+  return options;
+}
+
+/// The Redis keys of the batch `name`: its queue (redis::JobQueue "fleet:<name>", which keeps the answers
+/// as its jobs' results), and beside it in the same hash slot its description and its workers.
+struct FleetKeys {
+  FleetKeys(const llmretry::redis::Options& redis, const std::string& name)
+      : queue("fleet:" + name),
+        operations("fleet:" + name + ":"),
+        meta(redis.prefix + "queue:{" + queue + "}:meta"),
+        workers(redis.prefix + "queue:{" + queue + "}:workers") {}
+  std::string queue;       ///< the JobQueue's name
+  std::string operations;  ///< the prefix of its records in the operations table
+  std::string meta;        ///< hash: lines, digest, input, started_at, requests, rate_limited, tokens_used
+  std::string workers;     ///< sorted set: "host:pid" -> the end of its lease (server time, ms)
+};
+
+/// Returns the server's time in milliseconds since the epoch.
+long long server_ms(llmretry::redis::Connection& connection) {
+  const auto time = connection.command("time", {"TIME"});
+  return time[0].number() * 1000 + time[1].number() / 1000;
+}
+
+/// Returns "host:pid" of this process.
+std::string worker_name() { return host_name() + ":" + std::to_string(::getpid()); }
+
+/// The batch's description is kept as long as its results: this long after it was last written.
+constexpr std::chrono::milliseconds meta_retention = std::chrono::hours(24 * 7);
+
+/// llmretry-batch submit: enqueues every line of INPUT once. Returns the exit status.
+int submit(const FleetOptions& options) {
+  const auto redis = redis_options(options.redis);
+  const FleetKeys keys(redis, options.batch);
+  std::string digest_input;  // every line's Idempotency-Key: the batch's identity
+  const std::size_t lines =
+      batch::for_each_request(options.file, "http://127.0.0.1", [&](batch::Request request, std::string_view) {
+        digest_input += request.key;
+        digest_input += '\n';
+      });
+  const std::string digest = llmretry::store::fingerprint(digest_input);
+  digest_input.clear();
+  digest_input.shrink_to_fit();
+  llmretry::redis::Connection connection(redis);
+  const auto before = connection.command("submit", {"HGET", keys.meta, "digest"});
+  if (!before.is_nil() && before.text() != digest)
+    throw UsageError("--batch " + options.batch + ": already holds another input; choose another name");
+  (void)connection.command("submit", {"HSET", keys.meta, "digest", digest, "lines", std::to_string(lines), "input",
+                                      std::filesystem::absolute(options.file).string()});
+  (void)connection.command("submit", {"PEXPIRE", keys.meta, std::to_string(meta_retention.count())});
+  llmretry::redis::JobQueue queue(connection, keys.queue, queue_options());
+  std::size_t added = 0;
+  (void)batch::for_each_request(options.file, "http://127.0.0.1", [&](batch::Request request, std::string_view text) {
+    if (queue.enqueue({request.key, std::string(text), 0, std::chrono::milliseconds::zero()})) ++added;
+  });
+  std::fprintf(stderr, "batch %s: %zu lines, %zu enqueued now, %zu already there or done\n", options.batch.c_str(),
+               lines, added, lines - added);
+  return 0;
+}
+
+/// Returns the number of lines submitted to the batch. Throws UsageError when none was.
+std::int64_t submitted_lines(llmretry::redis::Connection& connection, const FleetKeys& keys, const std::string& name) {
+  const auto lines = connection.command("meta", {"HGET", keys.meta, "lines"});
+  if (lines.is_nil())
+    throw UsageError("--batch " + name +
+                     ": no such batch in Redis (submit it first; a batch is forgotten 7 days after its last answer)");
+  return lines.number();
+}
+
+/// Tells Redis, every third of the lease, that this worker is alive and what it sent since the last time.
+class Heartbeat {
+ public:
+  Heartbeat(const llmretry::redis::Options& redis, FleetKeys keys, std::chrono::milliseconds lease,
+            const batch::Stats& stats)
+      : connection_(redis), keys_(std::move(keys)), lease_(lease), stats_(stats), name_(worker_name()) {
+    beat();
+    thread_.emplace(lease / 3, [this] {
+      try {
+        beat();
+      } catch (const std::exception&) {  // tried again at the next turn
+      }
+      return true;
+    });
+  }
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+  Heartbeat(Heartbeat&&) = delete;
+  Heartbeat& operator=(Heartbeat&&) = delete;
+  ~Heartbeat() {
+    thread_.reset();
+    try {
+      flush();
+      (void)connection_.command("heartbeat", {"ZREM", keys_.workers, name_});
+    } catch (const std::exception&) {  // its entry lapses by itself
+    }
+  }
+
+ private:
+  void beat() {
+    const long long now = server_ms(connection_);
+    (void)connection_.command("heartbeat", {"ZADD", keys_.workers, std::to_string(now + lease_.count()), name_});
+    (void)connection_.command("heartbeat", {"ZREMRANGEBYSCORE", keys_.workers, "-inf", std::to_string(now)});
+    (void)connection_.command("heartbeat", {"HSETNX", keys_.meta, "started_at", std::to_string(now)});
+    flush();
+  }
+  /// Adds what was counted since the last flush to the batch's tallies.
+  void flush() {
+    const std::int64_t counts[] = {stats_.requests, stats_.rate_limited, stats_.tokens_used};
+    const char* names[] = {"requests", "rate_limited", "tokens_used"};
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (counts[i] == flushed_[i]) continue;
+      (void)connection_.command("heartbeat",
+                                {"HINCRBY", keys_.meta, names[i], std::to_string(counts[i] - flushed_[i])});
+      flushed_[i] = counts[i];
+    }
+  }
+
+  llmretry::redis::Connection connection_;
+  const FleetKeys keys_;
+  const std::chrono::milliseconds lease_;
+  const batch::Stats& stats_;
+  const std::string name_;
+  std::int64_t flushed_[3] = {0, 0, 0};
+  std::optional<llmretry_tools::PeriodicThread> thread_;  ///< last: it starts once the rest is ready
+};
+
+/// llmretry-batch work: sends the batch's jobs until none is left. Returns the exit status.
+int work(const FleetOptions& options) {
+  std::string base_url = environment("OPENAI_BASE_URL");
+  const std::string api_key = environment("OPENAI_API_KEY");
+  if (base_url.empty()) base_url = "https://api.openai.com/v1";
+  if (api_key.empty() && base_url.find("api.openai.com") != std::string::npos)
+    throw UsageError("OPENAI_API_KEY is not set");
+  const auto redis = redis_options(options.redis);
+  const FleetKeys keys(redis, options.batch);
+  std::int64_t submitted = 0;
+  {
+    llmretry::redis::Connection connection(redis);
+    submitted = submitted_lines(connection, keys, options.batch);
+  }
+  batch::Settings settings;
+  settings.workers = options.concurrency;
+  settings.api_key = api_key;
+  settings.provider = base_url;
+  settings.batch_name = keys.operations;
+  settings.renew_every = options.lease / 3;
+  settings.submitted = submitted;
+  settings.idle_wait = std::chrono::milliseconds{25};
+  settings.read_job = [base_url](const llmretry::store::Job& job) {
+    return batch::detail::parse_line(job.payload, 0, "job " + job.id, base_url);
+  };
+  Options single;
+  single.rpm = options.rpm;
+  single.tpm = options.tpm;
+  llmretry::DeploymentOptions paced = deployment_options(single);
+  llmretry_tools::RedisPool pacing_connections(redis, static_cast<std::size_t>(std::min(options.concurrency, 8)));
+  paced.shared = std::make_shared<llmretry_tools::PooledRateLimiter>(
+      pacing_connections, shared_pacing_name(base_url, api_key), paced.limits);
+  llmretry::Deployment deployment(std::move(paced));
+  const batch::OpenStores open_stores = [redis, name = keys.queue, lease = options.lease] {
+    return std::make_unique<RedisStores>(redis, name, lease);
+  };
+  batch::Stats stats;
+  batch::QueueDestination destination;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const Heartbeat heartbeat(redis, keys, options.lease, stats);
+    batch::Runner({}, destination, deployment, open_stores, settings, stats).run();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "worker %s of batch %s: no job left; %lld jobs lost to other workers (lease lapsed)\n",
+               worker_name().c_str(), options.batch.c_str(), static_cast<long long>(stats.leases_lost.load()));
+  batch::print_summary(stats, deployment, stats.answered + stats.failed, 0, seconds);
+  return 0;
+}
+
+/// A file written beside `path` and renamed over it once whole and synced: a crash leaves the old
+/// version or the new one.
+class Replacement {
+ public:
+  /// Creates the new version. Throws batch::FileError naming `path`.
+  explicit Replacement(std::string path) : path_(std::move(path)), temporary_(path_ + ".XXXXXX") {
+    const int fd = ::mkstemp(temporary_.data());
+    if (fd < 0) fail("cannot write its new version beside it");
+    file_ = ::fdopen(fd, "wb");
+    if (file_ == nullptr) {
+      ::close(fd);
+      fail("cannot write its new version beside it");
+    }
+  }
+  Replacement(const Replacement&) = delete;
+  Replacement& operator=(const Replacement&) = delete;
+  Replacement(Replacement&&) = delete;
+  Replacement& operator=(Replacement&&) = delete;
+  ~Replacement() {
+    if (file_ != nullptr) std::fclose(file_);
+    if (!committed_) ::unlink(temporary_.c_str());
+  }
+
+  /// Writes `line` and a newline.
+  void write(const std::string& line) {
+    std::fwrite(line.data(), 1, line.size(), file_);
+    std::fputc('\n', file_);
+    ++lines_;
+  }
+  /// Returns how many lines were written.
+  [[nodiscard]] std::size_t lines() const noexcept { return lines_; }
+  /// Syncs the new version and renames it over the file. Throws batch::FileError.
+  void commit() {
+    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0 && ::fchmod(::fileno(file_), 0644) == 0 &&
+                         ::fdatasync(::fileno(file_)) == 0;
+    std::fclose(file_);
+    file_ = nullptr;
+    if (!written) fail("cannot write its new version beside it");
+    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail("cannot be replaced by its new version");
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) const {
+    throw batch::FileError(path_ + ": " + what + ": " + std::error_code(errno, std::generic_category()).message());
+  }
+
+  std::string path_;
+  std::string temporary_;
+  std::FILE* file_ = nullptr;
+  std::size_t lines_ = 0;
+  bool committed_ = false;
+};
+
+/// llmretry-batch collect: writes the batch's answers and errors, one line per custom_id, streamed from
+/// Redis a page at a time. Returns the exit status: 0, 1 or 4 (not finished, nothing written).
+int collect(const FleetOptions& options) {
+  const auto redis = redis_options(options.redis);
+  const FleetKeys keys(redis, options.batch);
+  llmretry::redis::Connection connection(redis);
+  llmretry::redis::JobQueue queue(connection, keys.queue, queue_options());
+  const auto counts = queue.counts();
+  const std::int64_t lines = submitted_lines(connection, keys, options.batch);
+  if (counts.ready + counts.delayed + counts.taken > 0) {
+    std::fprintf(stderr,
+                 "llmretry-batch: batch %s is not finished: %zu queued, %zu in flight, %zu done, %zu failed of %lld "
+                 "lines; nothing written (run llmretry-batch work, or wait for the workers)\n",
+                 options.batch.c_str(), counts.ready + counts.delayed, counts.taken, counts.done, counts.failed,
+                 static_cast<long long>(lines));
+    return 4;
+  }
+  try {
+    batch::check_files("", options.file, options.errors);
+    // What OUTPUT and ERRORS hold must be lines of the Batch output format (an earlier collect's), so that
+    // no other file is replaced; their locks keep a run of the single form away while this one writes.
+    const batch::AnswerFile output_check(options.file);
+    const batch::AnswerFile errors_check(options.errors);
+    Replacement output(options.file);
+    Replacement errors(options.errors);
+    std::string cursor;
+    do {
+      auto page = queue.results(cursor, 1000);
+      for (const auto& result : page.results) (result.failed ? errors : output).write(result.value);
+      cursor = std::move(page.cursor);
+    } while (!cursor.empty());
+    // A job that used up the queue's attempts has no result: its request goes to the errors file.
+    for (const auto& job : queue.dead_letters(counts.dead)) {
+      const auto request = batch::detail::parse_line(job.payload, 0, "job " + job.id, "http://127.0.0.1");
+      errors.write(batch::error_line(
+          request, "dead_letter", "taken " + std::to_string(job.attempts) + " times without an end (its workers died)",
+          "attempts_exhausted", job.attempts, nullptr));
+    }
+    output.commit();
+    errors.commit();
+    std::fprintf(stderr, "batch %s: %zu answers to %s, %zu errors to %s, of %lld lines\n", options.batch.c_str(),
+                 output.lines(), options.file.c_str(), errors.lines(), options.errors.c_str(),
+                 static_cast<long long>(lines));
+    return errors.lines() > 0 ? 1 : 0;
+  } catch (const batch::FileError& error) {
+    throw batch::FileProblem(error.what());
+  }
+}
+
+/// llmretry-batch status: prints where the batch stands on stdout. Returns the exit status.
+int status(const FleetOptions& options) {
+  const auto redis = redis_options(options.redis);
+  const FleetKeys keys(redis, options.batch);
+  llmretry::redis::Connection connection(redis);
+  const std::int64_t lines = submitted_lines(connection, keys, options.batch);
+  llmretry::redis::JobQueue queue(connection, keys.queue, queue_options());
+  const auto counts = queue.counts();
+  const long long now = server_ms(connection);
+  const long long alive =
+      connection.command("status", {"ZCOUNT", keys.workers, "(" + std::to_string(now), "+inf"}).integer();
+  const auto meta =
+      connection.command("status", {"HMGET", keys.meta, "requests", "rate_limited", "tokens_used", "started_at"});
+  const auto number = [&](std::size_t i) { return meta[i].is_nil() ? 0LL : meta[i].number(); };
+  const std::size_t left = counts.ready + counts.delayed + counts.taken;
+  const std::size_t ended = counts.done + counts.failed;
+  std::printf("batch %s: %lld lines\n", options.batch.c_str(), static_cast<long long>(lines));
+  std::printf("queued %zu (ready %zu, waiting to retry %zu), in flight %zu, done %zu, failed %zu, dead %zu\n",
+              counts.ready + counts.delayed, counts.ready, counts.delayed, counts.taken, counts.done, counts.failed,
+              counts.dead);
+  std::printf("workers alive %lld\n", alive);
+  const long long requests = number(0);
+  std::printf("requests %lld sent, %lld answered 429 (%.2f %%); tokens %lld used\n", requests, number(1),
+              requests > 0 ? 100.0 * static_cast<double>(number(1)) / static_cast<double>(requests) : 0.0, number(2));
+  if (left == 0) {
+    std::printf("ETA finished: run llmretry-batch collect\n");
+  } else if (number(3) > 0 && ended > 0 && alive > 0) {
+    const double seconds = static_cast<double>(now - number(3)) / 1000.0;
+    std::printf("ETA %.0f s\n", static_cast<double>(left) * seconds / static_cast<double>(ended));
+  } else {
+    std::printf("ETA unknown (%s)\n", alive > 0 ? "nothing done yet" : "no worker alive");
+  }
+  return 0;
+}
+
+/// Runs a fleet command. Returns the exit status.
+int run_fleet(const FleetOptions& options) {
+  if (options.command == "submit") return submit(options);
+  if (options.command == "work") return work(options);
+  if (options.command == "collect") return collect(options);
+  return status(options);
+}
+#endif
 
 }  // namespace
 
@@ -324,5 +803,16 @@ int main(int argc, char** argv) {
     return {3, std::string("stopped: ") + error.what() + "; what is written stays valid: rerun to resume"};
   };
   return llmretry_tools::run_main(
-      "llmretry-batch", [&] { return run(parse(argc, argv)); }, statuses);
+      "llmretry-batch",
+      [&] {
+        if (argc > 1 && is_fleet_command(argv[1])) {
+#if LLMRETRY_BATCH_REDIS
+          return run_fleet(parse_fleet(argc, argv));
+#else
+          throw UsageError(std::string(argv[1]) + ": this build has no Redis support");
+#endif
+        }
+        return run(parse(argc, argv));
+      },
+      statuses);
 }

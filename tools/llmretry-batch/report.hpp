@@ -27,6 +27,7 @@ class Stats {
   std::atomic<std::int64_t> tokens_used{0};        ///< the usage the answers reported
   std::atomic<std::int64_t> resumed_in_flight{0};  ///< lines an earlier run left in flight, sent again
   std::atomic<std::int64_t> reclaimed{0};          ///< jobs an earlier run held when it stopped, ready at once
+  std::atomic<std::int64_t> leases_lost{0};        ///< jobs taken by another worker while this one held them
 
   /// Counts a retry after a failure of kind `kind`.
   void retried(const char* kind) { add(retries_, kind); }

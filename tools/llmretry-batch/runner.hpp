@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "answers.hpp"
+#include "common/periodic_thread.hpp"
 #include "input.hpp"
 #include "lines.hpp"
 #include "report.hpp"
@@ -59,6 +60,55 @@ class Stores {
 /// Opens the stores of one worker. Throws what the stores throw (such as redis::RedisError).
 using OpenStores = std::function<std::unique_ptr<Stores>()>;
 
+/// Where the line of a request that is done goes: the record of what is done.
+class Destination {
+ public:
+  virtual ~Destination() = default;
+  Destination() = default;
+  Destination(const Destination&) = delete;
+  Destination& operator=(const Destination&) = delete;
+  Destination(Destination&&) = delete;
+  Destination& operator=(Destination&&) = delete;
+
+  /// Makes `text` the durable record of the request of `job` (its answer when `answered`, else its errors
+  /// line), then removes the job from `queue`. Returns false when `job.token` no longer holds the job and
+  /// nothing is recorded (its new holder records it). Throws FileError or the queue's errors.
+  virtual bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, std::string text,
+                      bool answered) = 0;
+};
+
+/// The output and errors files: a line is appended and synced, then its job acknowledged (a job taken again
+/// meanwhile finds its line done).
+class FileDestination final : public Destination {
+ public:
+  /// Both files must outlive it.
+  FileDestination(AnswerFile& output, AnswerFile& errors) : output_(output), errors_(errors) {}
+  bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, std::string text,
+              bool answered) override {
+    (answered ? output_ : errors_).append(std::move(text));
+    (void)queue.ack(job.id, job.token);
+    return true;
+  }
+
+ private:
+  AnswerFile& output_;
+  AnswerFile& errors_;
+};
+
+/// The queue itself: the line is kept as the job's result, in the step that removes the job
+/// (JobQueue::finish), only while this worker holds it.
+class QueueDestination final : public Destination {
+ public:
+  bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, std::string text,
+              bool answered) override {
+    return queue.finish(job.id, job.token, text, !answered);
+  }
+};
+
+/// Returns the request of a job that this run did not enqueue itself (a batch submitted beforehand). Throws
+/// InputError when its payload is not a request.
+using ReadJob = std::function<Request(const llmretry::store::Job&)>;
+
 /// How the requests are sent.
 struct Settings {
   int workers = 8;  ///< requests in flight at most
@@ -67,6 +117,17 @@ struct Settings {
   std::string api_key;     ///< sent as "Authorization: Bearer ..."; empty: no Authorization header
   std::string provider;    ///< recorded in the operations table (the base URL)
   std::string batch_name;  ///< the prefix of this batch's records in the operations table
+  /// How often the jobs a worker holds have their visibility timeout started again (JobQueue::extend), so
+  /// that a live worker never loses them, and a dead one loses them once the timeout passes.
+  std::chrono::milliseconds renew_every{30'000};
+  /// Empty: the pending requests are the batch (the runner enqueues them, and ends once each has its line).
+  /// Else the batch was submitted beforehand: the runner reads each job's request with it and ends once the
+  /// queue holds no job (ready, delayed or taken by any worker).
+  ReadJob read_job;
+  /// With read_job: the lines submitted, to tell lost jobs (jobs and results fewer than the lines).
+  std::int64_t submitted = 0;
+  /// With read_job: how long a worker waits when no job is ready before it asks again.
+  std::chrono::milliseconds idle_wait{10};
 };
 
 /// The code and stop reason of an errors-file line whose request completed in an earlier run (the operations
@@ -82,12 +143,11 @@ inline constexpr const char* already_completed = "already_completed";
 /// before the operation is marked completed and the job acknowledged.
 class Runner {
  public:
-  /// `pending`: the requests without a line yet. Every reference must outlive the runner.
-  Runner(std::vector<Request> pending, AnswerFile& output, AnswerFile& errors, llmretry::Deployment& deployment,
+  /// `pending`: the requests without a line yet (none when settings.read_job is set). Every reference must
+  /// outlive the runner.
+  Runner(std::vector<Request> pending, Destination& destination, llmretry::Deployment& deployment,
          OpenStores open_stores, Settings settings, Stats& stats)
-      : lines_(pending.size()),
-        output_(output),
-        errors_(errors),
+      : destination_(destination),
         deployment_(deployment),
         open_stores_(std::move(open_stores)),
         settings_(std::move(settings)),
@@ -96,11 +156,9 @@ class Runner {
     curl_options_.timeout = settings_.attempt_timeout;
     curl_options_.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
     curl_options_.attempt_header.clear();  // the attempt number is the request's, sent by attempt()
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      index_.emplace(pending[i].key, i);
-      lines_[i].request = std::move(pending[i]);
-      lines_[i].engine.emplace(settings_.policy, deployment_.pace(lines_[i].request.estimate), call_options_);
-      lines_[i].engine->wake_with(lines_[i].waits.waker());
+    for (auto& request : pending) {
+      order_.push_back(request.key);
+      lines_.emplace(order_.back(), make_line(std::move(request)));
     }
   }
 
@@ -109,18 +167,21 @@ class Runner {
   /// workers until every one has its line. Throws the first error of a store or a file (the run stops; what
   /// is written stays valid for a rerun).
   void run() {
-    {
+    if (!settings_.read_job) {
       const auto stores = open_stores_();
-      // This run holds the output file's lock, so no other run on this host uses its queue (flock does not
-      // reach other hosts: a batch runs from one host): a job taken there was taken by a run that stopped,
-      // and is ready again now rather than after the visibility timeout.
+      // This run holds the batch's run lease, so no other run uses its queue: a job taken there was taken
+      // by a run that stopped, and is ready again now rather than after the visibility timeout.
       stats_.reclaimed += static_cast<std::int64_t>(stores->queue().reclaim());
-      for (const Line& line : lines_)
-        (void)stores->queue().enqueue({line.request.key, {}, 0, std::chrono::milliseconds::zero()});
+      for (const std::string& key : order_)  // in the input's order
+        (void)stores->queue().enqueue({key, {}, 0, std::chrono::milliseconds::zero()});
     }
-    std::vector<std::thread> workers;
-    for (int i = 0; i < settings_.workers; ++i) workers.emplace_back([this] { work(); });
-    for (auto& worker : workers) worker.join();
+    {
+      const auto renewer_stores = open_stores_();
+      const llmretry_tools::PeriodicThread renewer(settings_.renew_every, [&] { return renew(*renewer_stores); });
+      std::vector<std::thread> workers;
+      for (int i = 0; i < settings_.workers; ++i) workers.emplace_back([this] { work(); });
+      for (auto& worker : workers) worker.join();
+    }
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -134,6 +195,13 @@ class Runner {
   /// One request and its engine. A job is handed to one worker at a time; the mutex also covers a job
   /// handed out again after its visibility timeout while its first worker still holds it.
   struct Line {
+    Line() = default;
+    Line(const Line&) = delete;
+    Line& operator=(const Line&) = delete;
+    Line(Line&&) = delete;
+    Line& operator=(Line&&) = delete;
+    ~Line() = default;
+
     Request request;
     llmretry::BlockingWaits<const llmretry::RealSleep> waits{real_sleep};  ///< outlives the engine
     std::optional<Engine> engine;
@@ -144,29 +212,113 @@ class Runner {
     std::mutex mutex;
   };
 
+  /// Returns the line of `request`, its engine ready.
+  std::shared_ptr<Line> make_line(Request request) const {
+    auto line = std::make_shared<Line>();
+    line->request = std::move(request);
+    line->engine.emplace(settings_.policy, deployment_.pace(line->request.estimate), call_options_);
+    line->engine->wake_with(line->waits.waker());
+    return line;
+  }
+
+  /// Returns the line of `job`: this run's, or (a submitted batch) one made from its payload; null when the
+  /// job is not this run's (left in the queue by an earlier run, and answered since).
+  std::shared_ptr<Line> line_of(const llmretry::store::Job& job) {
+    const std::lock_guard<std::mutex> lock(lines_mutex_);
+    const auto found = lines_.find(job.id);
+    if (found != lines_.end()) return found->second;
+    if (!settings_.read_job) return nullptr;
+    Request request = settings_.read_job(job);
+    if (request.key != job.id)
+      throw InputError("job " + job.id + ": its payload is the request of Idempotency-Key " + request.key);
+    return lines_.emplace(job.id, make_line(std::move(request))).first->second;
+  }
+
+  /// The jobs this process holds, renewed by renew().
+  class Held {
+   public:
+    Held(Runner& runner, const llmretry::store::Job& job) : runner_(runner), id_(job.id) {
+      const std::lock_guard<std::mutex> lock(runner_.held_mutex_);
+      runner_.held_[id_] = job.token;
+    }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    Held(Held&&) = delete;
+    Held& operator=(Held&&) = delete;
+    ~Held() {
+      const std::lock_guard<std::mutex> lock(runner_.held_mutex_);
+      runner_.held_.erase(id_);
+    }
+
+   private:
+    Runner& runner_;
+    std::string id_;
+  };
+
+  /// Starts the visibility timeout of every job held again. Returns true (a failure is tried again at the
+  /// next turn: the jobs stay held until their timeout passes).
+  bool renew(Stores& stores) {
+    std::unordered_map<std::string, std::string> held;
+    {
+      const std::lock_guard<std::mutex> lock(held_mutex_);
+      held = held_;
+    }
+    try {
+      for (const auto& [id, token] : held)
+        if (!stores.queue().extend(id, token)) ++stats_.leases_lost;
+    } catch (const std::exception&) {}
+    return true;
+  }
+
+  /// Returns true once this worker has nothing left to do: every line written, or (a submitted batch) the
+  /// queue holds no job. Throws when jobs were lost.
+  bool finished(Stores& stores) {
+    if (!settings_.read_job) {
+      if (remaining_ <= 0) return true;
+      check_jobs(stores);
+      return false;
+    }
+    const llmretry::store::QueueCounts counts = stores.queue().counts();
+    const auto jobs = static_cast<std::int64_t>(counts.ready + counts.delayed + counts.taken);
+    if (jobs == 0) return true;
+    const auto accounted = jobs + static_cast<std::int64_t>(counts.done + counts.failed + counts.dead);
+    if (accounted < settings_.submitted)
+      throw std::runtime_error("the batch's queue holds " + std::to_string(accounted) + " jobs and results for " +
+                               std::to_string(settings_.submitted) +
+                               " lines submitted: jobs were lost (was Redis flushed, or restarted without its "
+                               "data?); submit the batch again");
+    return false;
+  }
+
   void work() {
     try {
       const auto stores = open_stores_();
       llmretry::ThreadRng rng;
-      while (remaining_ > 0 && !stopped_) {
+      while (!stopped_) {
+        if (!settings_.read_job && remaining_ <= 0) break;
         auto job = stores->queue().take();
         if (!job) {
-          check_jobs(*stores);
-          std::this_thread::sleep_for(std::chrono::milliseconds{10});
+          if (finished(*stores)) break;
+          std::this_thread::sleep_for(settings_.idle_wait);
           continue;
         }
-        const auto found = index_.find(job->id);
-        if (found == index_.end()) {  // left in the queue by an earlier run, and answered since
+        const Held held(*this, *job);
+        const std::shared_ptr<Line> found = line_of(*job);
+        if (found == nullptr) {  // left in the queue by an earlier run, and answered since
           (void)stores->queue().ack(job->id, job->token);
           continue;
         }
-        Line& line = lines_[found->second];
+        Line& line = *found;
         const std::lock_guard<std::mutex> lock(line.mutex);
         if (line.done) {
           (void)stores->queue().ack(job->id, job->token);
           continue;
         }
         if (begin(line, *job, *stores)) step(line, *job, *stores, rng);
+        if (line.done && settings_.read_job) {  // a submitted batch: its lines need not outlive their job
+          const std::lock_guard<std::mutex> lines_lock(lines_mutex_);
+          lines_.erase(job->id);
+        }
       }
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex_);
@@ -202,12 +354,13 @@ class Runner {
       line.may_have_run = true;
       return true;
     }
-    errors_.append(error_line(request, already_completed,
-                              "completed in an earlier run (provider request id \"" +
-                                  result.operation.provider_request_id + "\"); its answer is not in the output file",
-                              already_completed, 0, nullptr));
-    finish(line, job, stores, false);
-    stats_.gave_up(already_completed);
+    if (finish(line, job, stores,
+               error_line(request, already_completed,
+                          "completed in an earlier run (provider request id \"" + result.operation.provider_request_id +
+                              "\"); its answer is not in the output file",
+                          already_completed, 0, nullptr),
+               false))
+      stats_.gave_up(already_completed);
     return false;
   }
 
@@ -253,14 +406,14 @@ class Runner {
     return call();
   }
 
-  /// Writes the answer, then marks the operation completed and the job done.
+  /// Records the answer and removes the job, then marks the operation completed (unless the job was lost
+  /// meanwhile: its new holder completes it).
   void succeed(Line& line, const llmretry::store::Job& job, Stores& stores, const llmretry::curl::Response& response) {
-    output_.append(answer_line(line.request, response));
     const auto usage = llmretry::json::usage_of(response.body).value_or(llmretry::Cost{1, 0, 0});
+    if (!finish(line, job, stores, answer_line(line.request, response), true)) return;
     stats_.tokens_used += usage.tokens();
     (void)stores.operations().complete(settings_.batch_name + line.request.key,
                                        std::string(response.header("x-request-id").value_or("")), usage);
-    finish(line, job, stores, true);
   }
 
   /// Writes the errors line of a request whose engine gave up (`response`: the last attempt's error
@@ -269,25 +422,35 @@ class Runner {
   void give_up(Line& line, const llmretry::store::Job& job, Stores& stores,
                const llmretry::curl::Response* response = nullptr) {
     const llmretry::GiveUp& gave_up = *line.engine->gave_up();
-    errors_.append(failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response));
+    if (!finish(line, job, stores,
+                failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response), false))
+      return;
     if (!line.may_have_run && gave_up.failure.sent != llmretry::Sent::maybe_processed)
       (void)stores.operations().fail(settings_.batch_name + line.request.key);
     stats_.gave_up(llmretry::to_string(gave_up.reason));
-    finish(line, job, stores, false);
   }
 
-  /// Marks `line` done (its line is written) and removes its job.
-  void finish(Line& line, const llmretry::store::Job& job, Stores& stores, bool answered) {
+  /// Records `text`, the line of `line` (an answer when `answered`), removes its job and marks it done.
+  /// Returns false when the job was lost meanwhile (its visibility timeout passed and another worker took
+  /// it): nothing is recorded, and the line is forgotten here.
+  bool finish(Line& line, const llmretry::store::Job& job, Stores& stores, std::string text, bool answered) {
     line.done = true;
+    --remaining_;  // before the job leaves the queue: check_jobs never counts fewer jobs than lines remain
+    if (!destination_.record(stores.queue(), job, std::move(text), answered)) {
+      ++remaining_;
+      ++stats_.leases_lost;
+      return false;
+    }
     ++(answered ? stats_.answered : stats_.failed);
-    --remaining_;
-    (void)stores.queue().ack(job.id, job.token);
+    return true;
   }
 
-  std::vector<Line> lines_;
-  std::unordered_map<std::string, std::size_t> index_;  ///< Idempotency-Key (the job id) -> line
-  AnswerFile& output_;
-  AnswerFile& errors_;
+  std::vector<std::string> order_;  ///< the pending requests' keys, in the input's order
+  std::mutex lines_mutex_;
+  std::unordered_map<std::string, std::shared_ptr<Line>> lines_;  ///< Idempotency-Key (the job id) -> line
+  std::mutex held_mutex_;
+  std::unordered_map<std::string, std::string> held_;  ///< the jobs this process holds: id -> token
+  Destination& destination_;
   llmretry::Deployment& deployment_;
   OpenStores open_stores_;
   Settings settings_;

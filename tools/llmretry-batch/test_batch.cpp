@@ -5,7 +5,10 @@
 #include <llmretry/loopback/provider.hpp>
 #if LLMRETRY_BATCH_TEST_REDIS
 #include <llmretry/redis/connection.hpp>
+#include <llmretry/redis/idempotency_store.hpp>
+#include <llmretry/redis/job_queue.hpp>
 #include <llmretry/redis/testing_server.hpp>
+#include <llmretry/store/fingerprint.hpp>
 #endif
 
 #include <nlohmann/json.hpp>
@@ -620,5 +623,204 @@ TEST_CASE("--redis: --fresh forgets the batch's records, so that a batch whose f
   INFO(afresh.err());
   CHECK(provider.request_count() == 10);
   check_answered_once(dir, 5);
+}
+
+namespace {
+
+/// The job queue of the fleet batch `name` on `server`, as llmretry-batch names it.
+struct FleetQueue {
+  FleetQueue(const llmretry::testing::RedisServer& server, const std::string& name)
+      : connection(server.connection_options()), queue(connection, "fleet:" + name) {}
+  /// Returns the ids (Idempotency-Keys) of every result kept.
+  std::set<std::string> finished() {
+    std::set<std::string> ids;
+    std::string cursor;
+    do {
+      auto page = queue.results(cursor, 500);
+      for (const auto& result : page.results) ids.insert(result.id);
+      cursor = page.cursor;
+    } while (!cursor.empty());
+    return ids;
+  }
+  llmretry::redis::Connection connection;
+  llmretry::redis::JobQueue queue;
+};
+
+}  // namespace
+
+TEST_CASE("fleet: bad usage, an unknown batch, a bad input or a file not to replace: status 2, nothing destroyed",
+          "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  const auto dir = work_dir("fleet_usage");
+  const std::string input = write_input(dir, 3);
+  const std::string before = llmretry_test::read_file(input);
+  const std::string redis = url_of(server);
+  const auto refused = [&](const std::vector<std::string>& arguments, const std::string& message) {
+    Child child(arguments, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    INFO(child.err());
+    CHECK_THAT(child.err(), llmretry_catch::contains(message));
+  };
+  refused({"submit", input, "--redis", redis}, "--batch is required");
+  refused({"submit", input, "--batch", "b"}, "--redis is required");
+  refused({"submit", "--redis", redis, "--batch", "b"}, "INPUT is required");
+  refused({"submit", input, "--redis", redis, "--batch", "no/slash"}, "--batch: \"no/slash\"");
+  refused({"work", "--redis", redis, "--batch", "b", "--lease", "soon"}, "--lease: \"soon\" is not a duration");
+  refused({"work", "--redis", redis, "--batch", "b", "--lease", "10ms"}, "--lease: 10ms is outside");
+  refused({"work", "--redis", "http://x", "--batch", "b"}, "--redis");
+  refused({"work", "--redis", redis, "--batch", "never-submitted"}, "no such batch in Redis");
+  refused({"collect", "--redis", redis, "--batch", "never-submitted", "out.jsonl"}, "no such batch in Redis");
+  refused({"status", "--redis", redis, "--batch", "never-submitted"}, "no such batch in Redis");
+  refused({"collect", "--redis", redis, "--batch", "b"}, "OUTPUT is required");
+  refused({"work", "--redis", redis, "--batch", "b", "--bogus"}, "--bogus");
+
+  const std::string bad = (dir / "bad.jsonl").string();
+  std::ofstream(bad) << R"({"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n'
+                     << R"({"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n';
+  refused({"submit", bad, "--redis", redis, "--batch", "b"}, "bad.jsonl:2: custom_id: \"a\" is already used on line 1");
+
+  Child submitted({"submit", input, "--redis", redis, "--batch", "b"}, provider.base_url(), dir);
+  REQUIRE(submitted.wait() == 0);
+  refused({"submit", (dir / "bad.jsonl").string(), "--redis", redis, "--batch", "b"}, "bad.jsonl:2");
+  const std::string other = (dir / "other.jsonl").string();
+  std::ofstream(other) << R"({"custom_id":"z","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n';
+  refused({"submit", other, "--redis", redis, "--batch", "b"}, "--batch b: already holds another input");
+
+  provider.enforce(limits());
+  Child worker({"work", "--redis", redis, "--batch", "b", "--concurrency", "2"}, provider.base_url(), dir);
+  REQUIRE(worker.wait() == 0);
+  // collect never replaces what is not Batch output (the input, here), nor a device.
+  refused({"collect", "--redis", redis, "--batch", "b", input}, "input.jsonl:1: not a line of the Batch output format");
+  CHECK(llmretry_test::read_file(input) == before);
+  refused({"collect", "--redis", redis, "--batch", "b", "/dev/null"}, "/dev/null: not a regular file");
+  refused({"collect", "--redis", redis, "--batch", "b", (dir / "out.jsonl").string(), "--errors", input},
+          "input.jsonl:1: not a line of the Batch output format");
+  CHECK(llmretry_test::read_file(input) == before);
+  Child collected({"collect", "--redis", redis, "--batch", "b", (dir / "output.jsonl").string()}, provider.base_url(),
+                  dir);
+  CHECK(collected.wait() == 0);
+  check_answered_once(dir, 3);
+  Child again({"collect", "--redis", redis, "--batch", "b", (dir / "output.jsonl").string()}, provider.base_url(), dir);
+  CHECK(again.wait() == 0);  // an earlier collect's output is replaced whole: still one line each
+  check_answered_once(dir, 3);
+  CHECK(provider.served() == 3);
+}
+
+TEST_CASE("--redis: a run lease held by another host refuses the single form with status 2", "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  const auto dir = work_dir("run_lease");
+  const std::string input = write_input(dir, 3);
+  const std::string output = (dir / "output.jsonl").string();
+  const std::string fingerprint = llmretry::store::fingerprint(std::filesystem::absolute(output).string());
+  const std::string name = "batch:" + fingerprint.substr(fingerprint.find(':') + 1, 16);
+  llmretry::redis::Connection connection(server.connection_options());
+  llmretry::redis::IdempotencyStore leases(connection);
+  REQUIRE(leases.claim("run:" + name, "llmretry-batch run", "host:another-host").status ==
+          llmretry::store::ClaimStatus::claimed);
+  Child refused({input, output, "--redis", url_of(server)}, provider.base_url(), dir);
+  CHECK(refused.wait() == 2);
+  CHECK_THAT(refused.err(), llmretry_catch::contains("in use by another llmretry-batch on another host"));
+  CHECK(provider.request_count() == 0);
+
+  REQUIRE(leases.release("run:" + name, "host:another-host"));
+  provider.enforce(limits());
+  Child runs({input, output, "--redis", url_of(server)}, provider.base_url(), dir);
+  CHECK(runs.wait() == 0);
+  check_answered_once(dir, 3);
+}
+
+TEST_CASE("fleet: 1,200 lines, 3 workers, one killed with SIGKILL a third of the way, a fourth started later",
+          "[redis][workers]") {
+  llmretry::testing::RedisServer server;
+  // 6,000 requests a minute enforced per second (100 a second): the batch takes about 12 s, so that the
+  // kill and the fourth worker land in its middle.
+  LoopbackLimits fleet_limits;
+  fleet_limits.requests_per_minute = 6'000;
+  fleet_limits.tokens_per_minute = 6'000'000;
+  fleet_limits.latency = 10ms;
+  LoopbackProvider provider;
+  provider.enforce(fleet_limits);
+  const auto dir = work_dir("fleet_workers");
+  const std::string input = write_input(dir, 1200);
+  const std::string redis = url_of(server);
+  const std::vector<std::string> submit{"submit", input, "--redis", redis, "--batch", "tickets"};
+  Child first_submit(submit, provider.base_url(), dir);
+  REQUIRE(first_submit.wait() == 0);
+  CHECK_THAT(first_submit.err(), llmretry_catch::contains("1200 enqueued now"));
+  Child second_submit(submit, provider.base_url(), dir);
+  REQUIRE(second_submit.wait() == 0);
+  CHECK_THAT(second_submit.err(), llmretry_catch::contains("0 enqueued now, 1200 already there or done"));
+  FleetQueue fleet(server, "tickets");
+  CHECK(fleet.queue.counts().ready == 1200);
+
+  const std::vector<std::string> work{"work",          "--redis", redis,     "--batch", "tickets",
+                                      "--concurrency", "4",       "--lease", "3s"};
+  std::vector<std::unique_ptr<Child>> workers;
+  for (int w = 0; w < 4; ++w) std::filesystem::create_directories(dir / ("worker-" + std::to_string(w)));
+  for (int w = 0; w < 3; ++w)
+    workers.push_back(std::make_unique<Child>(work, provider.base_url(), dir / ("worker-" + std::to_string(w))));
+
+  while (fleet.queue.counts().done < 400) std::this_thread::sleep_for(5ms);
+  // Before the end: collect writes nothing and says so; status prints the counts.
+  Child early({"collect", "--redis", redis, "--batch", "tickets", (dir / "output.jsonl").string()}, provider.base_url(),
+              dir);
+  CHECK(early.wait() == 4);
+  CHECK_THAT(early.err(), llmretry_catch::contains("batch tickets is not finished"));
+  CHECK_FALSE(std::filesystem::exists(dir / "output.jsonl"));
+  Child status({"status", "--redis", redis, "--batch", "tickets"}, provider.base_url(), dir / "worker-3");
+  CHECK(status.wait() == 0);
+  INFO(status.out());
+  CHECK_THAT(status.out(), llmretry_catch::contains("batch tickets: 1200 lines"));
+  CHECK_THAT(status.out(), llmretry_catch::contains("workers alive 3"));
+  CHECK_THAT(status.out(), llmretry_catch::contains("in flight"));
+  CHECK_THAT(status.out(), llmretry_catch::contains("ETA"));
+
+  workers[0]->kill_now();
+  const auto held_at_kill = fleet.queue.counts().taken;
+  const std::set<std::string> completed = fleet.finished();  // before the count: no false alarm
+  const std::size_t sent_before = provider.request_count();
+  workers.push_back(std::make_unique<Child>(work, provider.base_url(), dir / "worker-3"));
+  for (std::size_t w = 1; w < workers.size(); ++w) {
+    const std::optional<int> exit = workers[w]->wait_for(llmretry_test::scaled(90s));
+    REQUIRE(exit.has_value());
+    INFO(workers[w]->err());
+    CHECK(*exit == 0);
+    // A live worker renews its jobs: none of them was taken by another worker.
+    CHECK_THAT(workers[w]->err(), llmretry_catch::contains("; 0 jobs lost to other workers"));
+  }
+
+  Child collected({"collect", "--redis", redis, "--batch", "tickets", (dir / "output.jsonl").string()},
+                  provider.base_url(), dir);
+  CHECK(collected.wait() == 0);
+  check_answered_once(dir, 1200);
+
+  std::map<std::string, std::string> key_of;
+  std::set<std::string> keys;
+  for (const auto& request : batch::read_input(input, provider.base_url())) keys.insert(request.key);
+  std::map<std::string, int> sent_per_key;
+  for (const auto& key : keys_received(provider, 0)) {
+    CHECK(keys.count(key) == 1);  // every attempt under its request's own key
+    ++sent_per_key[key];
+  }
+  CHECK(sent_per_key.size() == 1200);
+  std::size_t resent_completed = 0;
+  for (const auto& key : keys_received(provider, sent_before)) resent_completed += completed.count(key);
+  CHECK(resent_completed == 0);  // no request that completed was sent again
+  // Served twice: at most the killed worker's requests in flight (its concurrency), none of them completed
+  // twice (each custom_id has one line).
+  const std::int64_t served_twice = provider.served() - 1200;
+  const double share_429 = static_cast<double>(provider.refused()) / static_cast<double>(provider.request_count());
+  WARN("fleet of 3 + 1 workers, 1,200 lines: "
+       << provider.request_count() << " requests, " << provider.refused() << " answered 429 (" << 100 * share_429
+       << " %), " << served_twice << " served twice (in flight at the kill), " << held_at_kill
+       << " jobs held at the kill, " << completed.size() << " completed before it");
+  CHECK(served_twice >= 0);
+  CHECK(served_twice <= 4);
+  CHECK(share_429 <= 0.02);
+  const auto counts = fleet.queue.counts();
+  CHECK(counts.done == 1200);
+  CHECK(counts.ready + counts.delayed + counts.taken + counts.dead == 0);
 }
 #endif

@@ -1,6 +1,7 @@
 #ifndef LLMRETRY_STORE_JOB_QUEUE_HPP
 #define LLMRETRY_STORE_JOB_QUEUE_HPP
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -42,12 +43,27 @@ struct Job {
   std::string token;  ///< the holder of this take: ack, retry_later, bury and extend need it (empty if dead)
 };
 
-/// How many jobs each part of the queue holds.
+/// The result a finished job left (JobQueue::finish): its answer, or the record of its failure.
+struct JobResult {
+  std::string id;
+  std::string value;
+  bool failed = false;  ///< the job ended without the answer it was for
+};
+
+/// A page of results (JobQueue::results).
+struct ResultPage {
+  std::vector<JobResult> results;  ///< in the order they were kept
+  std::string cursor;              ///< where the next page starts; empty: this page is the last
+};
+
+/// How many jobs each part of the queue holds, and how many results it keeps.
 struct QueueCounts {
   std::size_t ready = 0;
   std::size_t delayed = 0;
   std::size_t taken = 0;
   std::size_t dead = 0;
+  std::size_t done = 0;    ///< results kept of jobs finished with their answer
+  std::size_t failed = 0;  ///< results kept of jobs finished failed
 };
 
 /// How jobs are handed out.
@@ -58,6 +74,8 @@ struct JobQueueOptions {
   /// A job is taken at most this many times: one that has used them up goes to the dead letter instead of
   /// being taken again. At least 1.
   int max_attempts = 10;
+  /// The results of finished jobs are forgotten together, this long after the last one was kept.
+  std::chrono::milliseconds result_retention = std::chrono::hours(24 * 7);
 };
 
 /// Throws std::invalid_argument unless `id` has 1 to 255 bytes.
@@ -72,6 +90,8 @@ inline void check_job_queue_options(const JobQueueOptions& options) {
   if (options.max_attempts < 1) throw std::invalid_argument("JobQueueOptions::max_attempts must be at least 1");
   if (options.visibility_timeout <= std::chrono::milliseconds::zero())
     throw std::invalid_argument("JobQueueOptions::visibility_timeout must be positive");
+  if (options.result_retention <= std::chrono::milliseconds::zero())
+    throw std::invalid_argument("JobQueueOptions::result_retention must be positive");
 }
 
 /// A job queue. Every call is atomic: a job is handed to one taker at a time, and due delayed jobs are
@@ -86,8 +106,8 @@ class JobQueue {
   JobQueue& operator=(JobQueue&&) = delete;
 
   /// Adds `job`: ready, or delayed by job.delay. Returns false when a job with that id is in the queue
-  /// (dead letter included), and nothing changes. Throws std::invalid_argument for a bad id, and the
-  /// implementation's errors (such as redis::RedisError).
+  /// (dead letter included) or has left a result that is still kept (finish), and nothing changes. Throws
+  /// std::invalid_argument for a bad id, and the implementation's errors (such as redis::RedisError).
   [[nodiscard]] virtual bool enqueue(const NewJob& job) = 0;
   /// Takes the ready job of highest priority (oldest first), after promoting the due delayed jobs and the
   /// taken jobs whose visibility timeout passed; a job that used up max_attempts goes to the dead letter
@@ -96,6 +116,17 @@ class JobQueue {
   /// Removes a job that is done. Returns false when `token` no longer holds it: its visibility timeout
   /// passed and a later take() put it back.
   [[nodiscard]] virtual bool ack(std::string_view id, std::string_view token) = 0;
+  /// Removes a job that is done and keeps `result` under its id (its answer; its failure when `failed`), in
+  /// one step: a job is never removed without its result, and while the result is kept its id is not
+  /// enqueued again. Returns false when `token` no longer holds it, and nothing is kept.
+  [[nodiscard]] virtual bool finish(std::string_view id, std::string_view token, std::string_view result,
+                                    bool failed) = 0;
+  /// Returns the result kept for `id`, or nullopt when there is none (never finished, or forgotten).
+  [[nodiscard]] virtual std::optional<JobResult> result(std::string_view id) = 0;
+  /// Returns up to `count` (at least 1) results from `cursor` (empty: the first), in the order they were
+  /// kept: paging until the cursor comes back empty lists every result kept before the first page
+  /// exactly once, without holding them all at once.
+  [[nodiscard]] virtual ResultPage results(std::string_view cursor, std::size_t count) = 0;
   /// Puts a job whose attempt failed back, delayed by `wait` (the retry decision's wait), not ready.
   /// Returns false when `token` no longer holds it.
   [[nodiscard]] virtual bool retry_later(std::string_view id, std::string_view token,
@@ -109,7 +140,7 @@ class JobQueue {
   /// not wait the visibility timeout); never while another worker may hold a job. Returns how many.
   virtual std::size_t reclaim() = 0;
   /// Returns how many jobs are ready, delayed, taken and dead (due jobs not yet promoted count as delayed
-  /// or taken).
+  /// or taken), and how many results are kept.
   [[nodiscard]] virtual QueueCounts counts() = 0;
   /// Returns up to `limit` jobs of the dead letter, oldest first.
   [[nodiscard]] virtual std::vector<Job> dead_letters(std::size_t limit) = 0;
@@ -129,7 +160,8 @@ class MemoryJobQueue final : public JobQueue {
     check_job_id(job.id);
     const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (jobs_.count(job.id) != 0) return false;
+    forget_results(now);
+    if (jobs_.count(job.id) != 0 || results_.count(job.id) != 0) return false;
     Record& record = jobs_[job.id];
     record.job = Job{job.id, job.payload, job.priority, 0, {}};
     if (job.delay > std::chrono::milliseconds::zero()) {
@@ -166,6 +198,46 @@ class MemoryJobQueue final : public JobQueue {
     unschedule(*record);
     jobs_.erase(std::string(id));
     return true;
+  }
+
+  [[nodiscard]] bool finish(std::string_view id, std::string_view token, std::string_view result,
+                            bool failed) override {
+    const auto now = now_on(clock_);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    Record* record = held(id, token);
+    if (record == nullptr) return false;
+    forget_results(now);
+    unschedule(*record);
+    jobs_.erase(std::string(id));
+    const std::string key(id);
+    result_order_.emplace(result_sequence_, key);
+    results_[key] = {JobResult{key, std::string(result), failed}, result_sequence_++};
+    ++(failed ? failed_ : done_);
+    results_until_ = now + options_.result_retention;
+    return true;
+  }
+
+  [[nodiscard]] std::optional<JobResult> result(std::string_view id) override {
+    const auto now = now_on(clock_);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    forget_results(now);
+    const auto found = results_.find(std::string(id));
+    if (found == results_.end()) return std::nullopt;
+    return found->second.result;
+  }
+
+  [[nodiscard]] ResultPage results(std::string_view cursor, std::size_t count) override {
+    const auto now = now_on(clock_);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    forget_results(now);
+    ResultPage page;
+    std::uint64_t from = 0;
+    if (!cursor.empty()) from = std::stoull(std::string(cursor));
+    auto it = result_order_.lower_bound(from);
+    for (; it != result_order_.end() && page.results.size() < std::max<std::size_t>(count, 1); ++it)
+      page.results.push_back(results_.at(it->second).result);
+    if (it != result_order_.end()) page.cursor = std::to_string(it->first);
+    return page;
   }
 
   [[nodiscard]] bool retry_later(std::string_view id, std::string_view token, std::chrono::milliseconds wait) override {
@@ -207,8 +279,10 @@ class MemoryJobQueue final : public JobQueue {
   }
 
   [[nodiscard]] QueueCounts counts() override {
+    const auto now = now_on(clock_);
     const std::lock_guard<std::mutex> lock(mutex_);
-    return {ready_.size(), delayed_.size(), taken_.size(), dead_.size()};
+    forget_results(now);
+    return {ready_.size(), delayed_.size(), taken_.size(), dead_.size(), done_, failed_};
   }
 
   [[nodiscard]] std::vector<Job> dead_letters(std::size_t limit) override {
@@ -267,10 +341,30 @@ class MemoryJobQueue final : public JobQueue {
     }
   }
 
+  /// A kept result and its place in the order of results.
+  struct KeptResult {
+    JobResult result;
+    std::uint64_t sequence = 0;
+  };
+
+  /// Forgets every result once the retention after the last one kept has passed.
+  void forget_results(TimePoint now) {
+    if (results_.empty() || now < results_until_) return;
+    results_.clear();
+    result_order_.clear();
+    done_ = failed_ = 0;
+  }
+
   JobQueueOptions options_;
   StoreClock clock_;
   std::mutex mutex_;
   std::unordered_map<std::string, Record> jobs_;
+  std::unordered_map<std::string, KeptResult> results_;
+  std::map<std::uint64_t, std::string> result_order_;  ///< sequence -> id, the order results were kept in
+  std::uint64_t result_sequence_ = 1;
+  std::size_t done_ = 0;
+  std::size_t failed_ = 0;
+  TimePoint results_until_{};
   std::map<std::pair<std::int64_t, std::uint64_t>, std::string> ready_;  ///< (-priority, sequence) -> id
   std::multimap<TimePoint, std::string> delayed_;                        ///< not_before -> id
   std::multimap<TimePoint, std::string> taken_;                          ///< visibility deadline -> id
