@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "answers.hpp"
@@ -179,6 +180,17 @@ llmretry::redis::Options redis_options(const std::string& url) {
   }
 }
 
+/// Returns how many connections a process of `concurrency` workers paces through: one each, 8 at most.
+std::size_t pacing_connection_count(int concurrency) { return static_cast<std::size_t>(std::clamp(concurrency, 1, 8)); }
+
+/// Makes `deployment` pace with every process that sends to `base_url` with `api_key` through `pool`'s
+/// server (which must outlive it): the limits, those learned and a 429's pause hold for all of them together.
+void share_pacing(llmretry::DeploymentOptions& deployment, llmretry_tools::RedisPool& pool, const std::string& base_url,
+                  const std::string& api_key) {
+  deployment.shared = std::make_shared<llmretry_tools::PooledRateLimiter>(
+      pool, llmretry_tools::shared_pacing_name("llmretry-batch", base_url, api_key), deployment.limits);
+}
+
 /// One worker's stores in Redis, over a connection of its own.
 class RedisStores final : public batch::Stores {
  public:
@@ -295,13 +307,22 @@ class Progress {
   std::optional<llmretry_tools::PeriodicThread> thread_;  ///< last: it starts once the rest is ready
 };
 
-/// Runs the batch. Returns the exit status.
-int run(const Options& options) {
+/// Returns the provider's base URL (OPENAI_BASE_URL, OpenAI's by default) and key (OPENAI_API_KEY). Throws
+/// UsageError when OpenAI's own URL has no key.
+std::pair<std::string, std::string> provider_from_environment() {
   std::string base_url = environment("OPENAI_BASE_URL");
-  const std::string api_key = environment("OPENAI_API_KEY");
+  std::string api_key = environment("OPENAI_API_KEY");
   if (base_url.empty()) base_url = "https://api.openai.com/v1";
   if (api_key.empty() && base_url.find("api.openai.com") != std::string::npos)
     throw UsageError("OPENAI_API_KEY is not set");
+  return {std::move(base_url), std::move(api_key)};
+}
+
+/// Runs the batch. Returns the exit status.
+int run(const Options& options) {
+  const std::pair<std::string, std::string> provider = provider_from_environment();
+  const std::string& base_url = provider.first;
+  const std::string& api_key = provider.second;
   if (!options.redis.empty() && !LLMRETRY_BATCH_REDIS) throw UsageError("--redis: this build has no Redis support");
 
   batch::check_files(options.input, options.output, options.errors);
@@ -350,10 +371,9 @@ int run(const Options& options) {
 #if LLMRETRY_BATCH_REDIS
   std::unique_ptr<llmretry_tools::RedisPool> pacing_connections;
   if (!options.redis.empty()) {
-    pacing_connections = std::make_unique<llmretry_tools::RedisPool>(
-        redis_options(options.redis), static_cast<std::size_t>(std::min(options.concurrency, 8)));
-    paced.shared = std::make_shared<llmretry_tools::PooledRateLimiter>(
-        *pacing_connections, llmretry_tools::shared_pacing_name("llmretry-batch", base_url, api_key), paced.limits);
+    pacing_connections = std::make_unique<llmretry_tools::RedisPool>(redis_options(options.redis),
+                                                                     pacing_connection_count(options.concurrency));
+    share_pacing(paced, *pacing_connections, base_url, api_key);
   }
 #endif
   llmretry::Deployment deployment(std::move(paced));
@@ -596,11 +616,9 @@ class Heartbeat {
 
 /// llmretry-batch work: sends the batch's jobs until none is left. Returns the exit status.
 int work(const FleetOptions& options) {
-  std::string base_url = environment("OPENAI_BASE_URL");
-  const std::string api_key = environment("OPENAI_API_KEY");
-  if (base_url.empty()) base_url = "https://api.openai.com/v1";
-  if (api_key.empty() && base_url.find("api.openai.com") != std::string::npos)
-    throw UsageError("OPENAI_API_KEY is not set");
+  const std::pair<std::string, std::string> provider = provider_from_environment();
+  const std::string& base_url = provider.first;
+  const std::string& api_key = provider.second;
   const auto redis = redis_options(options.redis);
   const FleetKeys keys(redis, options.batch);
   std::int64_t submitted = 0;
@@ -623,9 +641,8 @@ int work(const FleetOptions& options) {
   single.rpm = options.rpm;
   single.tpm = options.tpm;
   llmretry::DeploymentOptions paced = deployment_options(single);
-  llmretry_tools::RedisPool pacing_connections(redis, static_cast<std::size_t>(std::min(options.concurrency, 8)));
-  paced.shared = std::make_shared<llmretry_tools::PooledRateLimiter>(
-      pacing_connections, shared_pacing_name(base_url, api_key), paced.limits);
+  llmretry_tools::RedisPool pacing_connections(redis, pacing_connection_count(options.concurrency));
+  share_pacing(paced, pacing_connections, base_url, api_key);
   llmretry::Deployment deployment(std::move(paced));
   const batch::OpenStores open_stores = [redis, name = keys.queue, lease = options.lease] {
     return std::make_unique<RedisStores>(redis, name, lease);

@@ -256,7 +256,8 @@ class Runner {
   };
 
   /// Starts the visibility timeout of every job held again. Returns true (a failure is tried again at the
-  /// next turn: the jobs stay held until their timeout passes).
+  /// next turn: the jobs stay held until their timeout passes). A job that cannot be extended has ended
+  /// meanwhile, or was lost: finish() counts a loss, when the job's own end fails.
   bool renew(Stores& stores) {
     std::unordered_map<std::string, std::string> held;
     {
@@ -264,8 +265,7 @@ class Runner {
       held = held_;
     }
     try {
-      for (const auto& [id, token] : held)
-        if (!stores.queue().extend(id, token)) ++stats_.leases_lost;
+      for (const auto& [id, token] : held) (void)stores.queue().extend(id, token);
     } catch (const std::exception&) {}
     return true;
   }

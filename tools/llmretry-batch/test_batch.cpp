@@ -755,8 +755,11 @@ TEST_CASE("fleet: 1,200 lines, 3 workers, one killed with SIGKILL a third of the
   FleetQueue fleet(server, "tickets");
   CHECK(fleet.queue.counts().ready == 1200);
 
+  // A lease short enough for the test, long enough that a live worker always renews it in time (scaled for
+  // sanitizer builds, whose workers run slower).
+  const std::string lease = std::to_string(llmretry_test::scaled(std::chrono::seconds{3}).count()) + "s";
   const std::vector<std::string> work{"work",          "--redis", redis,     "--batch", "tickets",
-                                      "--concurrency", "4",       "--lease", "3s"};
+                                      "--concurrency", "4",       "--lease", lease};
   std::vector<std::unique_ptr<Child>> workers;
   for (int w = 0; w < 4; ++w) std::filesystem::create_directories(dir / ("worker-" + std::to_string(w)));
   for (int w = 0; w < 3; ++w)
