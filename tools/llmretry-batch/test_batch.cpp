@@ -826,4 +826,70 @@ TEST_CASE("fleet: 1,200 lines, 3 workers, one killed with SIGKILL a third of the
   CHECK(counts.done == 1200);
   CHECK(counts.ready + counts.delayed + counts.taken + counts.dead == 0);
 }
+
+TEST_CASE(
+    "fleet: Redis killed mid-run and restarted from its append-only file: workers stop or go on, none hangs, "
+    "every line answered once",
+    "[redis][workers]") {
+  llmretry::testing::RedisServerOptions persisted;
+  persisted.append_only = true;
+  llmretry::testing::RedisServer server(persisted);
+  LoopbackLimits fleet_limits;
+  fleet_limits.requests_per_minute = 6'000;
+  fleet_limits.tokens_per_minute = 6'000'000;
+  fleet_limits.latency = 10ms;
+  LoopbackProvider provider;
+  provider.enforce(fleet_limits);
+  const auto dir = work_dir("fleet_redis_restart");
+  const std::string input = write_input(dir, 600);
+  const std::string redis = url_of(server);
+  Child submitted({"submit", input, "--redis", redis, "--batch", "tickets"}, provider.base_url(), dir);
+  REQUIRE(submitted.wait() == 0);
+
+  const std::string lease = std::to_string(llmretry_test::scaled(std::chrono::seconds{3}).count()) + "s";
+  const std::vector<std::string> work{"work",          "--redis", redis,     "--batch", "tickets",
+                                      "--concurrency", "4",       "--lease", lease};
+  const auto run_workers = [&](const std::string& round) {
+    std::vector<std::unique_ptr<Child>> workers;
+    for (int w = 0; w < 2; ++w) {
+      const auto worker_dir = dir / (round + "-" + std::to_string(w));
+      std::filesystem::create_directories(worker_dir);
+      workers.push_back(std::make_unique<Child>(work, provider.base_url(), worker_dir));
+    }
+    return workers;
+  };
+  auto first = run_workers("first");
+  std::size_t done_at_kill = 0;
+  {
+    FleetQueue fleet(server, "tickets");
+    const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(60s);
+    while ((done_at_kill = fleet.queue.counts().done) < 200 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(5ms);
+  }
+  server.kill();
+  server.restart();
+  CHECK(done_at_kill < 600);  // killed mid-run
+  std::string exits;
+  for (auto& worker : first) {
+    const std::optional<int> exit = worker->wait_for(llmretry_test::scaled(60s));
+    REQUIRE(exit.has_value());  // no worker hangs
+    INFO(worker->err());
+    CHECK((*exit == 0 || *exit == 3));  // went on after the restart, or stopped naming the failure
+    exits += " " + std::to_string(*exit);
+  }
+  WARN("Redis killed at " << done_at_kill << " of 600 lines done; the first workers exited with" << exits);
+  auto second = run_workers("second");  // what the first left: its jobs come back once their lease lapses
+  for (auto& worker : second) {
+    const std::optional<int> exit = worker->wait_for(llmretry_test::scaled(60s));
+    REQUIRE(exit.has_value());
+    INFO(worker->err());
+    CHECK(*exit == 0);
+  }
+  Child collected({"collect", "--redis", redis, "--batch", "tickets", (dir / "output.jsonl").string()},
+                  provider.base_url(), dir);
+  CHECK(collected.wait() == 0);
+  check_answered_once(dir, 600);
+  // Served twice: at most the requests in flight when Redis went away (2 workers of 4), each under its key.
+  CHECK(provider.served() - 600 <= 8);
+}
 #endif
