@@ -245,3 +245,24 @@ TEST_CASE("shared pacing: limits and resets out of range in the headers are boun
   const auto tokens = a.deployment.reserve(llmretry_test::tokens(10), a.deployment.now(), std::chrono::hours{1});
   CHECK(tokens.status() == ReservationStatus::too_long);  // the reset is a day away, not wrapped to the past
 }
+
+TEST_CASE("shared pacing: the counters are every process's", "[redis][shared_pacing]") {
+  const auto options = redis_fixture::unique_options();
+  const Limits limits = per_minute(Dimension::requests_per_minute, 60, 1);  // one a second
+  Process a(options, "counted", limits);
+  Process b(options, "counted", limits);
+  auto first = a.deployment.reserve(llmretry_test::tokens(100, 50), a.deployment.now());
+  auto second = b.deployment.reserve(llmretry_test::tokens(10), b.deployment.now());
+  REQUIRE(first.granted());
+  REQUIRE(second.granted());
+  const auto refused = b.deployment.reserve(Cost{}, b.deployment.now(), 100ms);  // 2 s away: too long
+  CHECK(refused.status() == ReservationStatus::too_long);
+  a.deployment.succeeded(first, llmretry_test::tokens(100, 20), nullptr, a.deployment.now());  // 30 not used
+  b.deployment.cancel(second);
+  const llmretry::RateLimiterStats stats = a.deployment.options().shared->stats();
+  CHECK(stats.granted == 2);
+  CHECK(stats.refused == 1);
+  CHECK(stats.tokens_reserved == 160);
+  CHECK(stats.tokens_used == 120);
+  CHECK(stats.tokens_released == 10);
+}

@@ -96,6 +96,7 @@ class PooledRateLimiter final : public llmretry::SharedPacing {
   void finish(llmretry::Reservation& reservation, const llmretry::AttemptEnd& end, time_point now) override {
     next().finish(reservation, end, now);
   }
+  [[nodiscard]] llmretry::RateLimiterStats stats() override { return next().stats(); }
 
  private:
   llmretry::redis::RateLimiter& next() { return *limiters_[pool_.next()]; }

@@ -68,6 +68,10 @@ class SharedPacing {
   /// the reservation with `end.charge` (empty: cancels it). A reservation that is not open is only closed
   /// over; without news, nothing is exchanged.
   virtual void finish(Reservation& reservation, const AttemptEnd& end, time_point now) = 0;
+
+  /// Returns the counters of every process's reservations on the shared state since it was made (state that
+  /// expired or was lost starts again from zero): RateLimiter::stats of the whole fleet.
+  [[nodiscard]] virtual RateLimiterStats stats() = 0;
 };
 
 LLMRETRY_END_NAMESPACE

@@ -36,8 +36,9 @@ namespace detail {
 // (0 to 5): t<d> its theoretical arrival time (TAT), s<d> the latest start granted on it, L<d> the lowest
 // limit learned from rate-limit headers, U<d> the burst of a dimension only learned, R<d> its rate while
 // slowed down and C<d> when that last changed; P the end of the pause after a 429, B the end of the last
-// set-back, D the last slow-down.
-// ARGV[1]: "reserve" or "finish"; ARGV[2]: how long the hash outlives its last TAT (ms); ARGV[3..20]: each
+// set-back, D the last slow-down; the counters of every process: ng granted, nr refused, nt tokens reserved,
+// nu tokens used (the estimate until settled otherwise), nx tokens given back.
+// ARGV[1]: "reserve", "finish" or "stats"; ARGV[2]: how long the hash outlives its last TAT (ms); ARGV[3..20]: each
 // dimension's configured limit (0: none), burst and period (µs).
 // reserve: ARGV[21..26] the cost's charge per dimension, ARGV[27] the most wait allowed (µs, -1: any).
 //   Returns {1 granted, 0 too long or 2 too large; the wait in µs; the dimension that decided or -1; then
@@ -45,7 +46,8 @@ namespace detail {
 // finish: ARGV[21..26] the µs held per dimension, ARGV[27..32] the charge kept per dimension, ARGV[33]
 //   "settle", "cancel" or "none"; ARGV[34..45] the reported requests, tokens, input and output windows, each
 //   limit, remaining and reset (µs), -1 when not reported; ARGV[46] a 429's wait (µs, -1: none); ARGV[47]
-//   "1" to slow down. Returns 1.
+//   "1" to slow down; ARGV[48] the tokens the reservation's estimate charged. Returns 1.
+// stats: returns {ng, nr, nt, nu, nx}.
 inline constexpr std::string_view pacing_script = R"lua(
 local key, op, linger = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local t = redis.call('TIME')
@@ -106,10 +108,18 @@ local function save()
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
 
+local function count(field, by) set(field, (state[field] or 0) + by) end
+if op == 'stats' then
+  return {state['ng'] or 0, state['nr'] or 0, state['nt'] or 0, state['nu'] or 0, state['nx'] or 0}
+end
 if op == 'reserve' then
   for d = 0, 5 do
     local c = cells[d]
-    if c and arg(21 + d) > c.configured then return {2, 0, d, 0, 0, 0, 0, 0, 0} end
+    if c and arg(21 + d) > c.configured then
+      count('nr', 1)
+      save()
+      return {2, 0, d, 0, 0, 0, 0, 0, 0}
+    end
   end
   local start, limited, takes, held = now, -1, {}, {0, 0, 0, 0, 0, 0}
   for d = 0, 5 do
@@ -130,9 +140,13 @@ if op == 'reserve' then
   start = math.max(start, state['P'] or now)
   local max_wait = arg(27)
   if max_wait >= 0 and start - now > max_wait then
+    count('nr', 1)
     save()
     return {0, start - now, limited, 0, 0, 0, 0, 0, 0}
   end
+  count('ng', 1)
+  count('nt', arg(22))
+  count('nu', arg(22))
   for _, take in ipairs(takes) do
     set('t' .. take[1], take[2])
     set('s' .. take[1], math.max(state['s' .. take[1]] or take[3], take[3]))
@@ -193,6 +207,11 @@ if ARGV[47] == '1' and (not state['D'] or now - state['D'] >= 1000000) then
 end
 -- settle or cancel the reservation
 local mode = ARGV[33]
+if mode == 'settle' then count('nu', arg(28) - arg(48)) end
+if mode == 'cancel' then
+  count('nu', -arg(48))
+  count('nx', arg(48))
+end
 for d = 0, 5 do
   local held, tat = arg(21 + d), state['t' .. d]
   if mode == 'cancel' then
@@ -301,6 +320,20 @@ class RateLimiter final : public SharedPacing {
     finish(reservation, end, "rate limiter finish");
   }
 
+  /// Returns the counters of every process (see SharedPacing::stats); a cost refused without asking the
+  /// server (above a configured limit) is counted by this process's Deployment only. Throws
+  /// redis::RedisError.
+  [[nodiscard]] RateLimiterStats stats() override {
+    const Reply reply = run("rate limiter stats", header("stats"));
+    RateLimiterStats stats;
+    stats.granted = reply[0].integer();
+    stats.refused = reply[1].integer();
+    stats.tokens_reserved = reply[2].integer();
+    stats.tokens_used = reply[3].integer();
+    stats.tokens_released = reply[4].integer();
+    return stats;
+  }
+
   /// Gives back what an open reservation holds (the call was not sent). Does nothing for a reservation that
   /// is not open. Throws redis::RedisError, the reservation closed and its capacity left charged.
   void cancel(Reservation& reservation) { finish(reservation, AttemptEnd{}, "rate limiter cancel"); }
@@ -354,6 +387,7 @@ class RateLimiter final : public SharedPacing {
     }
     args.push_back(end.refused_for ? std::to_string(std::chrono::microseconds{*end.refused_for}.count()) : "-1");
     args.emplace_back(end.slow_down ? "1" : "0");
+    args.push_back(std::to_string(open ? charge_of(reserved, Dimension::tokens_per_minute) : 0));
     (void)run(operation, args);
   }
 

@@ -68,6 +68,10 @@ class ModelledStore final : public SharedPacing {
     Access::mark_shared(reservation, true);
   }
 
+  /// Returns the counters of the limiter that holds the state (a settle skipped for having nothing to tell
+  /// is not in its tokens used).
+  [[nodiscard]] RateLimiterStats stats() override { return limiter_.stats(); }
+
   /// Returns the limiter that holds the state.
   [[nodiscard]] const RateLimiter& limiter() const noexcept { return limiter_; }
   /// Returns the exchanges so far.
