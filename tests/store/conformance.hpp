@@ -373,7 +373,7 @@ TEMPLATE_TEST_CASE("queue: finish removes a job and keeps its result; its id is 
     REQUIRE(b);
     CHECK(queue->finish("b", b->token, "", true));
     for (int i = 0; i < 5; ++i) {
-      const std::string id = "n" + std::to_string(i);
+      const std::string id = std::string("n").append(std::to_string(i));  // not "n" + ...: GCC 12 -O3 -Wrestrict
       REQUIRE(queue->enqueue({id, "p", 0, 0ms}));
       const auto job = queue->take();
       REQUIRE(job);
@@ -433,7 +433,7 @@ TEMPLATE_TEST_CASE("queue: reclaim counts more jobs than one Redis script reclai
   TestType fixture;
   // A visibility timeout that the 2,002 round trips below cannot outlast, however slow the machine.
   auto queue = fixture.queue(store::JobQueueOptions{10min, 2});
-  for (int i = 0; i < 1001; ++i) REQUIRE(queue->enqueue({"many" + std::to_string(i), "p", 0, 0ms}));
+  for (int i = 0; i < 1001; ++i) REQUIRE(queue->enqueue({std::string("many").append(std::to_string(i)), "p", 0, 0ms}));
   for (int i = 0; i < 1001; ++i) REQUIRE(queue->take());
   CHECK(queue->reclaim() == 1001);
   CHECK(queue->counts().ready == 1001);
