@@ -875,7 +875,7 @@ TEST_CASE(
     REQUIRE(exit.has_value());  // no worker hangs
     INFO(worker->err());
     CHECK((*exit == 0 || *exit == 3));  // went on after the restart, or stopped naming the failure
-    exits += " " + std::to_string(*exit);
+    exits.append(" ").append(std::to_string(*exit));
   }
   WARN("Redis killed at " << done_at_kill << " of 600 lines done; the first workers exited with" << exits);
   auto second = run_workers("second");  // what the first left: its jobs come back once their lease lapses
