@@ -187,6 +187,20 @@ class CallEngine {
     if constexpr (guarded) ticket_.reset();
   }
 
+  /// Ends the call because its caller cancelled it, in any state but done: the guard's ticket is given
+  /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot), and told
+  /// `failure` when the attempt is under way (it may have been processed: say so in `failure.sent`).
+  /// gave_up() then says StopReason::cancelled with `failure`; options.on_give_up is told. Returns done.
+  Step cancelled(const Failure& failure) {
+    assert(!gave_up_ && "CallEngine::cancelled: the call is over");
+    if constexpr (guarded) {
+      if (std::exchange(admitted_, false)) ticket_.reset();
+      else if (auto ticket = take_ticket()) ticket->failed(failure);
+    }
+    give_up(StopReason::cancelled, failure);
+    return Step::done();
+  }
+
   /// Returns the attempt to make: its number and the time left until the deadline.
   [[nodiscard]] const Attempt& attempt() const noexcept { return attempt_; }
   /// Returns how many attempts were made (the current one included once it was admitted).

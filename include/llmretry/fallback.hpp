@@ -30,10 +30,10 @@ LLMRETRY_BEGIN_NAMESPACE
 
 /// Returns why a call that stopped for `stop` after `failure` (the last attempt's, or the refusal's when
 /// no attempt was sent) may move to another deployment, or nullopt when no other deployment can do
-/// better (a bad request, a refused key, the deadline passed...).
+/// better (a bad request, a refused key, the deadline passed, the caller cancelled...).
 [[nodiscard]] constexpr std::optional<FallbackReason> fallback_reason(StopReason stop,
                                                                       const Failure& failure) noexcept {
-  if (stop == StopReason::deadline) return std::nullopt;
+  if (stop == StopReason::deadline || stop == StopReason::cancelled) return std::nullopt;
   if (stop == StopReason::circuit_open || stop == StopReason::no_capacity || stop == StopReason::pacing_unavailable)
     return FallbackReason::primary_unavailable;
   switch (failure.kind) {

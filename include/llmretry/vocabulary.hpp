@@ -37,6 +37,7 @@ enum class StopReason {
   circuit_open,            ///< the deployment's circuit breaker is open (CircuitBreaker)
   pacing_unavailable,      ///< the pacing state shared with other processes could not be reached, and the
                            ///< deployment fails closed (DeploymentOptions::when_shared_fails)
+  cancelled,               ///< the caller cancelled the call (an asynchronous driver's cancellation)
 };
 
 /// Returns the snake_case name of a stop reason, such as "attempts_exhausted".
@@ -54,6 +55,7 @@ enum class StopReason {
     case StopReason::retry_budget: return "retry_budget";
     case StopReason::circuit_open: return "circuit_open";
     case StopReason::pacing_unavailable: return "pacing_unavailable";
+    case StopReason::cancelled: return "cancelled";
   }
   return "unknown";
 }

@@ -1,0 +1,353 @@
+#include <llmretry/asio.hpp>
+
+#include <llmretry/admission/circuit_breaker.hpp>
+#include <llmretry/admission/deployment.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_future.hpp>
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "llmretry_catch.hpp"
+
+using namespace llmretry;
+using namespace std::chrono_literals;
+using llmretry_test::no_jitter;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// What one scripted attempt does: answer `answer`, or fail with `error`.
+struct Outcome {
+  std::exception_ptr error;
+  int answer = 0;
+};
+
+Outcome ok(int answer) { return {nullptr, answer}; }
+Outcome rate_limited(milliseconds wait = 1ms) {
+  return {std::make_exception_ptr(RateLimited("429 Too Many Requests", wait)), 0};
+}
+Outcome server_error() { return {std::make_exception_ptr(ProviderError("503 Service Unavailable", 503)), 0}; }
+
+/// An asynchronous attempt that completes, through the executor, with the next scripted outcome (the last
+/// one again once the script is spent), and records each attempt it was asked for.
+struct Script {
+  boost::asio::io_context& io;
+  std::vector<Outcome> outcomes;
+  std::vector<Attempt> attempts;
+
+  auto attempt() {
+    return [this](const Attempt& attempt, auto handler) {
+      attempts.push_back(attempt);
+      const Outcome outcome = outcomes[std::min(attempts.size(), outcomes.size()) - 1];
+      boost::asio::post(
+          io, [handler = std::move(handler), outcome]() mutable { std::move(handler)(outcome.error, outcome.answer); });
+    };
+  }
+};
+
+/// An attempt that never answers by itself: a timer of an hour that completes early, with
+/// operation_aborted as the exception, when its handler's cancellation slot is emitted.
+struct Hanging {
+  boost::asio::io_context& io;
+  int started = 0;
+
+  auto attempt() {
+    return [this](const Attempt& /*attempt*/, auto handler) {
+      ++started;
+      auto timer = std::make_shared<boost::asio::steady_timer>(io, std::chrono::hours{1});
+      auto slot = boost::asio::get_associated_cancellation_slot(handler);
+      if (slot.is_connected()) slot.assign([timer](boost::asio::cancellation_type) { timer->cancel(); });
+      timer->async_wait([timer, handler = std::move(handler)](boost::system::error_code ended) mutable {
+        std::move(handler)(std::make_exception_ptr(boost::system::system_error(ended)), 0);
+      });
+    };
+  }
+};
+
+/// The outcome a callback received.
+struct Received {
+  bool called = false;
+  std::exception_ptr error;
+  int answer = -1;
+
+  auto handler() {
+    return [this](std::exception_ptr e, int a) {
+      called = true;
+      error = std::move(e);
+      answer = a;
+    };
+  }
+};
+
+bool is_cancelled(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const boost::system::system_error& e) {
+    return e.code() == boost::asio::error::operation_aborted;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("A first attempt that succeeds completes with its answer", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {ok(42)}, {}};
+  const RetryPolicy policy = no_jitter();
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, options, received.handler());
+  CHECK_FALSE(received.called);  // never inside the initiating function
+  io.run();
+  REQUIRE(received.called);
+  CHECK_FALSE(received.error);
+  CHECK(received.answer == 42);
+  CHECK(stats.attempts == 1);
+  CHECK(stats.waited == 0ms);
+}
+
+TEST_CASE("Failures are retried after timed waits, the provider's wait included", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {rate_limited(30ms), server_error(), ok(7)}, {}};
+  const RetryPolicy policy = no_jitter(1ms);
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, options, received.handler());
+  io.run();
+  REQUIRE(received.called);
+  CHECK_FALSE(received.error);
+  CHECK(received.answer == 7);
+  REQUIRE(script.attempts.size() == 3);
+  CHECK(script.attempts[2].number == 3);
+  CHECK(stats.attempts == 3);
+  CHECK(stats.waited == 30ms + 2ms);  // the provider's 30 ms, then the backoff's second wait (2 x base)
+}
+
+TEST_CASE("Giving up completes with the last failure's exception, unchanged", "[asio]") {
+  boost::asio::io_context io;
+  RetryPolicy policy = no_jitter(1ms);
+  policy.max_attempts = 3;
+
+  SECTION("attempts exhausted") {
+    const Outcome last = server_error();
+    Script script{io, {server_error(), server_error(), last}, {}};
+    std::optional<GiveUp> gave_up;
+    CallOptions options;
+    options.on_give_up = [&](const GiveUp& g) { gave_up = g; };
+    Received received;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, options, received.handler());
+    io.run();
+    REQUIRE(received.error);
+    CHECK(received.error == last.error);
+    REQUIRE(gave_up);
+    CHECK(gave_up->reason == StopReason::attempts_exhausted);
+    CHECK(gave_up->attempts == 3);
+  }
+  SECTION("an exception nobody recognises is never retried") {
+    Script script{io, {{std::make_exception_ptr(std::logic_error("bug")), 0}, ok(1)}, {}};
+    Received received;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, received.handler());
+    io.run();
+    CHECK(script.attempts.size() == 1);
+    CHECK_THROWS_AS(std::rethrow_exception(received.error), std::logic_error);
+  }
+}
+
+TEST_CASE("One function serves use_future and deferred", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {server_error(), ok(5)}, {}};
+  const RetryPolicy policy = no_jitter(1ms);
+
+  SECTION("use_future") {
+    std::future<int> answer =
+        asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, boost::asio::use_future);
+    io.run();
+    CHECK(answer.get() == 5);
+  }
+  SECTION("deferred, started later") {
+    auto operation =
+        asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, boost::asio::deferred);
+    CHECK(script.attempts.empty());  // nothing starts before it is launched
+    Received received;
+    std::move(operation)(received.handler());
+    io.run();
+    CHECK(received.answer == 5);
+    CHECK(script.attempts.size() == 2);
+  }
+}
+
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+TEST_CASE("A coroutine awaits the call: use_awaitable", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {rate_limited(), ok(9)}, {}};
+  const RetryPolicy policy = no_jitter(1ms);
+  int answer = 0;
+  boost::asio::co_spawn(
+      io,
+      [&]() -> boost::asio::awaitable<void> {
+        answer = co_await asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy,
+                                                           boost::asio::use_awaitable);
+      },
+      boost::asio::detached);
+  io.run();
+  CHECK(answer == 9);
+}
+#endif
+
+TEST_CASE("A refusal before the first attempt completes through the executor", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {ok(1)}, {}};
+  const RetryPolicy policy = no_jitter();
+  CallOptions options;
+  options.deadline = std::chrono::steady_clock::now() - 1s;  // already passed
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, options, received.handler());
+  CHECK_FALSE(received.called);
+  io.run();
+  REQUIRE(received.called);
+  CHECK(script.attempts.empty());
+  try {
+    std::rethrow_exception(received.error);
+  } catch (const AttemptRefused& refused) {
+    CHECK(refused.reason() == StopReason::deadline);
+  }
+}
+
+TEST_CASE("A cancel during the backoff stops the timer: no retry after it", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {server_error(), ok(1)}, {}};
+  RetryPolicy policy = no_jitter(std::chrono::hours{1});
+  policy.cap = std::chrono::hours{1};
+  policy.max_total_wait = std::chrono::hours{2};
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  boost::asio::cancellation_signal cancel;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, options,
+                                   boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+  io.run_one();  // the attempt's failure arrives, the hour's backoff starts
+  REQUIRE(script.attempts.size() == 1);
+  REQUIRE_FALSE(received.called);
+  cancel.emit(boost::asio::cancellation_type::terminal);
+  io.run();
+  REQUIRE(received.called);
+  CHECK(is_cancelled(received.error));
+  CHECK(script.attempts.size() == 1);
+  CHECK(stats.stopped == StopReason::cancelled);
+}
+
+TEST_CASE("A cancel reaches the attempt in flight and gives its concurrency slot back", "[asio]") {
+  boost::asio::io_context io;
+  DeploymentOptions deployment_options;
+  deployment_options.name = "test/model";
+  deployment_options.concurrency = 1;
+  Deployment deployment{deployment_options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  const RetryPolicy policy = no_jitter(1ms);
+  Hanging hanging{io};
+  auto pacing = deployment.pace(Cost{});
+  boost::asio::cancellation_signal cancel;
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), hanging.attempt(), policy, pacing, options,
+                                   boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+  REQUIRE(hanging.started == 1);  // the first attempt starts at once: a slot was free
+  CHECK(slots.in_use() == 1);
+  boost::asio::post(io, [&] { cancel.emit(boost::asio::cancellation_type::terminal); });
+  io.run();
+  REQUIRE(received.called);
+  CHECK(is_cancelled(received.error));
+  CHECK(hanging.started == 1);  // never retried after the cancel
+  CHECK(stats.stopped == StopReason::cancelled);
+  CHECK(slots.in_use() == 0);
+}
+
+TEST_CASE("A cancel during a wait for capacity gives the reservation back", "[asio]") {
+  boost::asio::io_context io;
+  DeploymentOptions deployment_options;
+  deployment_options.name = "test/model";
+  deployment_options.limits[Dimension::requests_per_minute] = Limit::per_minute(6, 1);  // one every 10 s
+  Deployment deployment{deployment_options};
+  const RetryPolicy policy = no_jitter(1ms);
+  Script script{io, {ok(1)}, {}};
+
+  auto first = deployment.pace(Cost{});
+  Received done;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, first, done.handler());
+  io.run();
+  REQUIRE(done.answer == 1);
+  io.restart();
+
+  auto second = deployment.pace(Cost{});  // waits about 10 s for capacity
+  boost::asio::cancellation_signal cancel;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, second,
+                                   boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+  boost::asio::post(io, [&] { cancel.emit(boost::asio::cancellation_type::terminal); });
+  io.run();
+  REQUIRE(received.called);
+  CHECK(is_cancelled(received.error));
+  CHECK(script.attempts.size() == 1);  // the second call never made its attempt
+  const auto limiter = deployment.limiter().stats();
+  CHECK(limiter.granted == 2);
+  // Given back: the next reservation waits one period after the first, not two.
+  const auto now = std::chrono::steady_clock::now();
+  const auto next = deployment.limiter().reserve(Cost{}, now);
+  CHECK(next.wait_after(now) <= 10s);
+}
+
+TEST_CASE("Many calls on one thread: every wait is a timer, none blocks the others", "[asio]") {
+  boost::asio::io_context io;
+  const RetryPolicy policy = no_jitter(5ms);
+  constexpr int calls = 500;
+  std::vector<std::unique_ptr<Script>> scripts;
+  int answered = 0;
+  for (int i = 0; i < calls; ++i) {
+    scripts.push_back(std::make_unique<Script>(Script{io, {server_error(), server_error(), ok(i)}, {}}));
+    asio::async_call_with_retry<int>(io.get_executor(), scripts.back()->attempt(), policy,
+                                     [&answered, i](std::exception_ptr error, int answer) {
+                                       if (!error && answer == i) ++answered;
+                                     });
+  }
+  io.run();  // one thread: a blocking wait in any call would hold up all the others by its whole length
+  CHECK(answered == calls);
+}
+
+TEST_CASE("A policy that makes no sense throws before anything starts", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {ok(1)}, {}};
+  RetryPolicy policy;
+  policy.max_attempts = 0;
+  Received received;
+  CHECK_THROWS_AS(asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, received.handler()),
+                  std::invalid_argument);
+  CHECK_FALSE(received.called);
+  CHECK(script.attempts.empty());
+}
