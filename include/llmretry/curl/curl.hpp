@@ -435,6 +435,111 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
   return {transport_failure(code, sent), message};
 }
 
+/// One attempt on an easy handle, blocking (curl_easy_perform) or in a multi handle: sets every option of
+/// the handle for `request`, points its callbacks at a Transfer it owns, and turns the outcome into the
+/// response or the exception (conclude). The handle's options are reset (curl_easy_reset: its connections
+/// and caches stay) when it is destroyed, so that a handle kept for the next attempt never points at what it
+/// owned. Neither copied nor moved: the handle points at it. Requires `handle`, `request`, `options` and
+/// `on_event`/`guard` (both set for a streamed call, or both null) to outlive it.
+/// Throws std::invalid_argument for a GET or HEAD with a body, std::bad_alloc.
+class Exchange {
+ public:
+  Exchange(CURL* handle, const Request& request, const Options& options, const HeaderList& extra_headers,
+           const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard, std::chrono::milliseconds timeout)
+      : transfer_(handle, options), request_(&request), reset_(handle) {
+    if (on_event != nullptr && guard != nullptr) {
+      transfer_.on_event = on_event;
+      transfer_.guard = guard;
+    }
+    const auto add = [&](const std::string& line) {
+      curl_slist* grown = curl_slist_append(list_.get(), line.c_str());
+      if (grown == nullptr) throw std::bad_alloc();
+      static_cast<void>(list_.release());
+      list_.reset(grown);
+    };
+    for (const auto& [name, value] : request.headers) add(std::string(name).append(": ").append(value));
+    for (const auto& [name, value] : extra_headers) add(std::string(name).append(": ").append(value));
+    add("Expect:");  // no 100-continue round trip before the body
+
+    curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
+    curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
+    curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+    curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, options.accept_encoding.c_str());
+    curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list_.get());
+    curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text_.data());
+    curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &on_header);
+    curl_easy_setopt(handle, CURLOPT_HEADERDATA, &transfer_);
+    curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &on_body);
+    curl_easy_setopt(handle, CURLOPT_WRITEDATA, &transfer_);
+    if (options.idle_timeout || options.cancel != nullptr) {
+      curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &on_progress);
+      curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &transfer_);
+    }
+    set_method(handle, request);
+  }
+
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+  Exchange(Exchange&&) = delete;
+  Exchange& operator=(Exchange&&) = delete;
+  ~Exchange() = default;
+
+  /// Returns the 2xx response of the transfer that ended with `code`; call it once. Throws as
+  /// curl::perform does (see there): the failure classified for options.provider, carrying the response.
+  Response conclude(CURLcode code) {
+    Transfer& transfer = transfer_;
+    if (transfer.handler_error) std::rethrow_exception(transfer.handler_error);
+    const long status = transfer.status();
+    transfer.response.status = static_cast<int>(status);
+    const bool failed = transfer.stream_error || transfer.too_large != nullptr ||
+                        (code != CURLE_OK && !transfer.error_body_cut) || status < 200 || status > 299 ||
+                        (transfer.is_event_stream() && (!transfer.ended || transfer.sse.partial()));
+    if (!failed) return std::move(transfer.response);
+    fail(code);
+  }
+
+ private:
+  /// Throws the failure of the transfer that ended with `code`.
+  [[noreturn]] void fail(CURLcode code) {
+    Transfer& transfer = transfer_;
+    const auto secrets = secrets_of(*request_, *transfer.options);
+    const long status = transfer.response.status;
+    const Options& options = *transfer.options;
+    if (transfer.stream_error) {
+      const Failure failure =
+          classify_provider_error(options.provider, transfer.response.status, *transfer.stream_error);
+      throw_failure(transfer, secrets,
+                    "SSE error event: " + describe(failure) + server_word(*transfer.stream_error, secrets), failure);
+    }
+    if (transfer.too_large != nullptr) {
+      const Failure failure{FailureKind::too_large, transfer.response.status, std::nullopt, Sent::maybe_processed,
+                            std::nullopt};
+      throw_failure(transfer, secrets, describe(failure) + ": the answer passed " + transfer.too_large, failure);
+    }
+    if (code != CURLE_OK && !transfer.error_body_cut) {
+      const auto [failure, message] = transfer_failure(transfer, code, error_text_.data());
+      throw_failure(transfer, secrets, message, failure);
+    }
+    if (status < 200 || status > 299) {
+      const ErrorFields fields =
+          options.read_error && !transfer.error_body_cut ? options.read_error(transfer.response.body) : ErrorFields{};
+      const Failure failure = classify_provider_response(options.provider, transfer.response.status,
+                                                         transfer.response.headers, real_wall_now(), fields);
+      throw_failure(transfer, secrets, describe(failure) + server_word(fields, secrets), failure);
+    }
+    throw_failure(transfer, secrets, "the stream ended before its end marker",
+                  Failure::connection_failed(Sent::maybe_processed));
+  }
+
+  Transfer transfer_;
+  const Request* request_;
+  std::unique_ptr<curl_slist, ListDeleter> list_;
+  std::array<char, CURL_ERROR_SIZE> error_text_{};
+  ResetOnExit reset_;  ///< last: the handle is reset before what it points at goes, even when the constructor throws
+};
+
 }  // namespace detail
 
 /// Makes one attempt of `request` with `extra_headers` added, and returns the 2xx response. Asks for and
@@ -492,78 +597,9 @@ inline Response perform(const Request& request, const Options& options, const He
 inline Response Session::perform(const Request& request, const Options& options, const HeaderList& extra_headers,
                                  const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard,
                                  std::optional<std::chrono::milliseconds> time_left) {
-  const auto timeout = detail::attempt_timeout(options, time_left);
-  CURL* handle = handle_.get();
-  detail::Transfer transfer(handle, options);
-  if (on_event != nullptr && guard != nullptr) {
-    transfer.on_event = on_event;
-    transfer.guard = guard;
-  }
-
-  std::unique_ptr<curl_slist, detail::ListDeleter> list;
-  const auto add = [&](const std::string& line) {
-    curl_slist* grown = curl_slist_append(list.get(), line.c_str());
-    if (grown == nullptr) throw std::bad_alloc();
-    static_cast<void>(list.release());
-    list.reset(grown);
-  };
-  for (const auto& [name, value] : request.headers) add(std::string(name).append(": ").append(value));
-  for (const auto& [name, value] : extra_headers) add(std::string(name).append(": ").append(value));
-  add("Expect:");  // no 100-continue round trip before the body
-
-  std::array<char, CURL_ERROR_SIZE> error_text{};
-  const detail::ResetOnExit reset(handle);  // before the locals it points at go: declared after them
-  curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
-  curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
-  curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, options.accept_encoding.c_str());
-  curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list.get());
-  curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text.data());
-  curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &detail::on_header);
-  curl_easy_setopt(handle, CURLOPT_HEADERDATA, &transfer);
-  curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &detail::on_body);
-  curl_easy_setopt(handle, CURLOPT_WRITEDATA, &transfer);
-  if (options.idle_timeout || options.cancel != nullptr) {
-    curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &detail::on_progress);
-    curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &transfer);
-  }
-  detail::set_method(handle, request);
-
-  const CURLcode code = curl_easy_perform(handle);
-  if (transfer.handler_error) std::rethrow_exception(transfer.handler_error);
-  const long status = transfer.status();
-  transfer.response.status = static_cast<int>(status);
-  const auto secrets = detail::secrets_of(request, options);
-
-  if (transfer.stream_error) {
-    const Failure failure = classify_provider_error(options.provider, transfer.response.status, *transfer.stream_error);
-    detail::throw_failure(
-        transfer, secrets,
-        "SSE error event: " + describe(failure) + detail::server_word(*transfer.stream_error, secrets), failure);
-  }
-  if (transfer.too_large != nullptr) {
-    const Failure failure{FailureKind::too_large, transfer.response.status, std::nullopt, Sent::maybe_processed,
-                          std::nullopt};
-    detail::throw_failure(transfer, secrets, describe(failure) + ": the answer passed " + transfer.too_large, failure);
-  }
-  if (code != CURLE_OK && !transfer.error_body_cut) {
-    const auto [failure, message] = detail::transfer_failure(transfer, code, error_text.data());
-    detail::throw_failure(transfer, secrets, message, failure);
-  }
-  if (status < 200 || status > 299) {
-    const ErrorFields fields =
-        options.read_error && !transfer.error_body_cut ? options.read_error(transfer.response.body) : ErrorFields{};
-    const Failure failure = classify_provider_response(options.provider, transfer.response.status,
-                                                       transfer.response.headers, real_wall_now(), fields);
-    detail::throw_failure(transfer, secrets, describe(failure) + detail::server_word(fields, secrets), failure);
-  }
-  if (transfer.is_event_stream() && (!transfer.ended || transfer.sse.partial())) {
-    detail::throw_failure(transfer, secrets, "the stream ended before its end marker",
-                          Failure::connection_failed(Sent::maybe_processed));
-  }
-  return std::move(transfer.response);
+  detail::Exchange exchange(handle_.get(), request, options, extra_headers, on_event, guard,
+                            detail::attempt_timeout(options, time_left));
+  return exchange.conclude(curl_easy_perform(handle_.get()));
 }
 
 /// One logical call: every attempt sends the same idempotency key and its attempt number, so that a
