@@ -17,6 +17,18 @@
 
 #include <nlohmann/json.hpp>
 
+#if defined(LLMRETRY_README_ASYNC)
+#include <llmretry/asio.hpp>
+#include <llmretry/curl/async.hpp>
+
+#include <boost/asio/io_context.hpp>
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+#endif
+
 #include <chrono>
 #include <functional>
 #include <initializer_list>
@@ -280,4 +292,51 @@ TEST_CASE("docs/real-http.md: a chat completion over libcurl", "[readme]") {
   CHECK(body.at("messages").at(0).at("content") == "Hello");
   CHECK(requests[1].header("X-Attempt") == "2");
 }
+#endif
+
+#if defined(LLMRETRY_README_ASYNC)
+namespace async_callback {
+
+#include "readme/async_callback.inc"
+
+}  // namespace async_callback
+
+TEST_CASE("docs/async.md: a call with a callback, retried on one io_context thread", "[readme]") {
+  llmretry::testing::LoopbackProvider provider;
+  provider.then(llmretry::testing::LoopbackProvider::service_unavailable())
+      .then(llmretry::testing::LoopbackProvider::chat_completion("hello back"));
+  boost::asio::io_context io;
+  llmretry::curl::AsyncClient client(io.get_executor());
+  std::string answer;
+  async_callback::ask(client, provider.base_url() + "/v1", "test-key",
+                      [&](std::string body) { answer = std::move(body); });
+  io.run();
+  CHECK(nlohmann::json::parse(answer).at("choices").at(0).at("message").at("content") == "hello back");
+  CHECK(provider.request_count() == 2);
+}
+
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+namespace async_coroutine {
+
+#include "readme/async_coroutine.inc"
+
+}  // namespace async_coroutine
+
+TEST_CASE("docs/async.md: a call awaited in a coroutine", "[readme]") {
+  llmretry::testing::LoopbackProvider provider;
+  provider.then(llmretry::testing::LoopbackProvider::azure_rate_limited())
+      .then(llmretry::testing::LoopbackProvider::chat_completion("hello back"));
+  boost::asio::io_context io;
+  llmretry::curl::AsyncClient client(io.get_executor());
+  std::string answer;
+  boost::asio::co_spawn(
+      io,
+      [&]() -> boost::asio::awaitable<void> {
+        answer = co_await async_coroutine::ask(client, provider.base_url() + "/v1", "test-key");
+      },
+      boost::asio::detached);
+  io.run();
+  CHECK(nlohmann::json::parse(answer).at("choices").at(0).at("message").at("content") == "hello back");
+}
+#endif
 #endif
