@@ -85,6 +85,14 @@ void check_attempt_headers(const LoopbackProvider& server, const std::string& ke
   }
 }
 
+/// Keeps the data of every event a streamed call delivers.
+struct Collected {
+  std::vector<std::string> data;
+  std::function<void(const llmretry::SseEvent&)> handler() {
+    return [this](const llmretry::SseEvent& event) { data.push_back(event.data); };
+  }
+};
+
 template <class Error>
 Error expect_throw(Run& run, Call& call, const llmretry::RetryPolicy& policy = {}) {
   try {
@@ -215,6 +223,28 @@ TEST_CASE("529 overloaded is retried even when the call is not safe to repeat; 5
   REQUIRE(run.gave_up);
   CHECK(run.gave_up->reason == StopReason::not_safe_to_repeat);
   CHECK(server.request_count() == 2);
+}
+
+TEST_CASE("overloaded_error from an OpenAI-compatible server is retried, even when not safe to repeat") {
+  LoopbackProvider server;
+  Collected collected;
+  Call call(chat_request(server), options_for(Provider::openai));
+  SECTION("an SSE event: error before any content") {
+    server.then(LoopbackProvider::stream_error({})).then(LoopbackProvider::stream({"a", "b"}));
+    call.on_event(collected.handler());
+  }
+  SECTION("a JSON error body whose error.type is overloaded_error") {
+    auto overloaded = LoopbackProvider::overloaded();
+    overloaded.status = 503;
+    server.then(overloaded).then(LoopbackProvider::chat_completion("ok"));
+  }
+  Run run;
+  run.call_options.safe_to_repeat = false;
+  CHECK(run(call).status == 200);
+  CHECK_FALSE(run.gave_up);
+  CHECK(run.sleep.waits().size() == 1);
+  CHECK(server.request_count() == 2);
+  check_attempt_headers(server, call.idempotency_key());
 }
 
 TEST_CASE("400 context_length_exceeded and 429 insufficient_quota are not retried") {
@@ -400,15 +430,6 @@ TEST_CASE("each logical call has its own key") {
   REQUIRE(requests.size() == 2);
   CHECK(requests[0].header("Idempotency-Key") != requests[1].header("Idempotency-Key"));
 }
-
-namespace {
-struct Collected {
-  std::vector<std::string> data;
-  std::function<void(const llmretry::SseEvent&)> handler() {
-    return [this](const llmretry::SseEvent& event) { data.push_back(event.data); };
-  }
-};
-}  // namespace
 
 TEST_CASE("streaming: events reach the handler in order") {
   LoopbackProvider server;
