@@ -1151,3 +1151,113 @@ TEST_CASE("after an attempt, returned or thrown, its handle keeps none of its op
   CHECK(curl_easy_perform(handle.get()) == CURLE_URL_MALFORMAT);  // no URL set any more
   CHECK(provider.request_count() == 0);
 }
+
+// ---- Connections: every attempt on a thread reuses that thread's session ----
+
+TEST_CASE("50 sequential Calls on one thread open one connection, whatever they answer") {
+  LoopbackProvider server;
+  for (int i = 0; i < 50; ++i) {
+    if (i % 10 == 3) server.then(LoopbackProvider::service_unavailable());
+    server.then(i % 5 == 0 ? LoopbackProvider::stream({"a", "b"}) : LoopbackProvider::chat_completion("ok"));
+  }
+  int answered = 0;
+  for (int i = 0; i < 50; ++i) {
+    Call call(chat_request(server), options_for(Provider::openai));
+    Collected collected;
+    if (i % 5 == 0) call.on_event(collected.handler());
+    Run run;
+    if (run(call).status == 200) ++answered;
+    if (i % 5 == 0) CHECK(collected.data.size() == 3);
+  }
+  CHECK(answered == 50);
+  CHECK(server.request_count() == 55);  // 5 of them answered 503 first, then retried
+  CHECK(server.connection_count() == 1);
+  SECTION("curl::perform too") {
+    server.then(LoopbackProvider::chat_completion("ok"));
+    CHECK(llmretry::curl::perform(chat_request(server), options_for(Provider::openai)).status == 200);
+    CHECK(server.connection_count() == 1);
+  }
+}
+
+TEST_CASE("two threads making Calls: each on its own connection") {
+  LoopbackProvider server;
+  constexpr int per_thread = 20;
+  for (int i = 0; i < 2 * per_thread; ++i) server.then(LoopbackProvider::chat_completion("ok"));
+  std::atomic<int> answered{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        auto request = chat_request(server);
+        request.headers.emplace_back("X-Thread", std::to_string(t));
+        try {
+          if (Call(request, options_for(Provider::openai))().status == 200) ++answered;
+        } catch (const std::exception&) {
+          ++failed;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(answered == 2 * per_thread);
+  CHECK(failed == 0);
+  CHECK(server.connection_count() == 2);
+  const auto requests = server.requests();
+  REQUIRE(requests.size() == 2 * per_thread);
+  std::optional<int> port_of[2];
+  for (const auto& request : requests) {
+    const int t = request.header("X-Thread") == std::string("1") ? 1 : 0;
+    if (!port_of[t]) port_of[t] = request.client_port;
+    CHECK(request.client_port == *port_of[t]);
+  }
+  CHECK(port_of[0] != port_of[1]);
+}
+
+TEST_CASE("a Call made from a streaming handler on the same thread gets a connection of its own") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::stream({"a", "b"}))
+      .then(LoopbackProvider::chat_completion("nested"))
+      .then(LoopbackProvider::chat_completion("after"));
+  std::vector<std::string> nested;
+  Call outer(chat_request(server), options_for(Provider::openai));
+  outer.on_event([&](const llmretry::SseEvent& event) {
+    if (nested.empty()) nested.push_back(Call(chat_request(server), options_for(Provider::openai))().body);
+    nested.push_back(event.data);
+  });
+  CHECK(outer().status == 200);
+  REQUIRE(nested.size() == 4);
+  CHECK_THAT(nested[0], llmretry_catch::contains("nested"));
+  CHECK(nested[3] == "[DONE]");
+  CHECK(server.connection_count() == 2);
+  const auto after = Call(chat_request(server), options_for(Provider::openai))();
+  CHECK_THAT(after.body, llmretry_catch::contains("after"));
+  CHECK(server.connection_count() == 2);  // the thread's connection again
+  const auto requests = server.requests();
+  REQUIRE(requests.size() == 3);
+  CHECK(requests[2].client_port == requests[0].client_port);
+  CHECK(requests[1].client_port != requests[0].client_port);
+}
+
+TEST_CASE("Call::with_session: the attempts go through the session given") {
+  LoopbackProvider server;
+  for (int i = 0; i < 3; ++i) server.then(LoopbackProvider::chat_completion("ok"));
+  llmretry::curl::Session session;
+  Call first(chat_request(server), options_for(Provider::openai));
+  CHECK(first.with_session(session)().status == 200);
+  Call second(chat_request(server), options_for(Provider::openai));
+  CHECK(second.with_session(session)().status == 200);
+  CHECK(server.connection_count() == 1);
+  CHECK(Call(chat_request(server), options_for(Provider::openai))().status == 200);  // the thread's session
+  CHECK(server.connection_count() == 2);
+
+  SECTION("a session is never re-entered from its own streaming handler") {
+    server.then(LoopbackProvider::stream({"a"}));
+    Call streamed(chat_request(server), options_for(Provider::openai));
+    streamed.with_session(session).on_event(
+        [&](const llmretry::SseEvent&) { session.perform(chat_request(server), options_for(Provider::openai)); });
+    CHECK_THROWS_AS(streamed(), std::logic_error);
+    CHECK_FALSE(session.busy());
+    CHECK(server.request_count() == 4);
+  }
+}

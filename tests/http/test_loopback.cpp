@@ -97,6 +97,24 @@ TEST_CASE("every request is recorded: method, path, headers (looked up in any ca
   CHECK(requests[1].path == "/v1/models");
 }
 
+TEST_CASE("connection_count: the client ports the requests came over") {
+  LoopbackProvider server;
+  for (int i = 0; i < 4; ++i) server.then(LoopbackProvider::chat_completion("a"));
+  auto kept = client_of(server);
+  kept.set_keep_alive(true);
+  for (int i = 0; i < 3; ++i) REQUIRE(post(kept));
+  CHECK(server.connection_count() == 1);
+  auto other = client_of(server);
+  REQUIRE(post(other));
+  CHECK(server.connection_count() == 2);
+  const auto requests = server.requests();
+  REQUIRE(requests.size() == 4);
+  CHECK(requests[0].client_port > 0);
+  CHECK(requests[1].client_port == requests[0].client_port);
+  CHECK(requests[2].client_port == requests[0].client_port);
+  CHECK(requests[3].client_port != requests[0].client_port);
+}
+
 TEST_CASE("a scripted response goes out with its status, headers, body and content type") {
   LoopbackProvider server;
   ScriptedResponse scripted;

@@ -7,6 +7,14 @@
 
 #include <httplib.h>
 
+#if !defined(_WIN32)
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#endif
+
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -14,8 +22,10 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -57,6 +67,9 @@ struct ReceivedRequest {
   std::string path;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  /// The port of the client's end of the connection the request came over: requests with the same port
+  /// came over one connection (kept alive), unless the system gave the port again to a later one.
+  int client_port = 0;
 
   /// Returns the value of the first header called `name` (case-insensitive), or nullopt.
   std::optional<std::string> header(std::string_view name) const {
@@ -97,6 +110,18 @@ class LoopbackProvider {
     const auto handler = [this](const httplib::Request& request, httplib::Response& response) {
       answer(request, response);
     };
+    // Which connections are answering a request (see shut_down_connections): from before its handler
+    // until its answer is written (cpp-httplib logs a request once its answer is written).
+    server_.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response&) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++answering_[request.remote_port];
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    server_.set_logger([this](const httplib::Request& request, const httplib::Response&) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto found = answering_.find(request.remote_port);
+      if (found != answering_.end() && --found->second <= 0) answering_.erase(found);
+    });
     server_.Get(".*", handler);
     server_.Post(".*", handler);
     server_.Put(".*", handler);
@@ -119,7 +144,9 @@ class LoopbackProvider {
   LoopbackProvider(LoopbackProvider&&) = delete;
   LoopbackProvider& operator=(LoopbackProvider&&) = delete;
 
-  /// Stops serving: scripted delays are cut short, and the server thread is joined.
+  /// Stops serving: scripted delays are cut short (the answers they held still go out), the connections
+  /// clients keep alive between requests are closed (so that stopping never waits for their keep-alive
+  /// timeout; see shut_down_connections), and the server thread is joined.
   ~LoopbackProvider() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -127,6 +154,7 @@ class LoopbackProvider {
     }
     wake_.notify_all();
     server_.stop();
+    shut_down_connections();
     thread_.join();
   }
 
@@ -174,6 +202,13 @@ class LoopbackProvider {
   std::size_t request_count() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return received_.size();
+  }
+  /// Returns how many connections the requests received so far came over: the distinct
+  /// ReceivedRequest::client_port among them (a port the system gave again to a later connection counts
+  /// once). A client that reuses its connections opens fewer than it sends requests.
+  std::size_t connection_count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return client_ports_.size();
   }
 
   /// Returns the real Azure OpenAI 429 of the project's seed: `retry-after: 30`, `retry-after-ms: 511`,
@@ -312,12 +347,13 @@ class LoopbackProvider {
   }
 
   void answer(const httplib::Request& request, httplib::Response& response) {
-    ReceivedRequest received{request.method, request.path, {}, request.body};
+    ReceivedRequest received{request.method, request.path, {}, request.body, request.remote_port};
     for (const auto& [name, value] : request.headers) received.headers.emplace_back(name, value);
     ScriptedResponse scripted;
     LoopbackRateLimit::Headers rate_headers;
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      client_ports_.insert(received.client_port);
       received_.push_back(std::move(received));
       std::optional<LoopbackUsage> usage;
       bool admitted = true;
@@ -377,6 +413,58 @@ class LoopbackProvider {
     }
   }
 
+  /// Shuts down every connection this server accepted that is still open and not answering a request,
+  /// found among the process's descriptors (listed in /proc/self/fd or /dev/fd; where neither exists, does
+  /// nothing): a server thread waiting for the next request of a connection kept alive sees it end at once
+  /// instead of after the keep-alive timeout, while an answer being made or written still goes out whole
+  /// (a request that arrives at that very moment may be cut). Each descriptor is duplicated first, so that
+  /// the check and the shutdown concern one socket even when its number is closed and reused meanwhile.
+  void shut_down_connections() noexcept {
+#if !defined(_WIN32)
+    std::map<int, int> answering;
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      answering = answering_;
+    } catch (...) {
+      return;  // out of memory: the idle connections wait for their keep-alive timeout
+    }
+    std::vector<int> descriptors;
+    for (const char* folder : {"/proc/self/fd", "/dev/fd"}) {
+      DIR* dir = ::opendir(folder);
+      if (dir == nullptr) continue;
+      while (const dirent* entry = ::readdir(dir)) {
+        const std::string_view name = entry->d_name;
+        if (name.empty() || name.find_first_not_of("0123456789") != std::string_view::npos || name.size() > 9) continue;
+        int descriptor = 0;
+        for (const char digit : name) descriptor = descriptor * 10 + (digit - '0');
+        try {
+          descriptors.push_back(descriptor);
+        } catch (...) {
+          break;  // out of memory: the rest wait for their keep-alive timeout
+        }
+      }
+      ::closedir(dir);
+      break;
+    }
+    for (const int descriptor : descriptors) {
+      const int copy = ::fcntl(descriptor, F_DUPFD_CLOEXEC, 0);
+      if (copy < 0) continue;
+      sockaddr_in local{};
+      sockaddr_in peer{};
+      socklen_t local_size = sizeof local;
+      socklen_t peer_size = sizeof peer;
+      auto* local_address = reinterpret_cast<sockaddr*>(&local);  // NOLINT(*-reinterpret-cast): the sockets API
+      auto* peer_address = reinterpret_cast<sockaddr*>(&peer);    // NOLINT(*-reinterpret-cast): the sockets API
+      const bool idle = ::getsockname(copy, local_address, &local_size) == 0 && local.sin_family == AF_INET &&
+                        ntohs(local.sin_port) == port_ && ntohl(local.sin_addr.s_addr) == INADDR_LOOPBACK &&
+                        ::getpeername(copy, peer_address, &peer_size) == 0 &&
+                        answering.count(ntohs(peer.sin_port)) == 0;
+      if (idle) ::shutdown(copy, SHUT_RDWR);
+      ::close(copy);
+    }
+#endif
+  }
+
   /// Waits `duration`, cut short when the provider stops. Returns false when it stops.
   bool pause(std::chrono::milliseconds duration) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -392,6 +480,8 @@ class LoopbackProvider {
   bool stopping_ = false;
   std::deque<ScriptedResponse> script_;
   std::vector<ReceivedRequest> received_;
+  std::set<int> client_ports_;    ///< the ReceivedRequest::client_port of every request
+  std::map<int, int> answering_;  ///< the client ports of the connections answering a request: how many
   std::optional<LoopbackRateLimit> rate_;
   std::int64_t served_ = 0;
   std::int64_t refused_ = 0;
