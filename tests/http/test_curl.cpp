@@ -4,6 +4,7 @@
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/loopback/provider.hpp>
 
+#include <llmretry/admission/tokens.hpp>
 #include <llmretry/http/rate_limits.hpp>
 #include <llmretry/retry.hpp>
 #include <llmretry/testing/fake_sleep.hpp>
@@ -1260,4 +1261,93 @@ TEST_CASE("Call::with_session: the attempts go through the session given") {
     CHECK_FALSE(session.busy());
     CHECK(server.request_count() == 4);
   }
+}
+
+// ---- The rate-limited loopback provider streams its own answers ----
+
+namespace {
+
+/// Makes `server` rate-limited with room for every request of a test, each content event after `interval`.
+void serve_freely(LoopbackProvider& server, std::chrono::milliseconds interval = 0ms) {
+  llmretry::testing::LoopbackLimits limits;
+  limits.requests_per_minute = 60'000;
+  limits.tokens_per_minute = 6'000'000;
+  limits.token_interval = interval;
+  server.enforce(limits);
+}
+
+}  // namespace
+
+TEST_CASE("curl::Call with on_event gets the rate-limited loopback's own stream, complete") {
+  LoopbackProvider server;
+  serve_freely(server);
+  std::vector<llmretry::SseEvent> events;
+  auto request = chat_request(server);
+  SECTION("OpenAI chat completion chunks, then usage, then [DONE]") {
+    request.body =
+        R"({"model":"chat-small","max_tokens":4,"stream":true,"stream_options":{"include_usage":true},"messages":[]})";
+    Call call(request, options_for(Provider::openai));
+    call.on_event([&](const llmretry::SseEvent& event) { events.push_back(event); });
+    const auto response = Run{}(call);
+    CHECK(response.status == 200);
+    CHECK(response.header("x-ratelimit-limit-requests") == std::string_view("60000"));
+    REQUIRE(events.size() == 8);  // the role, 4 tokens, the finish, the usage, [DONE]
+    CHECK(events.back().data == "[DONE]");
+    std::string content;
+    for (std::size_t i = 0; i + 2 < events.size(); ++i) {
+      const auto chunk = nlohmann::json::parse(events[i].data);
+      CHECK(chunk.at("object") == "chat.completion.chunk");
+      const auto& choice = chunk.at("choices").at(0);
+      if (i == 0) CHECK(choice.at("delta").at("role") == "assistant");
+      if (choice.at("delta").contains("content")) content += choice.at("delta").at("content").get<std::string>();
+      CHECK(choice.at("finish_reason") == (i + 3 == events.size() ? nlohmann::json("stop") : nlohmann::json()));
+    }
+    CHECK(content == "loopback loopback loopback loopback");
+    const auto usage = nlohmann::json::parse(events[events.size() - 2].data);
+    CHECK(usage.at("choices").empty());
+    CHECK(usage.at("usage").at("completion_tokens") == 4);
+    CHECK(usage.at("usage").at("prompt_tokens") == llmretry::estimate_tokens(request.body));
+  }
+  SECTION("Anthropic Messages events, ended by message_stop") {
+    request.url = server.base_url() + "/v1/messages";
+    request.body = R"({"model":"claude","max_tokens":2,"stream":true,"messages":[]})";
+    Call call(request, options_for(Provider::anthropic));
+    call.on_event([&](const llmretry::SseEvent& event) { events.push_back(event); });
+    CHECK(Run{}(call).status == 200);
+    std::vector<std::string> names;
+    for (const auto& event : events) names.push_back(event.event);
+    CHECK(names == std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                            "content_block_delta", "content_block_stop", "message_delta",
+                                            "message_stop"});
+    CHECK(nlohmann::json::parse(events[5].data).at("usage").at("output_tokens") == 2);
+  }
+  CHECK(server.served() == 1);
+}
+
+TEST_CASE("the loopback's token_interval comes before each content event; stopping cuts the wait short") {
+  auto server = std::make_unique<LoopbackProvider>();
+  serve_freely(*server, 60s);  // the first content event would come a minute after the role's
+  auto request = chat_request(*server);
+  request.body = R"({"model":"chat-small","max_tokens":2,"stream":true})";
+  auto options = options_for(Provider::openai);
+  options.timeout = 120s;
+  std::atomic<int> events{0};
+  std::optional<std::size_t> delivered;
+  bool returned = false;
+  std::thread client([&] {
+    Call call(request, options);
+    call.on_event([&](const llmretry::SseEvent&) { ++events; });
+    try {
+      call();
+      returned = true;
+    } catch (const llmretry::StreamInterrupted& error) {
+      delivered = error.delivered_events();
+    } catch (const std::exception&) {}
+  });
+  for (int i = 0; i < 20'000 && events.load() == 0; ++i) std::this_thread::sleep_for(1ms);
+  CHECK(events.load() == 1);
+  server.reset();
+  client.join();
+  CHECK_FALSE(returned);
+  CHECK(delivered == std::optional<std::size_t>(1));
 }

@@ -172,8 +172,18 @@ class LoopbackProvider {
   /// by `limits` (see LoopbackRateLimit; its tokens are loopback_usage's), a refusal being OpenAI's 429
   /// `rate_limit_exceeded` with `retry-after-ms`, the exact wait until it would be admitted. Every answer
   /// carries the `x-ratelimit-*` headers. An admitted request gets the next scripted response, or once
-  /// the script is empty a chat completion whose `usage` is what it was charged, each after
-  /// limits.latency (and its own delay). Returns *this.
+  /// the script is empty an answer whose usage is what it was charged, each after limits.latency (and its
+  /// own delay). That answer is an OpenAI chat completion, or an Anthropic message for a path that ends in
+  /// `/messages` (such as /v1/messages); for a body with `"stream": true`, it is streamed instead
+  /// (`text/event-stream`), one content event per completion token, each after limits.token_interval:
+  /// - OpenAI: `chat.completion.chunk` events, the first with the assistant's role, then the content, then
+  ///   one with `finish_reason` "stop", then (when `stream_options.include_usage` is true) one with the
+  ///   `usage` and no choices, then `data: [DONE]`;
+  /// - Anthropic: `message_start` (with `usage.input_tokens`), `content_block_start`, the
+  ///   `content_block_delta`s, `content_block_stop`, `message_delta` (`stop_reason` "end_turn",
+  ///   `usage.output_tokens`), `message_stop`.
+  /// The body is read by scanning, not parsed: its first `"stream"` member, at any depth, decides.
+  /// Returns *this.
   /// Throws std::invalid_argument naming the field when a limit makes no sense.
   LoopbackProvider& enforce(const Limits& limits) {
     const LoopbackRateLimit rate(limits, real_now());
@@ -346,10 +356,108 @@ class LoopbackProvider {
     return r;
   }
 
+  /// A streamed answer the rate-limited mode makes by itself: `head`, then `count` content events (the
+  /// first `first`, the others `next`), each after `interval`, then `tail`.
+  struct OwnStream {
+    std::string head;
+    std::string first;
+    std::string next;
+    std::int64_t count = 0;
+    std::string tail;
+    std::chrono::milliseconds interval{0};
+  };
+
+  /// Returns an Anthropic message whose text is `content` and whose `usage` is `usage`.
+  static ScriptedResponse anthropic_message(const std::string& content, const LoopbackUsage& usage) {
+    ScriptedResponse r;
+    r.body =
+        R"({"id":"msg_loopback","type":"message","role":"assistant","model":"loopback","content":[{"type":"text","text":")" +
+        content + R"("}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":)" +
+        std::to_string(usage.prompt_tokens) + R"(,"output_tokens":)" + std::to_string(usage.completion_tokens) + "}}";
+    return r;
+  }
+
+  /// Returns the streamed answer to a request charged `usage` (see enforce): Anthropic's events when
+  /// `anthropic`, else OpenAI's chunks, with a usage chunk when `include_usage`.
+  static OwnStream own_stream(bool anthropic, const LoopbackUsage& usage, bool include_usage,
+                              std::chrono::milliseconds interval) {
+    OwnStream stream;
+    stream.count = usage.completion_tokens;
+    stream.interval = interval;
+    if (anthropic) {
+      const auto event = [](const char* name, const std::string& data) {
+        return std::string("event: ").append(name).append("\ndata: ").append(data).append("\n\n");
+      };
+      const auto delta = [&](const char* text) {
+        return event("content_block_delta",
+                     std::string(R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":")")
+                         .append(text)
+                         .append(R"("}})"));
+      };
+      stream.head =
+          event(
+              "message_start",
+              R"({"type":"message_start","message":{"id":"msg_loopback","type":"message","role":"assistant","model":"loopback","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":)" +
+                  std::to_string(usage.prompt_tokens) + R"(,"output_tokens":0}}})") +
+          event("content_block_start",
+                R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})");
+      stream.first = delta("loopback");
+      stream.next = delta(" loopback");
+      stream.tail =
+          event("content_block_stop", R"({"type":"content_block_stop","index":0})") +
+          event(
+              "message_delta",
+              R"({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":)" +
+                  std::to_string(usage.completion_tokens) + "}}") +
+          event("message_stop", R"({"type":"message_stop"})");
+      return stream;
+    }
+    const std::string created =
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(real_wall_now().time_since_epoch()).count());
+    const auto chunk = [&](const std::string& rest) {
+      return std::string(R"(data: {"id":"chatcmpl-loopback","object":"chat.completion.chunk","created":)")
+          .append(created)
+          .append(R"(,"model":"loopback",)")
+          .append(rest)
+          .append("}\n\n");
+    };
+    const auto content = [&](const char* text) {
+      return chunk(std::string(R"("choices":[{"index":0,"delta":{"content":")")
+                       .append(text)
+                       .append(R"("},"finish_reason":null}])"));
+    };
+    stream.head = chunk(R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}])");
+    stream.first = content("loopback");
+    stream.next = content(" loopback");
+    stream.tail = chunk(R"("choices":[{"index":0,"delta":{},"finish_reason":"stop"}])");
+    if (include_usage) {
+      stream.tail += chunk(R"("choices":[],"usage":{"prompt_tokens":)" + std::to_string(usage.prompt_tokens) +
+                           R"(,"completion_tokens":)" + std::to_string(usage.completion_tokens) +
+                           R"(,"total_tokens":)" + std::to_string(usage.tokens()) + "}");
+    }
+    stream.tail += "data: [DONE]\n\n";
+    return stream;
+  }
+
+  /// Writes `stream` to `sink`, pausing before each content event. Returns false when the client went away
+  /// or the provider stops.
+  bool write(const OwnStream& stream, httplib::DataSink& sink) {
+    if (!sink.write(stream.head.data(), stream.head.size())) return false;
+    for (std::int64_t i = 0; i < stream.count; ++i) {
+      if (stream.interval.count() > 0 && !pause(stream.interval)) return false;
+      const std::string& event = i == 0 ? stream.first : stream.next;
+      if (!sink.write(event.data(), event.size())) return false;
+    }
+    if (!sink.write(stream.tail.data(), stream.tail.size())) return false;
+    sink.done();
+    return true;
+  }
+
   void answer(const httplib::Request& request, httplib::Response& response) {
     ReceivedRequest received{request.method, request.path, {}, request.body, request.remote_port};
     for (const auto& [name, value] : request.headers) received.headers.emplace_back(name, value);
     ScriptedResponse scripted;
+    std::optional<OwnStream> own;
     LoopbackRateLimit::Headers rate_headers;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -372,7 +480,14 @@ class LoopbackProvider {
           scripted = std::move(script_.front());
           script_.pop_front();
         } else if (usage) {
-          scripted = chat_completion("loopback", *usage);
+          const std::string_view path = request.path;
+          const bool anthropic = path.size() >= 9 && path.substr(path.size() - 9) == "/messages";
+          if (detail::json_true(request.body, "stream")) {
+            own = own_stream(anthropic, *usage, detail::json_true(request.body, "include_usage"),
+                             rate_->limits().token_interval);
+          } else {
+            scripted = anthropic ? anthropic_message("loopback", *usage) : chat_completion("loopback", *usage);
+          }
         } else {
           scripted.status = 500;
           scripted.body = R"({"error":{"message":"loopback provider: the script is empty","type":"server_error"}})";
@@ -385,6 +500,12 @@ class LoopbackProvider {
     for (const auto& [name, value] : scripted.headers) response.set_header(name, value);
     for (const auto& [name, value] : rate_headers)
       if (!response.has_header(name.c_str())) response.set_header(name, value);
+    if (own) {
+      response.set_chunked_content_provider(
+          "text/event-stream",
+          [this, stream = std::move(*own)](std::size_t, httplib::DataSink& sink) { return write(stream, sink); });
+      return;
+    }
     switch (scripted.mode) {
       case ScriptedResponse::Mode::whole: response.set_content(scripted.body, scripted.content_type.c_str()); break;
       case ScriptedResponse::Mode::cut_body: {
