@@ -4,6 +4,7 @@
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/loopback/provider.hpp>
 
+#include <llmretry/admission/tokens.hpp>
 #include <llmretry/http/rate_limits.hpp>
 #include <llmretry/retry.hpp>
 #include <llmretry/testing/fake_sleep.hpp>
@@ -84,6 +85,14 @@ void check_attempt_headers(const LoopbackProvider& server, const std::string& ke
     CHECK(requests[i].body == R"({"model":"chat-small","messages":[{"role":"user","content":"hello"}]})");
   }
 }
+
+/// Keeps the data of every event a streamed call delivers.
+struct Collected {
+  std::vector<std::string> data;
+  std::function<void(const llmretry::SseEvent&)> handler() {
+    return [this](const llmretry::SseEvent& event) { data.push_back(event.data); };
+  }
+};
 
 template <class Error>
 Error expect_throw(Run& run, Call& call, const llmretry::RetryPolicy& policy = {}) {
@@ -215,6 +224,28 @@ TEST_CASE("529 overloaded is retried even when the call is not safe to repeat; 5
   REQUIRE(run.gave_up);
   CHECK(run.gave_up->reason == StopReason::not_safe_to_repeat);
   CHECK(server.request_count() == 2);
+}
+
+TEST_CASE("overloaded_error from an OpenAI-compatible server is retried, even when not safe to repeat") {
+  LoopbackProvider server;
+  Collected collected;
+  Call call(chat_request(server), options_for(Provider::openai));
+  SECTION("an SSE event: error before any content") {
+    server.then(LoopbackProvider::stream_error({})).then(LoopbackProvider::stream({"a", "b"}));
+    call.on_event(collected.handler());
+  }
+  SECTION("a JSON error body whose error.type is overloaded_error") {
+    auto overloaded = LoopbackProvider::overloaded();
+    overloaded.status = 503;
+    server.then(overloaded).then(LoopbackProvider::chat_completion("ok"));
+  }
+  Run run;
+  run.call_options.safe_to_repeat = false;
+  CHECK(run(call).status == 200);
+  CHECK_FALSE(run.gave_up);
+  CHECK(run.sleep.waits().size() == 1);
+  CHECK(server.request_count() == 2);
+  check_attempt_headers(server, call.idempotency_key());
 }
 
 TEST_CASE("400 context_length_exceeded and 429 insufficient_quota are not retried") {
@@ -400,15 +431,6 @@ TEST_CASE("each logical call has its own key") {
   REQUIRE(requests.size() == 2);
   CHECK(requests[0].header("Idempotency-Key") != requests[1].header("Idempotency-Key"));
 }
-
-namespace {
-struct Collected {
-  std::vector<std::string> data;
-  std::function<void(const llmretry::SseEvent&)> handler() {
-    return [this](const llmretry::SseEvent& event) { data.push_back(event.data); };
-  }
-};
-}  // namespace
 
 TEST_CASE("streaming: events reach the handler in order") {
   LoopbackProvider server;
@@ -1129,4 +1151,203 @@ TEST_CASE("after an attempt, returned or thrown, its handle keeps none of its op
   }
   CHECK(curl_easy_perform(handle.get()) == CURLE_URL_MALFORMAT);  // no URL set any more
   CHECK(provider.request_count() == 0);
+}
+
+// ---- Connections: every attempt on a thread reuses that thread's session ----
+
+TEST_CASE("50 sequential Calls on one thread open one connection, whatever they answer") {
+  LoopbackProvider server;
+  for (int i = 0; i < 50; ++i) {
+    if (i % 10 == 3) server.then(LoopbackProvider::service_unavailable());
+    server.then(i % 5 == 0 ? LoopbackProvider::stream({"a", "b"}) : LoopbackProvider::chat_completion("ok"));
+  }
+  int answered = 0;
+  for (int i = 0; i < 50; ++i) {
+    Call call(chat_request(server), options_for(Provider::openai));
+    Collected collected;
+    if (i % 5 == 0) call.on_event(collected.handler());
+    Run run;
+    if (run(call).status == 200) ++answered;
+    if (i % 5 == 0) CHECK(collected.data.size() == 3);
+  }
+  CHECK(answered == 50);
+  CHECK(server.request_count() == 55);  // 5 of them answered 503 first, then retried
+  CHECK(server.connection_count() == 1);
+  SECTION("curl::perform too") {
+    server.then(LoopbackProvider::chat_completion("ok"));
+    CHECK(llmretry::curl::perform(chat_request(server), options_for(Provider::openai)).status == 200);
+    CHECK(server.connection_count() == 1);
+  }
+}
+
+TEST_CASE("two threads making Calls: each on its own connection") {
+  LoopbackProvider server;
+  constexpr int per_thread = 20;
+  for (int i = 0; i < 2 * per_thread; ++i) server.then(LoopbackProvider::chat_completion("ok"));
+  std::atomic<int> answered{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        auto request = chat_request(server);
+        request.headers.emplace_back("X-Thread", std::to_string(t));
+        try {
+          if (Call(request, options_for(Provider::openai))().status == 200) ++answered;
+        } catch (const std::exception&) {
+          ++failed;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(answered == 2 * per_thread);
+  CHECK(failed == 0);
+  CHECK(server.connection_count() == 2);
+  const auto requests = server.requests();
+  REQUIRE(requests.size() == 2 * per_thread);
+  std::optional<int> port_of[2];
+  for (const auto& request : requests) {
+    const int t = request.header("X-Thread") == std::string("1") ? 1 : 0;
+    if (!port_of[t]) port_of[t] = request.client_port;
+    CHECK(request.client_port == *port_of[t]);
+  }
+  CHECK(port_of[0] != port_of[1]);
+}
+
+TEST_CASE("a Call made from a streaming handler on the same thread gets a connection of its own") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::stream({"a", "b"}))
+      .then(LoopbackProvider::chat_completion("nested"))
+      .then(LoopbackProvider::chat_completion("after"));
+  std::vector<std::string> nested;
+  Call outer(chat_request(server), options_for(Provider::openai));
+  outer.on_event([&](const llmretry::SseEvent& event) {
+    if (nested.empty()) nested.push_back(Call(chat_request(server), options_for(Provider::openai))().body);
+    nested.push_back(event.data);
+  });
+  CHECK(outer().status == 200);
+  REQUIRE(nested.size() == 4);
+  CHECK_THAT(nested[0], llmretry_catch::contains("nested"));
+  CHECK(nested[3] == "[DONE]");
+  CHECK(server.connection_count() == 2);
+  const auto after = Call(chat_request(server), options_for(Provider::openai))();
+  CHECK_THAT(after.body, llmretry_catch::contains("after"));
+  CHECK(server.connection_count() == 2);  // the thread's connection again
+  const auto requests = server.requests();
+  REQUIRE(requests.size() == 3);
+  CHECK(requests[2].client_port == requests[0].client_port);
+  CHECK(requests[1].client_port != requests[0].client_port);
+}
+
+TEST_CASE("Call::with_session: the attempts go through the session given") {
+  LoopbackProvider server;
+  for (int i = 0; i < 3; ++i) server.then(LoopbackProvider::chat_completion("ok"));
+  llmretry::curl::Session session;
+  Call first(chat_request(server), options_for(Provider::openai));
+  CHECK(first.with_session(session)().status == 200);
+  Call second(chat_request(server), options_for(Provider::openai));
+  CHECK(second.with_session(session)().status == 200);
+  CHECK(server.connection_count() == 1);
+  CHECK(Call(chat_request(server), options_for(Provider::openai))().status == 200);  // the thread's session
+  CHECK(server.connection_count() == 2);
+
+  SECTION("a session is never re-entered from its own streaming handler") {
+    server.then(LoopbackProvider::stream({"a"}));
+    Call streamed(chat_request(server), options_for(Provider::openai));
+    streamed.with_session(session).on_event(
+        [&](const llmretry::SseEvent&) { session.perform(chat_request(server), options_for(Provider::openai)); });
+    CHECK_THROWS_AS(streamed(), std::logic_error);
+    CHECK_FALSE(session.busy());
+    CHECK(server.request_count() == 4);
+  }
+}
+
+// ---- The rate-limited loopback provider streams its own answers ----
+
+namespace {
+
+/// Makes `server` rate-limited with room for every request of a test, each content event after `interval`.
+void serve_freely(LoopbackProvider& server, std::chrono::milliseconds interval = 0ms) {
+  llmretry::testing::LoopbackLimits limits;
+  limits.requests_per_minute = 60'000;
+  limits.tokens_per_minute = 6'000'000;
+  limits.token_interval = interval;
+  server.enforce(limits);
+}
+
+}  // namespace
+
+TEST_CASE("curl::Call with on_event gets the rate-limited loopback's own stream, complete") {
+  LoopbackProvider server;
+  serve_freely(server);
+  std::vector<llmretry::SseEvent> events;
+  auto request = chat_request(server);
+  SECTION("OpenAI chat completion chunks, then usage, then [DONE]") {
+    request.body =
+        R"({"model":"chat-small","max_tokens":4,"stream":true,"stream_options":{"include_usage":true},"messages":[]})";
+    Call call(request, options_for(Provider::openai));
+    call.on_event([&](const llmretry::SseEvent& event) { events.push_back(event); });
+    const auto response = Run{}(call);
+    CHECK(response.status == 200);
+    CHECK(response.header("x-ratelimit-limit-requests") == std::string_view("60000"));
+    REQUIRE(events.size() == 8);  // the role, 4 tokens, the finish, the usage, [DONE]
+    CHECK(events.back().data == "[DONE]");
+    std::string content;
+    for (std::size_t i = 0; i + 2 < events.size(); ++i) {
+      const auto chunk = nlohmann::json::parse(events[i].data);
+      CHECK(chunk.at("object") == "chat.completion.chunk");
+      const auto& choice = chunk.at("choices").at(0);
+      if (i == 0) CHECK(choice.at("delta").at("role") == "assistant");
+      if (choice.at("delta").contains("content")) content += choice.at("delta").at("content").get<std::string>();
+      CHECK(choice.at("finish_reason") == (i + 3 == events.size() ? nlohmann::json("stop") : nlohmann::json()));
+    }
+    CHECK(content == "loopback loopback loopback loopback");
+    const auto usage = nlohmann::json::parse(events[events.size() - 2].data);
+    CHECK(usage.at("choices").empty());
+    CHECK(usage.at("usage").at("completion_tokens") == 4);
+    CHECK(usage.at("usage").at("prompt_tokens") == llmretry::estimate_tokens(request.body));
+  }
+  SECTION("Anthropic Messages events, ended by message_stop") {
+    request.url = server.base_url() + "/v1/messages";
+    request.body = R"({"model":"claude","max_tokens":2,"stream":true,"messages":[]})";
+    Call call(request, options_for(Provider::anthropic));
+    call.on_event([&](const llmretry::SseEvent& event) { events.push_back(event); });
+    CHECK(Run{}(call).status == 200);
+    std::vector<std::string> names;
+    for (const auto& event : events) names.push_back(event.event);
+    CHECK(names == std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                            "content_block_delta", "content_block_stop", "message_delta",
+                                            "message_stop"});
+    CHECK(nlohmann::json::parse(events[5].data).at("usage").at("output_tokens") == 2);
+  }
+  CHECK(server.served() == 1);
+}
+
+TEST_CASE("the loopback's token_interval comes before each content event; stopping cuts the wait short") {
+  auto server = std::make_unique<LoopbackProvider>();
+  serve_freely(*server, 60s);  // the first content event would come a minute after the role's
+  auto request = chat_request(*server);
+  request.body = R"({"model":"chat-small","max_tokens":2,"stream":true})";
+  auto options = options_for(Provider::openai);
+  options.timeout = 120s;
+  std::atomic<int> events{0};
+  std::optional<std::size_t> delivered;
+  bool returned = false;
+  std::thread client([&] {
+    Call call(request, options);
+    call.on_event([&](const llmretry::SseEvent&) { ++events; });
+    try {
+      call();
+      returned = true;
+    } catch (const llmretry::StreamInterrupted& error) {
+      delivered = error.delivered_events();
+    } catch (const std::exception&) {}
+  });
+  for (int i = 0; i < 20'000 && events.load() == 0; ++i) std::this_thread::sleep_for(1ms);
+  CHECK(events.load() == 1);
+  server.reset();
+  client.join();
+  CHECK_FALSE(returned);
+  CHECK(delivered == std::optional<std::size_t>(1));
 }

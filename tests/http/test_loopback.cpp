@@ -97,6 +97,24 @@ TEST_CASE("every request is recorded: method, path, headers (looked up in any ca
   CHECK(requests[1].path == "/v1/models");
 }
 
+TEST_CASE("connection_count: the client ports the requests came over") {
+  LoopbackProvider server;
+  for (int i = 0; i < 4; ++i) server.then(LoopbackProvider::chat_completion("a"));
+  auto kept = client_of(server);
+  kept.set_keep_alive(true);
+  for (int i = 0; i < 3; ++i) REQUIRE(post(kept));
+  CHECK(server.connection_count() == 1);
+  auto other = client_of(server);
+  REQUIRE(post(other));
+  CHECK(server.connection_count() == 2);
+  const auto requests = server.requests();
+  REQUIRE(requests.size() == 4);
+  CHECK(requests[0].client_port > 0);
+  CHECK(requests[1].client_port == requests[0].client_port);
+  CHECK(requests[2].client_port == requests[0].client_port);
+  CHECK(requests[3].client_port != requests[0].client_port);
+}
+
 TEST_CASE("a scripted response goes out with its status, headers, body and content type") {
   LoopbackProvider server;
   ScriptedResponse scripted;
@@ -325,6 +343,7 @@ TEST_CASE("the rate-limited mode refuses limits that make no sense, naming the f
   CHECK(refused([](LoopbackLimits& l) { l.tokens_burst = 0; }, "tokens_burst"));
   CHECK(refused([](LoopbackLimits& l) { l.default_max_tokens = -1; }, "default_max_tokens"));
   CHECK(refused([](LoopbackLimits& l) { l.latency = -1ms; }, "latency"));
+  CHECK(refused([](LoopbackLimits& l) { l.token_interval = -1ms; }, "token_interval"));
   LoopbackProvider server;
   CHECK_THROWS_AS(server.enforce(LoopbackLimits{}), std::invalid_argument);
 }
@@ -385,6 +404,134 @@ TEST_CASE("the rate-limited loopback provider answers by itself, with OpenAI's h
   CHECK(server.served() == 2);
   CHECK(server.refused() == 1);
   CHECK(server.request_count() == 3);
+}
+
+TEST_CASE("what a request asks for: \"stream\": true and stream_options.include_usage, found by scanning") {
+  using llmretry::testing::detail::json_true;
+  CHECK(json_true(R"({"model":"m","stream":true})", "stream"));
+  CHECK(json_true(R"({"stream" : true , "max_tokens":2})", "stream"));
+  CHECK(json_true(R"({"stream_options":{"include_usage":true},"stream":true})", "include_usage"));
+  CHECK(json_true(R"({"content":"stream","stream":true})", "stream"));  // the first "stream" member
+  for (const char* body : {"{}", R"({"stream":false})", R"({"stream":"true"})", R"({"stream":trueish})",
+                           R"({"stream_options":{"include_usage":true}})", R"({"stream")", ""}) {
+    INFO(body);
+    CHECK_FALSE(json_true(body, "stream"));
+  }
+}
+
+namespace {
+
+/// A rate-limited loopback provider with room for every request of a test.
+void serve_freely(LoopbackProvider& server) {
+  LoopbackLimits limits;
+  limits.requests_per_minute = 60'000;
+  limits.tokens_per_minute = 6'000'000;
+  server.enforce(limits);
+}
+
+/// Returns how many times `part` occurs in `text`.
+std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t count = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++count;
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("the rate-limited mode streams its own answer when the body asks for it, as OpenAI does") {
+  LoopbackProvider server;
+  serve_freely(server);
+  auto client = client_of(server);
+  const std::string body = R"({"model":"chat-small","max_tokens":3,"stream":true})";
+  const std::string prompt = std::to_string(llmretry::estimate_tokens(body));
+
+  const auto streamed = client.Post("/v1/chat/completions", body, "application/json");
+  REQUIRE(streamed);
+  CHECK(streamed->status == 200);
+  CHECK(contains(streamed->get_header_value("Content-Type"), "text/event-stream"));
+  CHECK(streamed->has_header("x-ratelimit-remaining-requests"));
+  const std::string& events = streamed->body;
+  CHECK(count_of(events, "data: ") == 6);  // the role, 3 tokens, the finish, [DONE]
+  CHECK(count_of(events, R"("object":"chat.completion.chunk")") == 5);
+  CHECK(events.find(R"("delta":{"role":"assistant","content":""})") < events.find(R"("content":"loopback")"));
+  CHECK(count_of(events, R"("delta":{"content":" loopback"})") == 2);
+  CHECK(contains(events, R"("delta":{},"finish_reason":"stop"})"));
+  CHECK_FALSE(contains(events, "usage"));
+  CHECK(events.size() >= 14);
+  CHECK(events.substr(events.size() - 14) == "data: [DONE]\n\n");
+
+  SECTION("stream_options.include_usage: a usage chunk before [DONE]") {
+    const std::string with_usage =
+        R"({"model":"chat-small","max_tokens":3,"stream":true,"stream_options":{"include_usage":true}})";
+    const auto answer = client.Post("/v1/chat/completions", with_usage, "application/json");
+    REQUIRE(answer);
+    const std::string usage = std::string(R"("choices":[],"usage":{"prompt_tokens":)")
+                                  .append(std::to_string(llmretry::estimate_tokens(with_usage)))
+                                  .append(R"(,"completion_tokens":3,)");
+    CHECK(contains(answer->body, usage));
+    CHECK(answer->body.find(usage) > answer->body.find(R"("finish_reason":"stop")"));
+    CHECK(answer->body.find(usage) < answer->body.find("data: [DONE]"));
+  }
+  SECTION("\"stream\": false, or none: the whole chat completion") {
+    const auto whole = client.Post("/v1/chat/completions", R"({"max_tokens":3,"stream":false})", "application/json");
+    REQUIRE(whole);
+    CHECK(contains(whole->get_header_value("Content-Type"), "application/json"));
+    CHECK(contains(whole->body, R"("object":"chat.completion")"));
+  }
+  SECTION("the script still comes first") {
+    server.then(LoopbackProvider::chat_completion("scripted"));
+    const auto scripted = client.Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(scripted);
+    CHECK(contains(scripted->body, "scripted"));
+  }
+  SECTION("over the limit: the same 429, not a stream") {
+    LoopbackProvider limited;
+    LoopbackLimits limits;
+    limits.requests_per_minute = 60;
+    limits.requests_burst = 1;
+    limits.tokens_per_minute = 600'000;
+    limited.enforce(limits);
+    auto limited_client = client_of(limited);
+    REQUIRE(limited_client.Post("/v1/chat/completions", body, "application/json")->status == 200);
+    const auto refused = limited_client.Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(refused);
+    CHECK(refused->status == 429);
+    CHECK(contains(refused->body, R"("code":"rate_limit_exceeded")"));
+    CHECK(refused->has_header("retry-after-ms"));
+  }
+}
+
+TEST_CASE("the rate-limited mode answers /v1/messages as Anthropic does, whole or streamed") {
+  LoopbackProvider server;
+  serve_freely(server);
+  auto client = client_of(server);
+  SECTION("whole") {
+    const std::string body = R"({"model":"claude","max_tokens":5,"messages":[]})";
+    const auto answer = client.Post("/v1/messages", body, "application/json");
+    REQUIRE(answer);
+    CHECK(answer->status == 200);
+    CHECK(contains(answer->body, R"("type":"message")"));
+    CHECK(contains(answer->body, R"("stop_reason":"end_turn")"));
+    CHECK(contains(answer->body, std::string(R"("usage":{"input_tokens":)")
+                                     .append(std::to_string(llmretry::estimate_tokens(body)))
+                                     .append(R"(,"output_tokens":5})")));
+  }
+  SECTION("streamed") {
+    const auto answer =
+        client.Post("/v1/messages", R"({"model":"claude","max_tokens":2,"stream":true})", "application/json");
+    REQUIRE(answer);
+    CHECK(answer->status == 200);
+    CHECK(contains(answer->get_header_value("Content-Type"), "text/event-stream"));
+    std::vector<std::string> names;
+    for (auto at = answer->body.find("event: "); at != std::string::npos; at = answer->body.find("event: ", at + 1))
+      names.push_back(answer->body.substr(at + 7, answer->body.find('\n', at) - at - 7));
+    CHECK(names == std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                            "content_block_delta", "content_block_stop", "message_delta",
+                                            "message_stop"});
+    CHECK(contains(answer->body, R"("delta":{"type":"text_delta","text":"loopback"})"));
+    CHECK(contains(answer->body, R"("usage":{"output_tokens":2})"));
+    CHECK_FALSE(contains(answer->body, "[DONE]"));
+  }
 }
 
 TEST_CASE("the rate-limited mode's latency: each admitted answer takes that long") {

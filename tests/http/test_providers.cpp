@@ -86,6 +86,30 @@ TEST_CASE("Anthropic: error types") {
   }
 }
 
+TEST_CASE("overloaded_error is Anthropic's failure under every provider: transient, refused before any work") {
+  const auto anthropic_sse = classify_provider_error(Provider::anthropic, 200, type("overloaded_error"));
+  const auto anthropic_body = classify_provider_error(Provider::anthropic, 529, type("overloaded_error"));
+  for (auto provider : {Provider::openai, Provider::azure_openai, Provider::anthropic, Provider::gemini}) {
+    INFO(to_string(provider));
+    SECTION(std::string("in an SSE event: error of a 200 stream: ").append(to_string(provider))) {
+      const auto failure = classify_provider_error(provider, 200, type("overloaded_error"));
+      CHECK(failure == anthropic_sse);
+      CHECK(failure.kind == FailureKind::server_error);
+      CHECK(failure.status == 529);
+      CHECK(failure.sent == Sent::refused);
+      CHECK(llmretry::is_transient(failure.kind));
+      CHECK(classify_provider_error(provider, 0, type("overloaded_error")) == anthropic_sse);
+    }
+    SECTION(std::string("in an error body: ").append(to_string(provider))) {
+      CHECK(classify_provider_error(provider, 529, type("overloaded_error")) == anthropic_body);
+      const auto with_503 = classify_provider_response(provider, 503, no_headers, now, type("overloaded_error"));
+      CHECK(with_503.kind == FailureKind::server_error);
+      CHECK(with_503.status == 503);
+      CHECK(with_503.sent == Sent::refused);
+    }
+  }
+}
+
 TEST_CASE("Gemini and Vertex: google.rpc status and RetryInfo") {
   SECTION("429 RESOURCE_EXHAUSTED waits for retryDelay") {
     const auto failure =

@@ -19,13 +19,15 @@ namespace {
 constexpr const char* description =
     R"(Serves an OpenAI-compatible endpoint on 127.0.0.1 that enforces requests and tokens per minute
 per second, as OpenAI does: x-ratelimit-* headers on every answer, a 429 rate_limit_exceeded with
-retry-after-ms when over, and a chat completion with its usage otherwise. Prints the base URL, then serves
-until interrupted, and prints how many requests it served and refused.)";
+retry-after-ms when over, and a chat completion with its usage otherwise (an Anthropic message on
+/v1/messages), streamed as server-sent events when the request says "stream": true. Prints the base URL,
+then serves until interrupted, and prints how many requests it served and refused.)";
 
 /// Serves until SIGINT or SIGTERM. Returns the exit status.
 int run(int argc, char** argv) {
   int port = 0;
   std::int64_t latency_ms = 20;
+  std::int64_t token_interval_ms = 0;
   llmretry::testing::LoopbackLimits limits;
   limits.requests_per_minute = 6000;
   limits.tokens_per_minute = 600'000;
@@ -37,8 +39,12 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
   app.add_option("--latency", latency_ms, "milliseconds each answer takes (default 20)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{60'000}));
+  app.add_option("--token-interval", token_interval_ms,
+                 "milliseconds before each content event of a streamed answer, one per completion token (default 0)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{60'000}));
   llmretry_tools::parse_command_line(app, argc, argv);
   limits.latency = std::chrono::milliseconds{latency_ms};
+  limits.token_interval = std::chrono::milliseconds{token_interval_ms};
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

@@ -542,10 +542,12 @@ class Exchange {
 
 }  // namespace detail
 
-/// Makes one attempt of `request` with `extra_headers` added, and returns the 2xx response. Asks for and
-/// decodes the content encodings of options.accept_encoding (by default every one libcurl supports). The
-/// attempt's total timeout is options.timeout, shortened to `time_left` when set (the time left before the
-/// caller's deadline).
+/// Makes one attempt of `request` with `extra_headers` added, on the calling thread's Session (see
+/// curl::Session: a thread's attempts reuse its connections, whichever call makes them), and returns the 2xx
+/// response. Called from the streaming handler of an attempt on that session, it makes its attempt on a
+/// Session made for it and closed after it (a new connection). Asks for and decodes the content encodings
+/// of options.accept_encoding (by default every one libcurl supports). The attempt's total timeout is
+/// options.timeout, shortened to `time_left` when set (the time left before the caller's deadline).
 /// With `on_event` and `guard` (a streamed call), a 2xx `text/event-stream` body is parsed as server-sent
 /// events handed to `on_event` one by one, each recorded in `guard`; an error sent inside the stream
 /// (`event: error`, the Responses API's `event: response.failed`, or a data-only event with an `error`
@@ -566,7 +568,13 @@ inline Response perform(const Request& request, const Options& options, const He
                         std::optional<std::chrono::milliseconds> time_left = std::nullopt);
 
 /// A libcurl handle kept from one attempt to the next, so that they reuse its open connections (HTTP
-/// keep-alive), its DNS and TLS session caches: one per thread, never used by two threads at once.
+/// keep-alive; libcurl keeps up to 5), its DNS and TLS session caches.
+/// Its options are reset after every attempt, returned or thrown (curl_easy_reset, which keeps the
+/// connections and caches): no attempt inherits the headers, body, timeouts or callbacks of the one before.
+/// A connection whose answer was not read whole (a cut or aborted transfer, an oversized body) is closed, not
+/// reused. Every thread has one, made on its first attempt and closed when the thread ends, that perform and
+/// Call use unless a Call is given another (Call::with_session): the attempts of one thread share their
+/// connections, those of two threads never do. Not thread-safe: used by one thread at a time.
 class Session {
  public:
   /// Throws ProviderError when libcurl cannot be initialised or make a handle.
@@ -577,26 +585,61 @@ class Session {
   }
 
   /// Makes one attempt as the free function perform does (same arguments, returns and throws), on this
-  /// session's handle.
+  /// session's handle. Also throws std::logic_error when this session is making an attempt already (called
+  /// from that attempt's streaming handler): use another Session, or the free function perform.
   Response perform(const Request& request, const Options& options, const HeaderList& extra_headers = {},
                    const std::function<void(const SseEvent&)>* on_event = nullptr, StreamGuard* guard = nullptr,
                    std::optional<std::chrono::milliseconds> time_left = std::nullopt);
 
+  /// Returns true while this session makes an attempt (its streaming handler is running, for instance).
+  bool busy() const noexcept { return busy_; }
+
  private:
   std::unique_ptr<CURL, detail::EasyDeleter> handle_;
+  bool busy_ = false;
 };
+
+namespace detail {
+
+/// Returns the calling thread's Session, made on the first call (throws as Session() does) and closed when
+/// the thread ends; nullptr while it is busy (perform re-entered from a streaming handler).
+inline Session* thread_session() {
+  thread_local Session session;
+  return session.busy() ? nullptr : &session;
+}
+
+/// Marks a Session busy for its lifetime.
+class BusyWhile {
+ public:
+  explicit BusyWhile(bool& busy) noexcept : busy_(busy) { busy_ = true; }
+  BusyWhile(const BusyWhile&) = delete;
+  BusyWhile& operator=(const BusyWhile&) = delete;
+  BusyWhile(BusyWhile&&) = delete;
+  BusyWhile& operator=(BusyWhile&&) = delete;
+  ~BusyWhile() { busy_ = false; }
+
+ private:
+  bool& busy_;
+};
+
+}  // namespace detail
 
 inline Response perform(const Request& request, const Options& options, const HeaderList& extra_headers,
                         const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard,
                         std::optional<std::chrono::milliseconds> time_left) {
   (void)detail::attempt_timeout(options, time_left);  // checked before a handle is made
-  Session session;
-  return session.perform(request, options, extra_headers, on_event, guard, time_left);
+  if (Session* session = detail::thread_session())
+    return session->perform(request, options, extra_headers, on_event, guard, time_left);
+  Session nested;
+  return nested.perform(request, options, extra_headers, on_event, guard, time_left);
 }
 
 inline Response Session::perform(const Request& request, const Options& options, const HeaderList& extra_headers,
                                  const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard,
                                  std::optional<std::chrono::milliseconds> time_left) {
+  if (busy_)
+    throw std::logic_error("curl::Session::perform: this session is making an attempt already; use another one");
+  const detail::BusyWhile busy(busy_);
   detail::Exchange exchange(handle_.get(), request, options, extra_headers, on_event, guard,
                             detail::attempt_timeout(options, time_left));
   return exchange.conclude(curl_easy_perform(handle_.get()));
@@ -609,6 +652,8 @@ inline Response Session::perform(const Request& request, const Options& options,
 /// is retried like any other; after, it is thrown as StreamInterrupted, which is never retried.
 /// A Call is one logical call, never reused: once an attempt has returned a response or thrown
 /// StreamInterrupted, invoking it again throws std::logic_error; make a new Call (a new key) for the next one.
+/// Its attempts are made as perform makes them, on the session of the thread that invokes it (reusing that
+/// thread's connections), unless with_session gave it one.
 class Call {
  public:
   /// A call of `request` under `options`. `idempotency_key`: your own key (such as the id of the
@@ -622,6 +667,14 @@ class Call {
   /// Returns *this.
   Call& on_event(std::function<void(const SseEvent&)> handler) {
     on_event_ = std::move(handler);
+    return *this;
+  }
+
+  /// Makes every attempt on `session` (Session::perform) instead of the invoking thread's session. Requires
+  /// `session` to outlive the call's attempts and, as any Session, to be used by one thread at a time.
+  /// Returns *this.
+  Call& with_session(Session& session) noexcept {
+    session_ = &session;
     return *this;
   }
 
@@ -648,9 +701,11 @@ class Call {
     HeaderList extra;
     if (!options_.idempotency_header.empty()) extra.emplace_back(options_.idempotency_header, key_);
     if (!options_.attempt_header.empty()) extra.emplace_back(options_.attempt_header, std::to_string(attempts_));
+    const std::function<void(const SseEvent&)>* handler = on_event_ ? &on_event_ : nullptr;
+    StreamGuard* guard = on_event_ ? &guard_ : nullptr;
     try {
-      Response response = on_event_ ? perform(request_, options_, extra, &on_event_, &guard_, time_left)
-                                    : perform(request_, options_, extra, nullptr, nullptr, time_left);
+      Response response = session_ != nullptr ? session_->perform(request_, options_, extra, handler, guard, time_left)
+                                              : perform(request_, options_, extra, handler, guard, time_left);
       ended_ = true;
       return response;
     } catch (const StreamInterrupted&) {
@@ -663,6 +718,7 @@ class Call {
   Options options_;
   std::string key_;
   std::function<void(const SseEvent&)> on_event_;
+  Session* session_ = nullptr;  ///< set by with_session; nullptr: the invoking thread's
   StreamGuard guard_;
   int attempts_ = 0;
   bool ended_ = false;

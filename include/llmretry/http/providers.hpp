@@ -113,14 +113,22 @@ constexpr int gemini_status(std::string_view status) noexcept {
 /// - OpenAI, Azure: the status of `code`, else of `type` ("rate_limit_exceeded" 429, "server_error" 500...);
 ///   then classify_status on `code`, then on `type` ("insufficient_quota" makes a 429 quota_exhausted;
 ///   "context_length_exceeded", "content_filter" refine a 400).
-/// - Anthropic: the status of `type`; "billing_error" is quota_exhausted; 529 / "overloaded_error" is a
-///   server error refused before any work (Sent::refused), so it is safe to repeat; an
-///   "invalid_request_error" whose message starts with "prompt is too long" is context_length.
+/// - Any provider: a `type` "overloaded_error" (Anthropic's, also sent by OpenAI-compatible servers, in an
+///   error body or an SSE `event: error`) is classify_status of the HTTP status, or of 529 where the status
+///   says nothing (a transient server_error), refused before any work (Sent::refused): safe to repeat.
+/// - Anthropic: the status of `type`; "billing_error" is quota_exhausted; 529 is a server error refused
+///   before any work (Sent::refused); an "invalid_request_error" whose message starts with "prompt is too
+///   long" is context_length.
 /// - Gemini / Vertex: the status of `status` ("RESOURCE_EXHAUSTED" is 429); a 429 whose QuotaFailure names
 ///   a per-day quota (`quota` contains "PerDay") is quota_exhausted: waiting seconds does not help.
 /// Unknown strings fall back on the HTTP status. Never throws.
 inline Failure classify_provider_error(Provider provider, int status, const ErrorFields& body) noexcept {
   const bool status_says_nothing = status < 400;
+  if (body.type == "overloaded_error") {
+    Failure failure = classify_status(status_says_nothing ? 529 : status);
+    failure.sent = Sent::refused;
+    return failure;
+  }
   switch (provider) {
     case Provider::openai:
     case Provider::azure_openai: {
@@ -137,7 +145,6 @@ inline Failure classify_provider_error(Provider provider, int status, const Erro
       if (status_says_nothing && detail::anthropic_status(body.type) != 0) status = detail::anthropic_status(body.type);
       Failure failure = classify_status(status);
       if (body.type == "billing_error") failure.kind = FailureKind::quota_exhausted;
-      if (body.type == "overloaded_error") failure.sent = Sent::refused;
       if (body.type == "invalid_request_error" && std::string_view(body.message).substr(0, 18) == "prompt is too long")
         failure.kind = FailureKind::context_length;
       return failure;

@@ -7,6 +7,14 @@
 
 #include <httplib.h>
 
+#if !defined(_WIN32)
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#endif
+
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -14,8 +22,10 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -57,6 +67,9 @@ struct ReceivedRequest {
   std::string path;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  /// The port of the client's end of the connection the request came over: requests with the same port
+  /// came over one connection (kept alive), unless the system gave the port again to a later one.
+  int client_port = 0;
 
   /// Returns the value of the first header called `name` (case-insensitive), or nullopt.
   std::optional<std::string> header(std::string_view name) const {
@@ -97,6 +110,18 @@ class LoopbackProvider {
     const auto handler = [this](const httplib::Request& request, httplib::Response& response) {
       answer(request, response);
     };
+    // Which connections are answering a request (see shut_down_connections): from before its handler
+    // until its answer is written (cpp-httplib logs a request once its answer is written).
+    server_.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response&) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++answering_[request.remote_port];
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    server_.set_logger([this](const httplib::Request& request, const httplib::Response&) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto found = answering_.find(request.remote_port);
+      if (found != answering_.end() && --found->second <= 0) answering_.erase(found);
+    });
     server_.Get(".*", handler);
     server_.Post(".*", handler);
     server_.Put(".*", handler);
@@ -119,7 +144,9 @@ class LoopbackProvider {
   LoopbackProvider(LoopbackProvider&&) = delete;
   LoopbackProvider& operator=(LoopbackProvider&&) = delete;
 
-  /// Stops serving: scripted delays are cut short, and the server thread is joined.
+  /// Stops serving: scripted delays are cut short (the answers they held still go out), the connections
+  /// clients keep alive between requests are closed (so that stopping never waits for their keep-alive
+  /// timeout; see shut_down_connections), and the server thread is joined.
   ~LoopbackProvider() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -127,6 +154,7 @@ class LoopbackProvider {
     }
     wake_.notify_all();
     server_.stop();
+    shut_down_connections();
     thread_.join();
   }
 
@@ -144,8 +172,18 @@ class LoopbackProvider {
   /// by `limits` (see LoopbackRateLimit; its tokens are loopback_usage's), a refusal being OpenAI's 429
   /// `rate_limit_exceeded` with `retry-after-ms`, the exact wait until it would be admitted. Every answer
   /// carries the `x-ratelimit-*` headers. An admitted request gets the next scripted response, or once
-  /// the script is empty a chat completion whose `usage` is what it was charged, each after
-  /// limits.latency (and its own delay). Returns *this.
+  /// the script is empty an answer whose usage is what it was charged, each after limits.latency (and its
+  /// own delay). That answer is an OpenAI chat completion, or an Anthropic message for a path that ends in
+  /// `/messages` (such as /v1/messages); for a body with `"stream": true`, it is streamed instead
+  /// (`text/event-stream`), one content event per completion token, each after limits.token_interval:
+  /// - OpenAI: `chat.completion.chunk` events, the first with the assistant's role, then the content, then
+  ///   one with `finish_reason` "stop", then (when `stream_options.include_usage` is true) one with the
+  ///   `usage` and no choices, then `data: [DONE]`;
+  /// - Anthropic: `message_start` (with `usage.input_tokens`), `content_block_start`, the
+  ///   `content_block_delta`s, `content_block_stop`, `message_delta` (`stop_reason` "end_turn",
+  ///   `usage.output_tokens`), `message_stop`.
+  /// The body is read by scanning, not parsed: its first `"stream"` member, at any depth, decides.
+  /// Returns *this.
   /// Throws std::invalid_argument naming the field when a limit makes no sense.
   LoopbackProvider& enforce(const Limits& limits) {
     const LoopbackRateLimit rate(limits, real_now());
@@ -174,6 +212,13 @@ class LoopbackProvider {
   std::size_t request_count() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return received_.size();
+  }
+  /// Returns how many connections the requests received so far came over: the distinct
+  /// ReceivedRequest::client_port among them (a port the system gave again to a later connection counts
+  /// once). A client that reuses its connections opens fewer than it sends requests.
+  std::size_t connection_count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return client_ports_.size();
   }
 
   /// Returns the real Azure OpenAI 429 of the project's seed: `retry-after: 30`, `retry-after-ms: 511`,
@@ -311,13 +356,112 @@ class LoopbackProvider {
     return r;
   }
 
+  /// A streamed answer the rate-limited mode makes by itself: `head`, then `count` content events (the
+  /// first `first`, the others `next`), each after `interval`, then `tail`.
+  struct OwnStream {
+    std::string head;
+    std::string first;
+    std::string next;
+    std::int64_t count = 0;
+    std::string tail;
+    std::chrono::milliseconds interval{0};
+  };
+
+  /// Returns an Anthropic message whose text is `content` and whose `usage` is `usage`.
+  static ScriptedResponse anthropic_message(const std::string& content, const LoopbackUsage& usage) {
+    ScriptedResponse r;
+    r.body =
+        R"({"id":"msg_loopback","type":"message","role":"assistant","model":"loopback","content":[{"type":"text","text":")" +
+        content + R"("}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":)" +
+        std::to_string(usage.prompt_tokens) + R"(,"output_tokens":)" + std::to_string(usage.completion_tokens) + "}}";
+    return r;
+  }
+
+  /// Returns the streamed answer to a request charged `usage` (see enforce): Anthropic's events when
+  /// `anthropic`, else OpenAI's chunks, with a usage chunk when `include_usage`.
+  static OwnStream own_stream(bool anthropic, const LoopbackUsage& usage, bool include_usage,
+                              std::chrono::milliseconds interval) {
+    OwnStream stream;
+    stream.count = usage.completion_tokens;
+    stream.interval = interval;
+    if (anthropic) {
+      const auto event = [](const char* name, const std::string& data) {
+        return std::string("event: ").append(name).append("\ndata: ").append(data).append("\n\n");
+      };
+      const auto delta = [&](const char* text) {
+        return event("content_block_delta",
+                     std::string(R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":")")
+                         .append(text)
+                         .append(R"("}})"));
+      };
+      stream.head =
+          event(
+              "message_start",
+              R"({"type":"message_start","message":{"id":"msg_loopback","type":"message","role":"assistant","model":"loopback","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":)" +
+                  std::to_string(usage.prompt_tokens) + R"(,"output_tokens":0}}})") +
+          event("content_block_start",
+                R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})");
+      stream.first = delta("loopback");
+      stream.next = delta(" loopback");
+      stream.tail =
+          event("content_block_stop", R"({"type":"content_block_stop","index":0})") +
+          event(
+              "message_delta",
+              R"({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":)" +
+                  std::to_string(usage.completion_tokens) + "}}") +
+          event("message_stop", R"({"type":"message_stop"})");
+      return stream;
+    }
+    const std::string created =
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(real_wall_now().time_since_epoch()).count());
+    const auto chunk = [&](const std::string& rest) {
+      return std::string(R"(data: {"id":"chatcmpl-loopback","object":"chat.completion.chunk","created":)")
+          .append(created)
+          .append(R"(,"model":"loopback",)")
+          .append(rest)
+          .append("}\n\n");
+    };
+    const auto content = [&](const char* text) {
+      return chunk(std::string(R"("choices":[{"index":0,"delta":{"content":")")
+                       .append(text)
+                       .append(R"("},"finish_reason":null}])"));
+    };
+    stream.head = chunk(R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}])");
+    stream.first = content("loopback");
+    stream.next = content(" loopback");
+    stream.tail = chunk(R"("choices":[{"index":0,"delta":{},"finish_reason":"stop"}])");
+    if (include_usage) {
+      stream.tail += chunk(R"("choices":[],"usage":{"prompt_tokens":)" + std::to_string(usage.prompt_tokens) +
+                           R"(,"completion_tokens":)" + std::to_string(usage.completion_tokens) +
+                           R"(,"total_tokens":)" + std::to_string(usage.tokens()) + "}");
+    }
+    stream.tail += "data: [DONE]\n\n";
+    return stream;
+  }
+
+  /// Writes `stream` to `sink`, pausing before each content event. Returns false when the client went away
+  /// or the provider stops.
+  bool write(const OwnStream& stream, httplib::DataSink& sink) {
+    if (!sink.write(stream.head.data(), stream.head.size())) return false;
+    for (std::int64_t i = 0; i < stream.count; ++i) {
+      if (stream.interval.count() > 0 && !pause(stream.interval)) return false;
+      const std::string& event = i == 0 ? stream.first : stream.next;
+      if (!sink.write(event.data(), event.size())) return false;
+    }
+    if (!sink.write(stream.tail.data(), stream.tail.size())) return false;
+    sink.done();
+    return true;
+  }
+
   void answer(const httplib::Request& request, httplib::Response& response) {
-    ReceivedRequest received{request.method, request.path, {}, request.body};
+    ReceivedRequest received{request.method, request.path, {}, request.body, request.remote_port};
     for (const auto& [name, value] : request.headers) received.headers.emplace_back(name, value);
     ScriptedResponse scripted;
+    std::optional<OwnStream> own;
     LoopbackRateLimit::Headers rate_headers;
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      client_ports_.insert(received.client_port);
       received_.push_back(std::move(received));
       std::optional<LoopbackUsage> usage;
       bool admitted = true;
@@ -336,7 +480,14 @@ class LoopbackProvider {
           scripted = std::move(script_.front());
           script_.pop_front();
         } else if (usage) {
-          scripted = chat_completion("loopback", *usage);
+          const std::string_view path = request.path;
+          const bool anthropic = path.size() >= 9 && path.substr(path.size() - 9) == "/messages";
+          if (detail::json_true(request.body, "stream")) {
+            own = own_stream(anthropic, *usage, detail::json_true(request.body, "include_usage"),
+                             rate_->limits().token_interval);
+          } else {
+            scripted = anthropic ? anthropic_message("loopback", *usage) : chat_completion("loopback", *usage);
+          }
         } else {
           scripted.status = 500;
           scripted.body = R"({"error":{"message":"loopback provider: the script is empty","type":"server_error"}})";
@@ -349,6 +500,12 @@ class LoopbackProvider {
     for (const auto& [name, value] : scripted.headers) response.set_header(name, value);
     for (const auto& [name, value] : rate_headers)
       if (!response.has_header(name.c_str())) response.set_header(name, value);
+    if (own) {
+      response.set_chunked_content_provider(
+          "text/event-stream",
+          [this, stream = std::move(*own)](std::size_t, httplib::DataSink& sink) { return write(stream, sink); });
+      return;
+    }
     switch (scripted.mode) {
       case ScriptedResponse::Mode::whole: response.set_content(scripted.body, scripted.content_type.c_str()); break;
       case ScriptedResponse::Mode::cut_body: {
@@ -377,6 +534,58 @@ class LoopbackProvider {
     }
   }
 
+  /// Shuts down every connection this server accepted that is still open and not answering a request,
+  /// found among the process's descriptors (listed in /proc/self/fd or /dev/fd; where neither exists, does
+  /// nothing): a server thread waiting for the next request of a connection kept alive sees it end at once
+  /// instead of after the keep-alive timeout, while an answer being made or written still goes out whole
+  /// (a request that arrives at that very moment may be cut). Each descriptor is duplicated first, so that
+  /// the check and the shutdown concern one socket even when its number is closed and reused meanwhile.
+  void shut_down_connections() noexcept {
+#if !defined(_WIN32)
+    std::map<int, int> answering;
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      answering = answering_;
+    } catch (...) {
+      return;  // out of memory: the idle connections wait for their keep-alive timeout
+    }
+    std::vector<int> descriptors;
+    for (const char* folder : {"/proc/self/fd", "/dev/fd"}) {
+      DIR* dir = ::opendir(folder);
+      if (dir == nullptr) continue;
+      while (const dirent* entry = ::readdir(dir)) {
+        const std::string_view name = entry->d_name;
+        if (name.empty() || name.find_first_not_of("0123456789") != std::string_view::npos || name.size() > 9) continue;
+        int descriptor = 0;
+        for (const char digit : name) descriptor = descriptor * 10 + (digit - '0');
+        try {
+          descriptors.push_back(descriptor);
+        } catch (...) {
+          break;  // out of memory: the rest wait for their keep-alive timeout
+        }
+      }
+      ::closedir(dir);
+      break;
+    }
+    for (const int descriptor : descriptors) {
+      const int copy = ::fcntl(descriptor, F_DUPFD_CLOEXEC, 0);
+      if (copy < 0) continue;
+      sockaddr_in local{};
+      sockaddr_in peer{};
+      socklen_t local_size = sizeof local;
+      socklen_t peer_size = sizeof peer;
+      auto* local_address = reinterpret_cast<sockaddr*>(&local);  // NOLINT(*-reinterpret-cast): the sockets API
+      auto* peer_address = reinterpret_cast<sockaddr*>(&peer);    // NOLINT(*-reinterpret-cast): the sockets API
+      const bool idle = ::getsockname(copy, local_address, &local_size) == 0 && local.sin_family == AF_INET &&
+                        ntohs(local.sin_port) == port_ && ntohl(local.sin_addr.s_addr) == INADDR_LOOPBACK &&
+                        ::getpeername(copy, peer_address, &peer_size) == 0 &&
+                        answering.count(ntohs(peer.sin_port)) == 0;
+      if (idle) ::shutdown(copy, SHUT_RDWR);
+      ::close(copy);
+    }
+#endif
+  }
+
   /// Waits `duration`, cut short when the provider stops. Returns false when it stops.
   bool pause(std::chrono::milliseconds duration) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -392,6 +601,8 @@ class LoopbackProvider {
   bool stopping_ = false;
   std::deque<ScriptedResponse> script_;
   std::vector<ReceivedRequest> received_;
+  std::set<int> client_ports_;    ///< the ReceivedRequest::client_port of every request
+  std::map<int, int> answering_;  ///< the client ports of the connections answering a request: how many
   std::optional<LoopbackRateLimit> rate_;
   std::int64_t served_ = 0;
   std::int64_t refused_ = 0;

@@ -38,6 +38,10 @@ struct LoopbackLimits {
   std::int64_t default_max_tokens = 16;
   /// How long each admitted request takes before it is answered; not negative.
   std::chrono::milliseconds latency{0};
+  /// The wait before each content event of a streamed answer (one per completion token; see
+  /// LoopbackProvider::enforce): an answer of N completion tokens streams for N * token_interval after its
+  /// first event. Not negative; 0: every event at once.
+  std::chrono::milliseconds token_interval{0};
 };
 
 /// What one request costs in the rate-limited mode: its prompt tokens (estimate_tokens of the whole
@@ -52,17 +56,33 @@ struct LoopbackUsage {
 
 namespace detail {
 
-/// Returns the non-negative integer value of the first `"key"` member of the JSON text `body`, found by
-/// scanning (no JSON parser: the loopback depends on cpp-httplib alone); nullopt when absent or not an
-/// unsigned integer.
-inline std::optional<std::int64_t> json_count(std::string_view body, std::string_view key) {
+/// Returns the JSON text `body` from the value of its first `"key"` member (a `"key"` followed by a colon)
+/// to its end, found by scanning (no JSON parser: the loopback depends on cpp-httplib alone), at any depth;
+/// nullopt when there is none.
+inline std::optional<std::string_view> json_member(std::string_view body, std::string_view key) {
   const std::string quoted = std::string("\"").append(key).append("\"");
-  const auto at = body.find(quoted);
-  if (at == std::string_view::npos) return std::nullopt;
-  std::string_view rest = llmretry::detail::trim_ows(body.substr(at + quoted.size()));
-  if (rest.empty() || rest.front() != ':') return std::nullopt;
-  rest = llmretry::detail::trim_ows(rest.substr(1));
-  return llmretry::detail::parse_digits(rest.substr(0, llmretry::detail::digit_run(rest)));
+  for (auto at = body.find(quoted); at != std::string_view::npos; at = body.find(quoted, at + 1)) {
+    const std::string_view rest = llmretry::detail::trim_ows(body.substr(at + quoted.size()));
+    if (!rest.empty() && rest.front() == ':') return llmretry::detail::trim_ows(rest.substr(1));
+  }
+  return std::nullopt;
+}
+
+/// Returns the non-negative integer value of the first `"key"` member of the JSON text `body` (see
+/// json_member); nullopt when absent or not an unsigned integer.
+inline std::optional<std::int64_t> json_count(std::string_view body, std::string_view key) {
+  const auto value = json_member(body, key);
+  if (!value) return std::nullopt;
+  return llmretry::detail::parse_digits(value->substr(0, llmretry::detail::digit_run(*value)));
+}
+
+/// Returns true when the first `"key"` member of the JSON text `body` (see json_member) is `true`.
+inline bool json_true(std::string_view body, std::string_view key) {
+  const auto value = json_member(body, key);
+  if (!value || value->substr(0, 4) != "true") return false;
+  const std::string_view after = value->substr(4);
+  return after.empty() || after.front() == ',' || after.front() == '}' || after.front() == ']' ||
+         after.front() == ' ' || after.front() == '\t' || after.front() == '\r' || after.front() == '\n';
 }
 
 }  // namespace detail
@@ -110,6 +130,8 @@ class LoopbackRateLimit {
           "LoopbackLimits::tokens_burst must be in [1, tokens_per_minute]");
     check(limits.default_max_tokens >= 0, "LoopbackLimits::default_max_tokens must not be negative");
     check(limits.latency >= std::chrono::milliseconds::zero(), "LoopbackLimits::latency must not be negative");
+    check(limits.token_interval >= std::chrono::milliseconds::zero(),
+          "LoopbackLimits::token_interval must not be negative");
   }
 
   /// Returns the limits it enforces.
