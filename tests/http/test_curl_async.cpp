@@ -268,3 +268,43 @@ TEST_CASE("Many requests at once on one thread", "[curl_async]") {
   CHECK(ok == requests);
   CHECK(client.connections_opened() <= requests);
 }
+
+TEST_CASE("A stream cut after its first event is never replayed", "[curl_async]") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::stream_cut({"Hel", "lo"})).then(LoopbackProvider::stream({"again"}));
+  boost::asio::io_context io;
+  AsyncClient client(io.get_executor());
+  AsyncCall call(client, chat_request(server), options_for(Provider::openai));
+  int events = 0;
+  call.on_event([&](const llmretry::SseEvent&) { ++events; });
+  const llmretry::RetryPolicy policy = no_jitter(1ms);
+  Received received;
+  llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, received.handler());
+  io.run();
+  CHECK_THROWS_AS(std::rethrow_exception(received.error), llmretry::StreamInterrupted);
+  CHECK(events == 2);
+  CHECK(call.attempts() == 1);
+  CHECK(server.request_count() == 1);
+}
+
+TEST_CASE("The deadline bounds the waits and each attempt's timeout", "[curl_async]") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::hang(3000ms)).then(LoopbackProvider::chat_completion("late"));
+  boost::asio::io_context io;
+  AsyncClient client(io.get_executor());
+  AsyncCall call(client, chat_request(server), options_for(Provider::openai));
+  llmretry::RetryPolicy policy = no_jitter(1ms);
+  llmretry::CallStats stats;
+  llmretry::CallOptions call_options;
+  call_options.stats = &stats;
+  call_options.deadline = std::chrono::steady_clock::now() + 300ms;  // the first attempt's timeout is cut to it
+  Received received;
+  llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, call_options,
+                                                  received.handler());
+  io.run();
+  const auto failure = failure_in(received.error);
+  REQUIRE(failure);
+  CHECK(failure->kind == FailureKind::timeout);
+  CHECK(stats.stopped == StopReason::deadline);
+  CHECK(call.attempts() == 1);
+}
