@@ -16,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -350,4 +351,39 @@ TEST_CASE("A policy that makes no sense throws before anything starts", "[asio]"
                   std::invalid_argument);
   CHECK_FALSE(received.called);
   CHECK(script.attempts.empty());
+}
+
+TEST_CASE("Calls in line for one concurrency slot take it in turn, woken as it comes back", "[asio]") {
+  boost::asio::io_context io;
+  DeploymentOptions deployment_options;
+  deployment_options.name = "test/model";
+  deployment_options.concurrency = 1;
+  Deployment deployment{deployment_options};
+  ConcurrencyLimit& slots = *deployment.concurrency();
+  const RetryPolicy policy = no_jitter(1ms);
+  constexpr int calls = 20;
+  int in_flight = 0, most_in_flight = 0, answered = 0;
+  // Each attempt holds the slot across a timer of 2 ms, then answers.
+  const auto attempt = [&](const Attempt& /*attempt*/, auto handler) {
+    most_in_flight = std::max(most_in_flight, ++in_flight);
+    auto timer = std::make_shared<boost::asio::steady_timer>(io, 2ms);
+    timer->async_wait([&, timer, handler = std::move(handler)](boost::system::error_code) mutable {
+      --in_flight;
+      std::move(handler)(nullptr, 1);
+    });
+  };
+  std::vector<Deployment::Pacing> pacings;
+  pacings.reserve(calls);
+  for (int i = 0; i < calls; ++i) {
+    pacings.push_back(deployment.pace(Cost{}));
+    asio::async_call_with_retry<int>(io.get_executor(), attempt, policy, pacings.back(),
+                                     [&answered](std::exception_ptr error, int) {
+                                       if (!error) ++answered;
+                                     });
+  }
+  io.run();
+  CHECK(answered == calls);
+  CHECK(most_in_flight == 1);
+  CHECK(slots.in_use() == 0);
+  CHECK(slots.waiting() == 0);
 }

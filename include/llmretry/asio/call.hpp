@@ -41,9 +41,9 @@ using CallSignature = void(std::exception_ptr, R);
 
 namespace detail {
 
-/// The longest a wait for a concurrency slot lasts before the driver looks at the slot again: the engine is
-/// given no Waker, so the guard answers short waits.
-inline constexpr std::chrono::milliseconds slot_poll{10};
+/// The longest a wait for a concurrency slot lasts before the driver looks at the slot again, should a wake
+/// be lost (it could not be posted): the call's Waker ends the wait as soon as the slot comes.
+inline constexpr std::chrono::milliseconds slot_recheck{1000};
 
 /// The guard and the options of a call that passes none (stateless or never written: shared).
 inline NoGuard no_guard;
@@ -57,25 +57,49 @@ inline std::exception_ptr cancelled_error() {
 }
 
 /// What one call keeps between its steps, allocated once per call: the engine (which holds the policy, the
-/// guard and the options by reference), the attempt, the timer of its waits (made at the first wait only)
-/// and the last failure's exception.
+/// guard and the options by reference), the attempt, the timer of its waits (made at the first wait only),
+/// the Waker of its waits for a concurrency slot and the last failure's exception.
 template <class Attempt, class Guard, class Executor>
-struct CallState {
+struct CallState : std::enable_shared_from_this<CallState<Attempt, Guard, Executor>> {
   using Timer = boost::asio::basic_waitable_timer<std::chrono::steady_clock,
                                                   boost::asio::wait_traits<std::chrono::steady_clock>, Executor>;
 
+  /// Ends the call's wait for a concurrency slot when the slot comes: posts to the call's executor (wake()
+  /// runs on the thread that gave the slot back), where the wait's timer is cancelled if the call still
+  /// waits for the slot.
+  class SlotWaker final : public Waker {
+   public:
+    explicit SlotWaker(CallState& state) noexcept : state_(state) {}
+    void wake() noexcept override {
+      try {
+        boost::asio::post(state_.executor, [weak = state_.weak_from_this()] {
+          if (auto state = weak.lock(); state && state->waiting_for_slot) state->timer->cancel();
+        });
+      } catch (...) {  // not posted: the wait ends at its bound (slot_recheck) and looks again
+      }
+    }
+
+   private:
+    CallState& state_;
+  };
+
   CallState(const RetryPolicy& policy, Guard& guard, const CallOptions& options, Attempt&& attempt_in,
             const Executor& executor_in)
-      : engine(::llmretry::detail::prevalidated, policy, guard, options),
-        attempt(std::move(attempt_in)),
-        executor(executor_in) {}
+      : executor(executor_in),
+        waker(*this),
+        engine(::llmretry::detail::prevalidated, policy, guard, options),
+        attempt(std::move(attempt_in)) {
+    engine.wake_with(&waker);
+  }
 
+  Executor executor;  ///< before the waker and the engine: a wake under way reads it until the ticket ends
+  SlotWaker waker;    ///< before the engine: outlives the ticket it is given to
   CallEngine<Guard&, CallOptions> engine;
   Attempt attempt;
-  Executor executor;
   std::optional<Timer> timer;
   std::exception_ptr error;  ///< the last failure's exception: what the call ends with when it gives up
   ThreadRng rng;
+  bool waiting_for_slot = false;  ///< the timer's wait is one for a concurrency slot
 };
 
 /// The composed operation of async_call_with_retry: carries out the engine's steps, each wait on a timer.
@@ -132,6 +156,7 @@ class CallOp {
   template <class Self>
   void operator()(Self& self, boost::system::error_code /*ended*/) {
     State& state = *state_;
+    state.waiting_for_slot = false;
     if (self.cancelled() != boost::asio::cancellation_type::none) {
       const Failure failure =
           state.error ? failure_of(state.error, Sent::not_sent) : Failure::of(FailureKind::unknown, Sent::not_sent);
@@ -170,7 +195,8 @@ class CallOp {
       }
       case Step::Kind::wait: {
         if (!state.timer) state.timer.emplace(state.executor);
-        state.timer->expires_after(step.reason == WaitReason::slot ? std::min(step.wait, slot_poll) : step.wait);
+        state.waiting_for_slot = step.reason == WaitReason::slot;
+        state.timer->expires_after(state.waiting_for_slot ? std::min(step.wait, slot_recheck) : step.wait);
         state.timer->async_wait(std::move(self));
         return;
       }
@@ -226,7 +252,8 @@ class CallOp {
 
 /// Calls `attempt` until it succeeds or `policy` says stop, asynchronously: the Asio driver of a
 /// CallEngine. Every wait (the backoff, the provider's Retry-After, a guard's wait for capacity, a
-/// concurrency slot looked at every 10 ms) is a timer on `executor`, never a blocked thread.
+/// concurrency slot, ended as soon as the slot comes) is a timer on `executor`, never a blocked thread.
+/// `executor` runs one handler at a time (one io_context thread, or a strand).
 ///
 /// `attempt(const llmretry::Attempt&, Handler handler)` starts one attempt, an asynchronous operation that
 /// completes with `handler(std::exception_ptr error, R answer)`: `error` null on success, else the failure
