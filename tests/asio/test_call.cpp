@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_future.hpp>
 #if defined(BOOST_ASIO_HAS_CO_AWAIT)
 #include <boost/asio/co_spawn.hpp>
@@ -21,9 +22,11 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "helpers.hpp"
@@ -386,4 +389,46 @@ TEST_CASE("Calls in line for one concurrency slot take it in turn, woken as it c
   CHECK(most_in_flight == 1);
   CHECK(slots.in_use() == 0);
   CHECK(slots.waiting() == 0);
+}
+
+namespace {
+
+/// A guard that records the thread of each admission and outcome, and admits every attempt at once.
+struct ThreadRecordingGuard {
+  struct Ticket {
+    ThreadRecordingGuard* guard;
+    template <class... Answer>
+    void succeeded(const Answer&... /*answer*/) {
+      guard->record();
+    }
+    void failed(const Failure& /*failure*/) { guard->record(); }
+  };
+  [[nodiscard]] Admission<Ticket> admit(const Attempt& /*attempt*/) {
+    record();
+    return Admission<Ticket>::go(Ticket{this});
+  }
+  void record() {
+    const std::lock_guard<std::mutex> lock(mutex);
+    threads.push_back(std::this_thread::get_id());
+  }
+  std::mutex mutex;
+  std::vector<std::thread::id> threads;
+};
+
+}  // namespace
+
+TEST_CASE("A guard placed on a pool is called there, never on the call's thread", "[asio]") {
+  boost::asio::io_context io;
+  boost::asio::thread_pool pool(2);
+  Script script{io, {server_error(), ok(4)}, {}};
+  const RetryPolicy policy = no_jitter(1ms);
+  ThreadRecordingGuard recording;
+  auto guard = asio::guard_on(pool.get_executor(), recording);
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, received.handler());
+  io.run();
+  pool.join();
+  CHECK(received.answer == 4);
+  REQUIRE(recording.threads.size() == 4);  // two admissions, a failure, a success
+  for (const auto& thread : recording.threads) CHECK(thread != std::this_thread::get_id());
 }

@@ -39,7 +39,53 @@ namespace asio {
 template <class R>
 using CallSignature = void(std::exception_ptr, R);
 
+/// A guard whose admissions and outcomes async_call_with_retry carries out on `executor`, a bounded pool
+/// (such as a boost::asio::thread_pool of a few threads), never on the call's own executor: for a guard that
+/// blocks on a network round trip, such as a Deployment pacing through Redis (DeploymentOptions::shared), so
+/// that one slow round trip holds up no other call of the executor. The call hops to `executor` for each
+/// admission and each outcome the guard learns, and back. Holds `guard` by reference: both must outlive the
+/// calls that use it.
+template <class Guard, class Executor>
+class GuardOn {
+ public:
+  GuardOn(const Executor& executor, Guard& guard) noexcept : guard_(&guard), executor_(executor) {}
+
+  /// Returns `guard`'s admission of `attempt`.
+  [[nodiscard]] auto admit(const Attempt& attempt) { return guard_->admit(attempt); }
+  /// Returns the executor the guard is called on.
+  [[nodiscard]] const Executor& executor() const noexcept { return executor_; }
+
+ private:
+  Guard* guard_;
+  Executor executor_;
+};
+
+/// Returns `guard` called on `executor` (see GuardOn): `asio::guard_on(pool.get_executor(), pacing)`.
+template <class Executor, class Guard>
+[[nodiscard]] GuardOn<Guard, Executor> guard_on(const Executor& executor, Guard& guard) noexcept {
+  return GuardOn<Guard, Executor>(executor, guard);
+}
+
 namespace detail {
+
+template <class Guard>
+struct is_guard_on : std::false_type {};
+template <class Guard, class Executor>
+struct is_guard_on<GuardOn<Guard, Executor>> : std::true_type {};
+
+/// What follows an engine call that reaches the guard.
+enum class Then : unsigned char {
+  next,       ///< carry out the step it returned
+  answer,     ///< complete with the answer kept in the state
+  cancelled,  ///< complete as cancelled
+};
+
+/// The result of an engine call that reaches the guard: its step, or what it threw.
+struct Touched {
+  Step step;
+  std::exception_ptr thrown;
+  Then then = Then::next;
+};
 
 /// The longest a wait for a concurrency slot lasts before the driver looks at the slot again, should a wake
 /// be lost (it could not be posted): the call's Waker ends the wait as soon as the slot comes.
@@ -59,8 +105,8 @@ inline std::exception_ptr cancelled_error() {
 /// What one call keeps between its steps, allocated once per call: the engine (which holds the policy, the
 /// guard and the options by reference), the attempt, the timer of its waits (made at the first wait only),
 /// the Waker of its waits for a concurrency slot and the last failure's exception.
-template <class Attempt, class Guard, class Executor>
-struct CallState : std::enable_shared_from_this<CallState<Attempt, Guard, Executor>> {
+template <class R, class Attempt, class Guard, class Executor>
+struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Executor>> {
   using Timer = boost::asio::basic_waitable_timer<std::chrono::steady_clock,
                                                   boost::asio::wait_traits<std::chrono::steady_clock>, Executor>;
 
@@ -98,6 +144,7 @@ struct CallState : std::enable_shared_from_this<CallState<Attempt, Guard, Execut
   Attempt attempt;
   std::optional<Timer> timer;
   std::exception_ptr error;  ///< the last failure's exception: what the call ends with when it gives up
+  std::optional<R> answer;   ///< the answer, kept while the guard learns it on its own executor
   ThreadRng rng;
   bool waiting_for_slot = false;  ///< the timer's wait is one for a concurrency slot
 };
@@ -106,7 +153,7 @@ struct CallState : std::enable_shared_from_this<CallState<Attempt, Guard, Execut
 template <class R, class Attempt, class Guard, class Executor>
 class CallOp {
  public:
-  using State = CallState<Attempt, Guard, Executor>;
+  using State = CallState<R, Attempt, Guard, Executor>;
 
   CallOp(const RetryPolicy& policy, Guard& guard, const CallOptions& options, Attempt attempt, const Executor& executor)
       : policy_(&policy), guard_(&guard), options_(&options), attempt_(std::move(attempt)), executor_(executor) {}
@@ -116,16 +163,27 @@ class CallOp {
   template <class Self>
   void operator()(Self& self) {
     if (state_) {
-      finish(self, std::make_exception_ptr(AttemptRefused(*state_->engine.first_refusal())), R{});
+      next(self, Step::done());
       return;
     }
     allocate(self);
-    const Step step = state_->engine.start();
-    if (step.kind == Step::Kind::done) {
-      boost::asio::post(state_->executor, std::move(self));
-      return;
+    if constexpr (is_guard_on<Guard>::value) {
+      through_guard(self, Then::next, [](State& state) { return state.engine.start(); });
+    } else {
+      const Touched touched = touch(*state_, Then::next, [](State& state) { return state.engine.start(); });
+      if (touched.step.kind == Step::Kind::done) {  // never completed inside the initiation: posted first
+        state_->error = touched.thrown;
+        boost::asio::post(state_->executor, std::move(self));
+        return;
+      }
+      proceed(self, touched);
     }
-    next(self, step);
+  }
+
+  /// An engine call that reached the guard came back.
+  template <class Self>
+  void operator()(Self& self, const Touched& touched) {
+    proceed(self, touched);
   }
 
   /// An attempt completed: `error` null and `answer` the answer, or `error` the failure.
@@ -133,13 +191,14 @@ class CallOp {
   void operator()(Self& self, std::exception_ptr error, R answer) {
     State& state = *state_;
     if (!error) {  // an answer is delivered, even when a cancel came too late to stop it
-      (void)state.engine.succeeded(std::as_const(answer));
-      finish(self, nullptr, std::move(answer));
+      state.answer.emplace(std::move(answer));
+      through_guard(self, Then::answer, [](State& s) { return s.engine.succeeded(std::as_const(*s.answer)); });
       return;
     }
     if (self.cancelled() != boost::asio::cancellation_type::none) {  // the attempt may have been processed
-      (void)state.engine.cancelled(failure_of(error, Sent::maybe_processed));
-      finish(self, cancelled_error(), R{});
+      through_guard(self, Then::cancelled, [failure = failure_of(error, Sent::maybe_processed)](State& s) {
+        return s.engine.cancelled(failure);
+      });
       return;
     }
     if (!is_std_exception(error)) {  // not even a std::exception: never retried, passed on unchanged
@@ -149,7 +208,7 @@ class CallOp {
     }
     const Failure failure = failure_of(error, Sent::maybe_processed);
     state.error = std::move(error);
-    next(self, state.engine.failed(failure, state.rng));
+    through_guard(self, Then::next, [failure](State& s) { return s.engine.failed(failure, s.rng); });
   }
 
   /// A wait ended: on time, or cancelled.
@@ -160,14 +219,57 @@ class CallOp {
     if (self.cancelled() != boost::asio::cancellation_type::none) {
       const Failure failure =
           state.error ? failure_of(state.error, Sent::not_sent) : Failure::of(FailureKind::unknown, Sent::not_sent);
-      (void)state.engine.cancelled(failure);
-      finish(self, cancelled_error(), R{});
+      through_guard(self, Then::cancelled, [failure](State& s) { return s.engine.cancelled(failure); });
       return;
     }
-    next(self, state.engine.resume());
+    through_guard(self, Then::next, [](State& s) { return s.engine.resume(); });
   }
 
  private:
+  /// Returns what `call(state)`, an engine call that reaches the guard, returned or threw.
+  template <class Call>
+  static Touched touch(State& state, Then then, Call&& call) {
+    try {
+      return {call(state), nullptr, then};
+    } catch (...) {
+      return {Step::done(), std::current_exception(), then};
+    }
+  }
+
+  /// Makes `call(state)`, an engine call that reaches the guard, then goes on as `then` says: at once, or for
+  /// a GuardOn on the guard's executor, coming back to the call's.
+  template <class Self, class Call>
+  void through_guard(Self& self, Then then, Call call) {
+    if constexpr (is_guard_on<Guard>::value) {
+      State& state = *state_;
+      boost::asio::post(guard_->executor(), [self = std::move(self), &state, then, call]() mutable {
+        const Touched touched = touch(state, then, call);
+        boost::asio::post(state.executor, [self = std::move(self), touched]() mutable { self(touched); });
+      });
+    } else {
+      proceed(self, touch(*state_, then, call));
+    }
+  }
+
+  /// Goes on after an engine call that reached the guard: a ticket or guard that threw ends the call with
+  /// what it threw.
+  template <class Self>
+  void proceed(Self& self, const Touched& touched) {
+    if (touched.thrown) {
+      finish(self, touched.thrown, R{});
+      return;
+    }
+    switch (touched.then) {
+      case Then::next: next(self, touched.step); return;
+      case Then::answer: {
+        R answer = std::move(*state_->answer);
+        finish(self, nullptr, std::move(answer));
+        return;
+      }
+      case Then::cancelled: finish(self, cancelled_error(), R{}); return;
+    }
+  }
+
   /// Allocates the state with the handler's allocator (Asio's recycling allocator when it has none, so that
   /// a thread running calls one after another reuses the memory).
   template <class Self>
