@@ -1,5 +1,5 @@
 // How llmretry-relay sends one request upstream: call_with_fallback over the model's chain (pacing,
-// circuit breaker and retry budget on each route), the curl adapter on a session kept per thread, and the
+// circuit breaker and retry budget on each route), the curl adapter on the thread's session (curl::perform), and the
 // outcome turned into the answer the client gets; every event told to a metrics::Observer.
 #ifndef LLMRETRY_RELAY_FORWARD_HPP
 #define LLMRETRY_RELAY_FORWARD_HPP
@@ -108,8 +108,6 @@ class Forwarder {
   Answer forward(const Chain& chain, const Incoming& in,
                  const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr,
                  const std::atomic<bool>* cancel = nullptr) const {
-    thread_local std::optional<llmretry::curl::Session> session;
-    if (!session) session.emplace();  // throws only for want of memory: the server's exception handler answers
     std::optional<llmretry::curl::Options> cancellable;
     if (cancel != nullptr) {
       cancellable.emplace(curl_options_);
@@ -145,8 +143,8 @@ class Forwarder {
       if (!in.idempotency_key.empty()) request.headers.emplace_back("Idempotency-Key", in.idempotency_key);
       if (on_event != nullptr) request.headers.emplace_back("Accept", "text/event-stream");
       const auto send = [&] {
-        return session->perform(request, curl_options, {}, on_event, on_event != nullptr ? &stream : nullptr,
-                                attempt.time_left);
+        return llmretry::curl::perform(request, curl_options, {}, on_event, on_event != nullptr ? &stream : nullptr,
+                                       attempt.time_left);
       };
       try {
         return send();
