@@ -1,6 +1,7 @@
 // How llmretry-relay sends one request upstream: call_with_fallback over the model's chain (pacing,
-// circuit breaker and retry budget on each route), the curl adapter on the thread's session (curl::perform), and the
-// outcome turned into the answer the client gets; every event told to a metrics::Observer.
+// circuit breaker and retry budget on each route), the curl adapter on the thread's session
+// (curl::perform), and the outcome turned into the answer the client gets; every event told to a
+// metrics::Observer.
 #ifndef LLMRETRY_RELAY_FORWARD_HPP
 #define LLMRETRY_RELAY_FORWARD_HPP
 
