@@ -29,11 +29,14 @@
 #include <thread>
 #include <vector>
 
+#include "asio_helpers.hpp"
 #include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
 using namespace llmretry;
 using namespace std::chrono_literals;
+using Received = llmretry_test::Received<int>;
+using llmretry_test::is_cancelled;
 using llmretry_test::no_jitter;
 using std::chrono::milliseconds;
 
@@ -50,6 +53,14 @@ Outcome rate_limited(milliseconds wait = 1ms) {
   return {std::make_exception_ptr(RateLimited("429 Too Many Requests", wait)), 0};
 }
 Outcome server_error() { return {std::make_exception_ptr(ProviderError("503 Service Unavailable", 503)), 0}; }
+
+/// Returns the options of a deployment with one concurrency slot and no rate limit.
+DeploymentOptions one_slot() {
+  DeploymentOptions options;
+  options.name = "test/model";
+  options.concurrency = 1;
+  return options;
+}
 
 /// An asynchronous attempt that completes, through the executor, with the next scripted outcome (the last
 /// one again once the script is spent), and records each attempt it was asked for.
@@ -86,31 +97,6 @@ struct Hanging {
     };
   }
 };
-
-/// The outcome a callback received.
-struct Received {
-  bool called = false;
-  std::exception_ptr error;
-  int answer = -1;
-
-  auto handler() {
-    return [this](std::exception_ptr e, int a) {
-      called = true;
-      error = std::move(e);
-      answer = a;
-    };
-  }
-};
-
-bool is_cancelled(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const boost::system::system_error& e) {
-    return e.code() == boost::asio::error::operation_aborted;
-  } catch (...) {
-    return false;
-  }
-}
 
 }  // namespace
 
@@ -267,10 +253,7 @@ TEST_CASE("A cancel during the backoff stops the timer: no retry after it", "[as
 
 TEST_CASE("A cancel reaches the attempt in flight and gives its concurrency slot back", "[asio]") {
   boost::asio::io_context io;
-  DeploymentOptions deployment_options;
-  deployment_options.name = "test/model";
-  deployment_options.concurrency = 1;
-  Deployment deployment{deployment_options};
+  Deployment deployment{one_slot()};
   ConcurrencyLimit& slots = *deployment.concurrency();
   const RetryPolicy policy = no_jitter(1ms);
   Hanging hanging{io};
@@ -358,10 +341,7 @@ TEST_CASE("A policy that makes no sense throws before anything starts", "[asio]"
 
 TEST_CASE("Calls in line for one concurrency slot take it in turn, woken as it comes back", "[asio]") {
   boost::asio::io_context io;
-  DeploymentOptions deployment_options;
-  deployment_options.name = "test/model";
-  deployment_options.concurrency = 1;
-  Deployment deployment{deployment_options};
+  Deployment deployment{one_slot()};
   ConcurrencyLimit& slots = *deployment.concurrency();
   const RetryPolicy policy = no_jitter(1ms);
   constexpr int calls = 20;

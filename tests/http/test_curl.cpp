@@ -30,6 +30,8 @@
 
 #include <llmretry_catch.hpp>
 
+#include "chat.hpp"
+
 using namespace std::chrono_literals;
 using llmretry::FailureKind;
 using llmretry::Provider;
@@ -40,24 +42,9 @@ using llmretry::testing::LoopbackProvider;
 
 namespace {
 
-const std::string secret = "sk-test-never-shown";
-
-llmretry::curl::Request chat_request(const LoopbackProvider& server) {
-  llmretry::curl::Request request;
-  request.url = server.base_url() + "/v1/chat/completions";
-  request.headers = {{"Authorization", "Bearer " + secret}, {"Content-Type", "application/json"}};
-  request.body = R"({"model":"chat-small","messages":[{"role":"user","content":"hello"}]})";
-  return request;
-}
-
-llmretry::curl::Options options_for(Provider provider) {
-  llmretry::curl::Options options;
-  options.provider = provider;
-  options.connect_timeout = 1000ms;
-  options.timeout = 2000ms;
-  options.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
-  return options;
-}
+const std::string& secret = llmretry_test::secret_key;
+using llmretry_test::chat_request;
+using llmretry_test::options_for;
 
 /// Runs `call` under `policy` with recorded waits, and keeps why it gave up.
 struct Run {

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "asio_helpers.hpp"
+#include "chat.hpp"
 #include "helpers.hpp"
 #include "llmretry_catch.hpp"
 
@@ -29,42 +31,15 @@ using llmretry::curl::AsyncCall;
 using llmretry::curl::AsyncClient;
 using llmretry::curl::Response;
 using llmretry::testing::LoopbackProvider;
+using llmretry_test::chat_request;
+using Received = llmretry_test::Received<Response>;
+using llmretry_test::is_cancelled;
 using llmretry_test::no_jitter;
+using llmretry_test::options_for;
 
 namespace {
 
-llmretry::curl::Request chat_request(const LoopbackProvider& server) {
-  llmretry::curl::Request request;
-  request.url = server.base_url() + "/v1/chat/completions";
-  request.headers = {{"Authorization", "Bearer sk-test-async"}, {"Content-Type", "application/json"}};
-  request.body = R"({"model":"chat-small","messages":[{"role":"user","content":"hello"}]})";
-  return request;
-}
-
-llmretry::curl::Options options_for(Provider provider) {
-  llmretry::curl::Options options;
-  options.provider = provider;
-  options.connect_timeout = 1000ms;
-  options.timeout = 5000ms;
-  options.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
-  return options;
-}
-
-/// What a completion handler received.
-struct Received {
-  bool called = false;
-  std::exception_ptr error;
-  Response response;
-
-  auto handler() {
-    return [this](std::exception_ptr e, Response r) {
-      called = true;
-      error = std::move(e);
-      response = std::move(r);
-    };
-  }
-};
-
+/// Returns the failure of the ProviderError `error` holds, or nullopt for any other exception.
 std::optional<llmretry::Failure> failure_in(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -72,16 +47,6 @@ std::optional<llmretry::Failure> failure_in(const std::exception_ptr& error) {
     return e.failure();
   } catch (...) {
     return std::nullopt;
-  }
-}
-
-bool is_cancelled(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const boost::system::system_error& e) {
-    return e.code() == boost::asio::error::operation_aborted;
-  } catch (...) {
-    return false;
   }
 }
 
@@ -200,7 +165,7 @@ TEST_CASE("async_call_with_retry with AsyncCall: retries on the same key, one co
                                                   received.handler());
   io.run();
   REQUIRE_FALSE(received.error);
-  CHECK(received.response.body.find("bonjour") != std::string::npos);
+  CHECK(received.answer.body.find("bonjour") != std::string::npos);
   CHECK(stats.attempts == 3);
   const auto requests = server.requests();
   REQUIRE(requests.size() == 3);
@@ -248,7 +213,7 @@ TEST_CASE("A cancel stops the request in flight; the client serves the next one"
   client.async_perform(request, options, next.handler());
   io.run();
   CHECK_FALSE(next.error);
-  CHECK(next.response.body.find("after") != std::string::npos);
+  CHECK(next.answer.body.find("after") != std::string::npos);
 }
 
 TEST_CASE("Many requests at once on one thread", "[curl_async]") {
