@@ -512,6 +512,66 @@ TEST_CASE("A completion handler that throws leaves the client and the other requ
   CHECK(answered == requests);
 }
 
+TEST_CASE("A cancel from the streaming handler stops the transfer once libcurl has returned", "[curl_async]") {
+  LoopbackProvider server;
+  auto slow = LoopbackProvider::stream({"a", "b", "c", "d"});
+  slow.chunk_interval = 50ms;
+  server.then(slow).then(LoopbackProvider::chat_completion("after"));
+  boost::asio::io_context io;
+  AsyncClient client(io.get_executor());
+  AsyncCall call(client, chat_request(server), options_for(Provider::openai));
+  boost::asio::cancellation_signal cancel;
+  int events = 0;
+  call.on_event([&](const llmretry::SseEvent&) {
+    if (++events == 1) cancel.emit(boost::asio::cancellation_type::terminal);  // inside libcurl's write callback
+  });
+  const llmretry::RetryPolicy policy = no_jitter(1ms);
+  llmretry::CallStats stats;
+  llmretry::CallOptions call_options;
+  call_options.stats = &stats;
+  Received received;
+  llmretry::asio::async_call_with_retry<Response>(
+      io.get_executor(), std::ref(call), policy, call_options,
+      boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+  io.run();
+  REQUIRE(received.called);
+  CHECK(is_cancelled(received.error));
+  CHECK(stats.stopped == StopReason::cancelled);
+  CHECK(call.attempts() == 1);
+  io.restart();
+  Received next;
+  const auto request = chat_request(server);
+  const auto options = options_for(Provider::openai);
+  client.async_perform(request, options, next.handler());
+  io.run();
+  CHECK_FALSE(next.error);
+  CHECK(next.response.body.find("after") != std::string::npos);
+}
+
+TEST_CASE("A request started from a streaming handler is made", "[curl_async]") {
+  LoopbackProvider server;
+  server.then(LoopbackProvider::stream({"a", "b"})).then(LoopbackProvider::chat_completion("nested"));
+  boost::asio::io_context io;
+  AsyncClient client(io.get_executor());
+  const auto request = chat_request(server);
+  const auto options = options_for(Provider::openai);
+  AsyncCall call(client, chat_request(server), options_for(Provider::openai));
+  Received nested;
+  bool started = false;
+  call.on_event([&](const llmretry::SseEvent&) {
+    if (std::exchange(started, true)) return;
+    client.async_perform(request, options, nested.handler());  // inside libcurl's write callback
+  });
+  const llmretry::RetryPolicy policy = no_jitter(1ms);
+  Received received;
+  llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, received.handler());
+  io.run();
+  CHECK_FALSE(received.error);
+  REQUIRE(nested.called);
+  CHECK_FALSE(nested.error);
+  CHECK(nested.response.body.find("nested") != std::string::npos);
+}
+
 TEST_CASE("A cancel at any moment, completion included: one outcome, no crash", "[curl_async]") {
   LoopbackProvider server;
   constexpr int rounds = 40;
