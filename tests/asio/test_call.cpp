@@ -351,3 +351,71 @@ TEST_CASE("A policy that makes no sense throws before anything starts", "[asio]"
   CHECK_FALSE(received.called);
   CHECK(script.attempts.empty());
 }
+
+// ---- Attacks: what the engine's steps throw, cancels at the edges, the success path's cost. ----
+
+
+TEST_CASE("A cancel at the edges: after completion, and with an outcome already queued", "[asio]") {
+  boost::asio::io_context io;
+  const RetryPolicy policy = no_jitter(1ms);
+  boost::asio::cancellation_signal cancel;
+  Received received;
+
+  SECTION("after completion: nothing happens") {
+    Script script{io, {ok(3)}, {}};
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    io.run();
+    REQUIRE(received.called);
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.restart();
+    io.run();
+    CHECK(received.answer == 3);
+    CHECK_FALSE(received.error);
+  }
+  SECTION("an answer already on its way is delivered") {
+    Script script{io, {ok(4)}, {}};  // the attempt posts its answer, then the cancel comes
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.run();
+    CHECK(received.answer == 4);
+    CHECK_FALSE(received.error);
+  }
+  SECTION("a failure already on its way ends the call as cancelled, never retried") {
+    Script script{io, {server_error(), ok(5)}, {}};
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.run();
+    CHECK(is_cancelled(received.error));
+    CHECK(script.attempts.size() == 1);
+  }
+  SECTION("a refusal before the first attempt, then a cancel: the refusal") {
+    Script script{io, {ok(1)}, {}};
+    CallOptions options;
+    options.deadline = std::chrono::steady_clock::now() - 1s;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, options,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.run();
+    REQUIRE(received.called);
+    CHECK_THROWS_AS(std::rethrow_exception(received.error), AttemptRefused);
+  }
+  REQUIRE(received.called);
+}
+
+TEST_CASE("A first attempt that succeeds: no timer, no random draw, one handler run", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {ok(8)}, {}};
+  const RetryPolicy policy;  // with jitter: a draw would show
+  ThreadRng::seed_this_thread(12345);
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, received.handler());
+  CHECK(io.run() == 1);  // the attempt's answer, delivered straight to the handler: no timer, no post
+  CHECK(received.answer == 8);
+  ThreadRng rng;
+  const auto next = rng();
+  ThreadRng::seed_this_thread(12345);
+  CHECK(next == rng());
+}
