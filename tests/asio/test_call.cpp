@@ -354,6 +354,98 @@ TEST_CASE("A policy that makes no sense throws before anything starts", "[asio]"
 
 // ---- Attacks: what the engine's steps throw, cancels at the edges, the success path's cost. ----
 
+namespace {
+
+/// A guard whose admission, or whose ticket's success, throws when told to (a store that went away); it
+/// counts the tickets given back unused.
+struct ThrowingGuard {
+  int admissions = 0;
+  int throw_at_admission = 0;  ///< the admission that throws (1: the first); 0: none
+  bool throw_on_success = false;
+  int given_back = 0;
+
+  struct Ticket {
+    ThrowingGuard* guard;
+    bool told = false;
+    explicit Ticket(ThrowingGuard* owner) : guard(owner) {}
+    Ticket(Ticket&& other) noexcept : guard(other.guard), told(std::exchange(other.told, true)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket() {
+      if (!told) ++guard->given_back;
+    }
+    void succeeded(const int& /*answer*/) {
+      told = true;
+      if (guard->throw_on_success) throw std::runtime_error("the ticket's store went away");
+    }
+    void failed(const Failure& /*failure*/) { told = true; }
+  };
+
+  Admission<Ticket> admit(const Attempt& /*attempt*/) {
+    if (++admissions == throw_at_admission) throw std::runtime_error("the guard's store went away");
+    return Admission<Ticket>::go(Ticket{this});
+  }
+};
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace
+
+TEST_CASE("What a step of the engine throws completes the call with it: the handler always runs", "[asio]") {
+  boost::asio::io_context io;
+  const RetryPolicy policy = no_jitter(1ms);
+  ThrowingGuard guard;
+  Received received;
+
+  SECTION("the guard's admission of a retry") {
+    Script script{io, {server_error(), ok(1)}, {}};
+    guard.throw_at_admission = 2;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, received.handler());
+    REQUIRE_NOTHROW(io.run());
+    CHECK(script.attempts.size() == 1);
+    REQUIRE(received.called);
+    CHECK(what_of(received.error) == "the guard's store went away");
+  }
+  SECTION("the ticket told of a success") {
+    Script script{io, {ok(1)}, {}};
+    guard.throw_on_success = true;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, received.handler());
+    REQUIRE_NOTHROW(io.run());
+    REQUIRE(received.called);
+    CHECK(what_of(received.error) == "the ticket's store went away");
+  }
+  SECTION("on_give_up") {
+    Script script{io, {server_error()}, {}};
+    RetryPolicy once = policy;
+    once.max_attempts = 1;
+    CallOptions options;
+    options.on_give_up = [](const GiveUp&) { throw std::runtime_error("on_give_up's own"); };
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), once, guard, options, received.handler());
+    REQUIRE_NOTHROW(io.run());
+    REQUIRE(received.called);
+    CHECK(what_of(received.error) == "on_give_up's own");
+  }
+  SECTION("the first admission: thrown by the initiating function, nothing started") {
+    Script script{io, {ok(1)}, {}};
+    guard.throw_at_admission = 1;
+    CHECK_THROWS_AS(
+        asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, received.handler()),
+        std::runtime_error);
+    io.run();
+    CHECK_FALSE(received.called);
+    CHECK(script.attempts.empty());
+  }
+  CHECK(guard.given_back == 0);
+}
 
 TEST_CASE("A cancel at the edges: after completion, and with an outcome already queued", "[asio]") {
   boost::asio::io_context io;

@@ -109,13 +109,13 @@ class CallOp {
   void operator()(Self& self, std::exception_ptr error, R answer) {
     State& state = *state_;
     if (!error) {  // an answer is delivered, even when a cancel came too late to stop it
-      (void)state.engine.succeeded(std::as_const(answer));
-      finish(self, nullptr, std::move(answer));
+      if (step_of(self, [&] { return state.engine.succeeded(std::as_const(answer)); }))
+        finish(self, nullptr, std::move(answer));
       return;
     }
     if (self.cancelled() != boost::asio::cancellation_type::none) {  // the attempt may have been processed
-      (void)state.engine.cancelled(failure_of(error, Sent::maybe_processed));
-      finish(self, cancelled_error(), R{});
+      if (step_of(self, [&] { return state.engine.cancelled(failure_of(error, Sent::maybe_processed)); }))
+        finish(self, cancelled_error(), R{});
       return;
     }
     if (!is_std_exception(error)) {  // not even a std::exception: never retried, passed on unchanged
@@ -123,9 +123,12 @@ class CallOp {
       finish(self, std::move(error), R{});
       return;
     }
-    const Failure failure = failure_of(error, Sent::maybe_processed);
-    state.error = std::move(error);
-    next(self, state.engine.failed(failure, state.rng));
+    const std::optional<Step> step = step_of(self, [&] {
+      const Failure failure = failure_of(error, Sent::maybe_processed);
+      state.error = std::move(error);
+      return state.engine.failed(failure, state.rng);
+    });
+    if (step) next(self, *step);
   }
 
   /// A wait ended: on time, or cancelled.
@@ -133,13 +136,15 @@ class CallOp {
   void operator()(Self& self, boost::system::error_code /*ended*/) {
     State& state = *state_;
     if (self.cancelled() != boost::asio::cancellation_type::none) {
-      const Failure failure =
-          state.error ? failure_of(state.error, Sent::not_sent) : Failure::of(FailureKind::unknown, Sent::not_sent);
-      (void)state.engine.cancelled(failure);
-      finish(self, cancelled_error(), R{});
+      const std::optional<Step> done = step_of(self, [&] {
+        const Failure failure =
+            state.error ? failure_of(state.error, Sent::not_sent) : Failure::of(FailureKind::unknown, Sent::not_sent);
+        return state.engine.cancelled(failure);
+      });
+      if (done) finish(self, cancelled_error(), R{});
       return;
     }
-    next(self, state.engine.resume());
+    if (const std::optional<Step> step = step_of(self, [&] { return state.engine.resume(); })) next(self, *step);
   }
 
  private:
@@ -183,6 +188,21 @@ class CallOp {
       finish(self, std::make_exception_ptr(AttemptRefused(Refusal{gave_up->reason, gave_up->failure, gave_up->limit})),
              R{});
     }
+  }
+
+  /// Returns the step `decide()` returns, or completes the call with what it throws and returns nullopt:
+  /// a step of the engine may throw what the guard's admission, its ticket, options.on_give_up or
+  /// options.classify throw, and the call's handler must run all the same.
+  template <class Self, class Decide>
+  std::optional<Step> step_of(Self& self, Decide&& decide) {
+    std::exception_ptr thrown;
+    try {
+      return std::forward<Decide>(decide)();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    finish(self, std::move(thrown), R{});  // outside the try: what the handler throws is not caught here
+    return std::nullopt;
   }
 
   /// Frees the call's state (giving back what its guard's ticket holds), then completes.
@@ -248,6 +268,9 @@ class CallOp {
 /// in. The call's state (its engine and attempt) is allocated once, with the handler's associated allocator
 /// (Asio's recycling allocator when it has none); a first attempt that succeeds starts no timer, draws no
 /// random number and reads no clock (with a deadline, the clock is read before each attempt).
+/// What the guard (its admission or its ticket), options.on_give_up or options.classify throws ends the call
+/// with that exception, through the handler; thrown by the initiating function when it comes from the
+/// first admission. `attempt` itself must not throw (what it throws leaves the call's handler never run).
 /// Requires: R is default-constructible and movable.
 /// Throws std::invalid_argument naming the field, before anything starts, when the policy makes no sense.
 template <class R, class Executor, class AsyncAttempt, class Guard, class Token,
