@@ -663,3 +663,34 @@ TEST_CASE("A thousand requests at once, the client destroyed with some in flight
   }
   CHECK(open_descriptors() == before);
 }
+
+TEST_CASE("A streaming handler that destroys the client: its request ends aborted, nothing leaks", "[curl_async]") {
+  const int before = open_descriptors();
+  {
+    LoopbackProvider server;
+    auto slow = LoopbackProvider::stream({"a", "b", "c", "d", "e", "f"});
+    slow.chunk_interval = 100ms;
+    server.then(slow).then(LoopbackProvider::hang(30'000ms));
+    boost::asio::io_context io;
+    std::optional<AsyncClient> client(std::in_place, io.get_executor());
+    const auto request = chat_request(server);
+    const auto options = options_for(Provider::openai);
+    AsyncCall call(*client, chat_request(server), options_for(Provider::openai));
+    Received other;
+    call.on_event([&](const llmretry::SseEvent&) {  // inside libcurl's write callback
+      if (!client) return;
+      if (call.stream().delivered_events() == 1) client->async_perform(request, options, other.handler());  // the hang
+      else if (server.request_count() == 2) client.reset();
+    });
+    const llmretry::RetryPolicy policy = no_jitter(1ms);
+    Received received;
+    llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, received.handler());
+    io.run();
+    REQUIRE(received.called);
+    REQUIRE(other.called);
+    CHECK_FALSE(client);
+    CHECK(is_cancelled(received.error));
+    CHECK(is_cancelled(other.error));
+  }
+  CHECK(open_descriptors() == before);
+}

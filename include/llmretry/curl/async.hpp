@@ -74,9 +74,9 @@ struct Pending {
 ///
 /// Not thread-safe: start requests and destroy the client on the executor's thread (one io_context thread,
 /// or a strand). Destroying it cancels what is in flight: each handler gets operation_aborted. A streaming
-/// handler (which runs inside libcurl) may start and cancel requests: the client carries them out once
-/// libcurl has returned (a request cancelled there may still hand the events of the same read to its
-/// handler); it must not destroy the client.
+/// handler (which runs inside libcurl) may start and cancel requests, and destroy the client: the client
+/// carries them out once libcurl has returned (a request cancelled there may still hand the events of the
+/// same read to its handler).
 class AsyncClient {
  public:
   /// A client on `executor`. Throws ProviderError when libcurl cannot make a multi handle.
@@ -190,10 +190,17 @@ class AsyncClient {
       }
     }
 
-    /// Ends every request in flight with operation_aborted; the client is going away.
-    void shut_down() {
+    /// Ends every request in flight with operation_aborted; the client is going away. Inside libcurl's
+    /// callbacks (a streaming handler destroyed the client), only marks it, for act to carry out once libcurl
+    /// has returned (the handler that called act holds the state meanwhile).
+    void shut_down() noexcept {
+      if (acting) {
+        closing = true;
+        return;
+      }
       timer.cancel();
-      while (!in_flight.empty()) cancel(in_flight.begin()->first);
+      to_add.clear();
+      while (!in_flight.empty()) end(in_flight.begin()->first, aborted());
       multi.reset();  // closes the connections (on_close lets go of their descriptors)
       while (!sockets.empty()) forget(sockets.begin()->first);
     }
@@ -273,6 +280,10 @@ class AsyncClient {
       acting = true;
       curl_multi_socket_action(multi.get(), fd, events, &running);
       acting = false;
+      if (closing) {
+        shut_down();
+        return;
+      }
       catch_up();
       int left = 0;
       while (CURLMsg* message = curl_multi_info_read(multi.get(), &left)) {
@@ -391,6 +402,7 @@ class AsyncClient {
     long opened = 0;
     bool acting = false;           ///< inside curl_multi_socket_action: libcurl refuses to add or remove a handle
     bool cancels_waiting = false;  ///< a request in flight was marked cancelled while `acting`
+    bool closing = false;          ///< the client was destroyed while `acting`
   };
 
   /// A request and its handler, which it completes through the handler's executor, keeping that executor
