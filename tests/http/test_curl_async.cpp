@@ -694,3 +694,29 @@ TEST_CASE("A streaming handler that destroys the client: its request ends aborte
   }
   CHECK(open_descriptors() == before);
 }
+
+TEST_CASE("A host name to resolve: its resolver's descriptors are watched and let go", "[curl_async]") {
+  const int before = open_descriptors();
+  {
+    LoopbackProvider server;
+    constexpr int rounds = 20;
+    for (int i = 0; i < rounds; ++i)
+      server.then(i % 2 == 0 ? LoopbackProvider::closed_mid_body() : LoopbackProvider::chat_completion("ok"));
+    boost::asio::io_context io;
+    AsyncClient client(io.get_executor());
+    auto request = chat_request(server);
+    request.url.replace(request.url.find("127.0.0.1"), 9, "localhost");
+    const auto options = options_for(Provider::openai);
+    int ok = 0;
+    for (int i = 0; i < rounds; ++i) {
+      Received received;
+      client.async_perform(request, options, received.handler());
+      io.restart();
+      io.run();
+      REQUIRE(received.called);
+      if (!received.error) ++ok;
+    }
+    CHECK(ok == rounds / 2);
+  }
+  CHECK(open_descriptors() == before);
+}
