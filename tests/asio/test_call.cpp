@@ -412,3 +412,163 @@ TEST_CASE("A guard placed on a pool is called there, never on the call's thread"
   REQUIRE(recording.threads.size() == 4);  // two admissions, a failure, a success
   for (const auto& thread : recording.threads) CHECK(thread != std::this_thread::get_id());
 }
+
+// ---- Attacks: what the engine's steps throw, cancels at the edges, the success path's cost. ----
+
+namespace {
+
+/// A guard whose admission, or whose ticket's success, throws when told to (a store that went away); it
+/// counts the tickets given back unused.
+struct ThrowingGuard {
+  int admissions = 0;
+  int throw_at_admission = 0;  ///< the admission that throws (1: the first); 0: none
+  bool throw_on_success = false;
+  int given_back = 0;
+
+  struct Ticket {
+    ThrowingGuard* guard;
+    bool told = false;
+    explicit Ticket(ThrowingGuard* owner) : guard(owner) {}
+    Ticket(Ticket&& other) noexcept : guard(other.guard), told(std::exchange(other.told, true)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket() {
+      if (!told) ++guard->given_back;
+    }
+    void succeeded(const int& /*answer*/) {
+      told = true;
+      if (guard->throw_on_success) throw std::runtime_error("the ticket's store went away");
+    }
+    void failed(const Failure& /*failure*/) { told = true; }
+  };
+
+  Admission<Ticket> admit(const Attempt& /*attempt*/) {
+    if (++admissions == throw_at_admission) throw std::runtime_error("the guard's store went away");
+    return Admission<Ticket>::go(Ticket{this});
+  }
+};
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace
+
+TEST_CASE("What a step of the engine throws completes the call with it: the handler always runs", "[asio]") {
+  boost::asio::io_context io;
+  const RetryPolicy policy = no_jitter(1ms);
+  ThrowingGuard guard;
+  Received received;
+
+  SECTION("the guard's admission of a retry") {
+    Script script{io, {server_error(), ok(1)}, {}};
+    guard.throw_at_admission = 2;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, received.handler());
+    REQUIRE_NOTHROW(io.run());
+    CHECK(script.attempts.size() == 1);
+    REQUIRE(received.called);
+    CHECK(what_of(received.error) == "the guard's store went away");
+  }
+  SECTION("the ticket told of a success") {
+    Script script{io, {ok(1)}, {}};
+    guard.throw_on_success = true;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, received.handler());
+    REQUIRE_NOTHROW(io.run());
+    REQUIRE(received.called);
+    CHECK(what_of(received.error) == "the ticket's store went away");
+  }
+  SECTION("on_give_up") {
+    Script script{io, {server_error()}, {}};
+    RetryPolicy once = policy;
+    once.max_attempts = 1;
+    CallOptions options;
+    options.on_give_up = [](const GiveUp&) { throw std::runtime_error("on_give_up's own"); };
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), once, guard, options, received.handler());
+    REQUIRE_NOTHROW(io.run());
+    REQUIRE(received.called);
+    CHECK(what_of(received.error) == "on_give_up's own");
+  }
+  SECTION("the first admission: delivered through the executor, nothing started") {
+    Script script{io, {ok(1)}, {}};
+    guard.throw_at_admission = 1;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, received.handler());
+    CHECK_FALSE(received.called);  // never inside the initiating function
+    REQUIRE_NOTHROW(io.run());
+    REQUIRE(received.called);
+    CHECK_THROWS_AS(std::rethrow_exception(received.error), std::runtime_error);
+    CHECK(script.attempts.empty());
+  }
+  CHECK(guard.given_back == 0);
+}
+
+TEST_CASE("A cancel at the edges: after completion, and with an outcome already queued", "[asio]") {
+  boost::asio::io_context io;
+  const RetryPolicy policy = no_jitter(1ms);
+  boost::asio::cancellation_signal cancel;
+  Received received;
+
+  SECTION("after completion: nothing happens") {
+    Script script{io, {ok(3)}, {}};
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    io.run();
+    REQUIRE(received.called);
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.restart();
+    io.run();
+    CHECK(received.answer == 3);
+    CHECK_FALSE(received.error);
+  }
+  SECTION("an answer already on its way is delivered") {
+    Script script{io, {ok(4)}, {}};  // the attempt posts its answer, then the cancel comes
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.run();
+    CHECK(received.answer == 4);
+    CHECK_FALSE(received.error);
+  }
+  SECTION("a failure already on its way ends the call as cancelled, never retried") {
+    Script script{io, {server_error(), ok(5)}, {}};
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.run();
+    CHECK(is_cancelled(received.error));
+    CHECK(script.attempts.size() == 1);
+  }
+  SECTION("a refusal before the first attempt, then a cancel: the refusal") {
+    Script script{io, {ok(1)}, {}};
+    CallOptions options;
+    options.deadline = std::chrono::steady_clock::now() - 1s;
+    asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, options,
+                                     boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    io.run();
+    REQUIRE(received.called);
+    CHECK_THROWS_AS(std::rethrow_exception(received.error), AttemptRefused);
+  }
+  REQUIRE(received.called);
+}
+
+TEST_CASE("A first attempt that succeeds: no timer, no random draw, one handler run", "[asio]") {
+  boost::asio::io_context io;
+  Script script{io, {ok(8)}, {}};
+  const RetryPolicy policy;  // with jitter: a draw would show
+  ThreadRng::seed_this_thread(12345);
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, received.handler());
+  CHECK(io.run() == 1);  // the attempt's answer, delivered straight to the handler: no timer, no post
+  CHECK(received.answer == 8);
+  ThreadRng rng;
+  const auto next = rng();
+  ThreadRng::seed_this_thread(12345);
+  CHECK(next == rng());
+}

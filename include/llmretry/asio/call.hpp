@@ -196,8 +196,8 @@ class CallOp {
       return;
     }
     if (self.cancelled() != boost::asio::cancellation_type::none) {  // the attempt may have been processed
-      through_guard(self, Then::cancelled, [failure = failure_of(error, Sent::maybe_processed)](State& s) {
-        return s.engine.cancelled(failure);
+      through_guard(self, Then::cancelled, [options = options_, error](State& s) {
+        return s.engine.cancelled(failure_of(*options, error, Sent::maybe_processed));
       });
       return;
     }
@@ -206,9 +206,10 @@ class CallOp {
       finish(self, std::move(error), R{});
       return;
     }
-    const Failure failure = failure_of(error, Sent::maybe_processed);
     state.error = std::move(error);
-    through_guard(self, Then::next, [failure](State& s) { return s.engine.failed(failure, s.rng); });
+    through_guard(self, Then::next, [options = options_](State& s) {
+      return s.engine.failed(failure_of(*options, s.error, Sent::maybe_processed), s.rng);
+    });
   }
 
   /// A wait ended: on time, or cancelled.
@@ -217,9 +218,10 @@ class CallOp {
     State& state = *state_;
     state.waiting_for_slot = false;
     if (self.cancelled() != boost::asio::cancellation_type::none) {
-      const Failure failure =
-          state.error ? failure_of(state.error, Sent::not_sent) : Failure::of(FailureKind::unknown, Sent::not_sent);
-      through_guard(self, Then::cancelled, [failure](State& s) { return s.engine.cancelled(failure); });
+      through_guard(self, Then::cancelled, [options = options_](State& s) {
+        return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::not_sent)
+                                          : Failure::of(FailureKind::unknown, Sent::not_sent));
+      });
       return;
     }
     through_guard(self, Then::next, [](State& s) { return s.engine.resume(); });
@@ -320,13 +322,13 @@ class CallOp {
     self.complete(std::move(error), std::move(answer));
   }
 
-  /// Returns the failure `error` means (CallOptions::classify, else failure_of); unknown, with `sent`,
-  /// when nobody recognises it.
-  Failure failure_of(const std::exception_ptr& error, Sent sent) const {
+  /// Returns the failure `error` means (options.classify, else failure_of); unknown, with `sent`, when it is
+  /// not a std::exception. Throws what options.classify throws.
+  static Failure failure_of(const CallOptions& options, const std::exception_ptr& error, Sent sent) {
     try {
       std::rethrow_exception(error);
     } catch (const std::exception& exception) {
-      return ::llmretry::detail::classify_exception(*options_, exception);
+      return ::llmretry::detail::classify_exception(options, exception);
     } catch (...) {
       return Failure::of(FailureKind::unknown, sent);
     }
@@ -377,6 +379,9 @@ class CallOp {
 /// in. The call's state (its engine and attempt) is allocated once, with the handler's associated allocator
 /// (Asio's recycling allocator when it has none); a first attempt that succeeds starts no timer, draws no
 /// random number and reads no clock (with a deadline, the clock is read before each attempt).
+/// What the guard (its admission or its ticket), options.on_give_up or options.classify throws ends the call
+/// with that exception, through the handler (never inside the initiating function). `attempt` itself must
+/// not throw (what it throws leaves the call's handler never run).
 /// Requires: R is default-constructible and movable.
 /// Throws std::invalid_argument naming the field, before anything starts, when the policy makes no sense.
 template <class R, class Executor, class AsyncAttempt, class Guard, class Token,

@@ -63,6 +63,7 @@ struct Pending {
   CURL* easy = nullptr;
   HeaderList extra_headers;          ///< the attempt's own headers (the idempotency key, the attempt number)
   std::optional<Exchange> exchange;  ///< the transfer: emplaced once the easy handle is set up
+  bool cancelled = false;            ///< cancelled inside libcurl's callbacks: stopped once libcurl returns
 };
 
 }  // namespace detail
@@ -72,7 +73,10 @@ struct Pending {
 /// multi handle keeps the connections (HTTP keep-alive, TLS sessions) from one request to the next.
 ///
 /// Not thread-safe: start requests and destroy the client on the executor's thread (one io_context thread,
-/// or a strand). Destroying it cancels what is in flight: each handler gets operation_aborted.
+/// or a strand). Destroying it cancels what is in flight: each handler gets operation_aborted. A streaming
+/// handler (which runs inside libcurl) may start and cancel requests, and destroy the client: the client
+/// carries them out once libcurl has returned (a request cancelled there may still hand the events of the
+/// same read to its handler).
 class AsyncClient {
  public:
   /// A client on `executor`. Throws ProviderError when libcurl cannot make a multi handle.
@@ -153,6 +157,8 @@ class AsyncClient {
                std::optional<std::chrono::milliseconds> time_left) {
       auto pending = std::make_unique<PendingOf<Handler>>(std::move(handler), executor);
       detail::Pending* raw = pending.get();
+      auto slot = boost::asio::get_associated_cancellation_slot(pending->handler);
+      in_flight.emplace(raw, std::move(pending));
       try {
         const auto timeout = ::llmretry::curl::detail::attempt_timeout(options, time_left);
         raw->easy = take_easy();
@@ -169,41 +175,85 @@ class AsyncClient {
           curl_easy_setopt(raw->easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
           curl_easy_setopt(raw->easy, CURLOPT_LOW_SPEED_TIME, 86'400L);
         }
-        if (curl_multi_add_handle(multi.get(), raw->easy) != CURLM_OK)
+        if (slot.is_connected()) {
+          slot.assign([weak = this->weak_from_this(), raw](boost::asio::cancellation_type) {
+            if (auto self = weak.lock()) self->cancel(raw);
+          });
+        }
+        if (acting) {  // started by a streaming handler: libcurl refuses a handle from inside its callbacks
+          to_add.push_back(raw);
+        } else if (curl_multi_add_handle(multi.get(), raw->easy) != CURLM_OK) {
           throw ProviderError("curl_multi_add_handle failed", Failure{});
+        }
       } catch (...) {
-        give_back(*raw);
-        raw->complete(std::current_exception(), Response{});
-        return;
+        end(raw, std::current_exception());
       }
-      auto slot = boost::asio::get_associated_cancellation_slot(pending->handler);
-      if (slot.is_connected()) {
-        slot.assign([weak = this->weak_from_this(), raw](boost::asio::cancellation_type) {
-          if (auto self = weak.lock()) self->cancel(raw);
-        });
-      }
-      in_flight.emplace(raw, std::move(pending));
     }
 
-    /// Ends every request in flight with operation_aborted; the client is going away.
-    void shut_down() {
+    /// Ends every request in flight with operation_aborted; the client is going away. Inside libcurl's
+    /// callbacks (a streaming handler destroyed the client), only marks it, for act to carry out once libcurl
+    /// has returned (the handler that called act holds the state meanwhile).
+    void shut_down() noexcept {
+      if (acting) {
+        closing = true;
+        return;
+      }
       timer.cancel();
-      while (!in_flight.empty()) cancel(in_flight.begin()->first);
+      to_add.clear();
+      while (!in_flight.empty()) end(in_flight.begin()->first, aborted());
       multi.reset();  // closes the connections (on_close lets go of their descriptors)
       while (!sockets.empty()) forget(sockets.begin()->first);
     }
 
-    /// Stops `pending` if it is still in flight and completes it with operation_aborted.
-    void cancel(detail::Pending* pending) {
+    /// Stops `pending` if it is still in flight and completes it with operation_aborted; inside libcurl's
+    /// callbacks (a streaming handler), only marks it, for act to stop once libcurl has returned.
+    void cancel(detail::Pending* pending) noexcept {
+      const auto found = in_flight.find(pending);
+      if (found == in_flight.end()) return;
+      if (acting) {
+        found->second->cancelled = true;
+        cancels_waiting = true;
+        return;
+      }
+      end(pending, aborted());
+    }
+
+    /// Returns the exception of a cancelled request.
+    static std::exception_ptr aborted() noexcept {
+      return std::make_exception_ptr(
+          boost::system::system_error(boost::asio::error::operation_aborted, "curl: request cancelled"));
+    }
+
+    /// Takes `pending` (in flight) out of the client: its easy handle out of the multi handle (libcurl returns
+    /// CURLM_OK for one it never added) and kept for the next request; then completes it with `error`.
+    /// Not from inside libcurl's callbacks.
+    void end(detail::Pending* pending, std::exception_ptr error) noexcept {
       const auto found = in_flight.find(pending);
       if (found == in_flight.end()) return;
       std::unique_ptr<detail::Pending> owned = std::move(found->second);
       in_flight.erase(found);
-      curl_multi_remove_handle(multi.get(), owned->easy);
+      if (owned->easy != nullptr) curl_multi_remove_handle(multi.get(), owned->easy);
       give_back(*owned);
-      owned->complete(std::make_exception_ptr(boost::system::system_error(boost::asio::error::operation_aborted,
-                                                                          "curl: request cancelled")),
-                      Response{});
+      owned->complete(std::move(error), Response{});
+    }
+
+    /// Carries out what a streaming handler asked while libcurl ran it: adds the requests it started, then
+    /// stops those it cancelled. Nothing is freed before both are done: no address is used twice meanwhile.
+    void catch_up() noexcept {
+      std::vector<detail::Pending*> added;
+      added.swap(to_add);
+      for (detail::Pending* pending : added) {
+        if (curl_multi_add_handle(multi.get(), pending->easy) != CURLM_OK) {
+          end(pending, std::make_exception_ptr(ProviderError("curl_multi_add_handle failed", Failure{})));
+        }
+      }
+      if (!std::exchange(cancels_waiting, false)) return;
+      for (auto at = in_flight.begin(); at != in_flight.end();) {
+        detail::Pending* pending = at->first;
+        const bool stop = at->second->cancelled;
+        ++at;  // end erases `pending` alone: `at` stays valid
+        if (stop) end(pending, aborted());
+      }
     }
 
     /// Returns an easy handle: one kept from an earlier request, or a new one.
@@ -227,7 +277,14 @@ class AsyncClient {
     /// Lets libcurl act on `fd` (or its timeouts, for CURL_SOCKET_TIMEOUT), then completes what ended.
     void act(curl_socket_t fd, int events) {
       int running = 0;
+      acting = true;
       curl_multi_socket_action(multi.get(), fd, events, &running);
+      acting = false;
+      if (closing) {
+        shut_down();
+        return;
+      }
+      catch_up();
       int left = 0;
       while (CURLMsg* message = curl_multi_info_read(multi.get(), &left)) {
         if (message->msg != CURLMSG_DONE) continue;
@@ -340,8 +397,12 @@ class AsyncClient {
     std::unique_ptr<CURLM, detail::MultiDeleter> multi;
     std::unordered_map<curl_socket_t, std::shared_ptr<Socket>> sockets;
     std::unordered_map<detail::Pending*, std::unique_ptr<detail::Pending>> in_flight;
-    std::vector<CURL*> idle;  ///< easy handles kept for the next requests
+    std::vector<CURL*> idle;               ///< easy handles kept for the next requests
+    std::vector<detail::Pending*> to_add;  ///< started while `acting`: added once libcurl has returned
     long opened = 0;
+    bool acting = false;           ///< inside curl_multi_socket_action: libcurl refuses to add or remove a handle
+    bool cancels_waiting = false;  ///< a request in flight was marked cancelled while `acting`
+    bool closing = false;          ///< the client was destroyed while `acting`
   };
 
   /// A request and its handler, which it completes through the handler's executor, keeping that executor
