@@ -92,7 +92,7 @@ struct Touched {
 inline constexpr std::chrono::milliseconds slot_recheck{1000};
 
 /// The guard and the options of a call that passes none (stateless or never written: shared).
-inline NoGuard no_guard;
+inline const NoGuard no_guard{};
 inline const CallOptions no_options{};
 
 /// Returns the exception a cancelled call completes with: boost::system::system_error holding

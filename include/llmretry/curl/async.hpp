@@ -86,7 +86,12 @@ class AsyncClient {
   AsyncClient& operator=(const AsyncClient&) = delete;
   AsyncClient(AsyncClient&&) = delete;
   AsyncClient& operator=(AsyncClient&&) = delete;
-  ~AsyncClient() { impl_->shut_down(); }
+  ~AsyncClient() {
+    try {
+      impl_->shut_down();
+    } catch (...) {  // out of memory posting the handlers of what was in flight: those are not called
+    }
+  }
 
   /// Returns the executor the client runs on.
   [[nodiscard]] const boost::asio::any_io_executor& get_executor() const noexcept { return impl_->executor; }
@@ -193,7 +198,7 @@ class AsyncClient {
     /// Ends every request in flight with operation_aborted; the client is going away. Inside libcurl's
     /// callbacks (a streaming handler destroyed the client), only marks it, for act to carry out once libcurl
     /// has returned (the handler that called act holds the state meanwhile).
-    void shut_down() noexcept {
+    void shut_down() {
       if (acting) {
         closing = true;
         return;
@@ -290,7 +295,7 @@ class AsyncClient {
         if (message->msg != CURLMSG_DONE) continue;
         void* data = nullptr;
         curl_easy_getinfo(message->easy_handle, CURLINFO_PRIVATE, &data);
-        const CURLcode code = message->data.result;
+        const CURLcode code = message->data.result;  // NOLINT(*-union-access): libcurl's CURLMsg
         const auto found = in_flight.find(static_cast<detail::Pending*>(data));
         if (found == in_flight.end()) continue;
         std::unique_ptr<detail::Pending> owned = std::move(found->second);
@@ -365,17 +370,21 @@ class AsyncClient {
 
     static int on_timer(CURLM* /*multi*/, long timeout_ms, void* user) noexcept {
       auto& impl = *static_cast<Impl*>(user);
-      if (timeout_ms < 0) {
-        impl.timer.cancel();
+      try {
+        if (timeout_ms < 0) {
+          impl.timer.cancel();
+          return 0;
+        }
+        impl.timer.expires_after(std::chrono::milliseconds{timeout_ms});
+        impl.timer.async_wait([weak = impl.weak_from_this()](boost::system::error_code ended) {
+          auto self = weak.lock();
+          if (!self || ended) return;
+          self->act(CURL_SOCKET_TIMEOUT, 0);
+        });
         return 0;
+      } catch (...) {
+        return -1;  // libcurl then fails the transfers of this multi handle
       }
-      impl.timer.expires_after(std::chrono::milliseconds{timeout_ms});
-      impl.timer.async_wait([weak = impl.weak_from_this()](boost::system::error_code ended) {
-        auto self = weak.lock();
-        if (!self || ended) return;
-        self->act(CURL_SOCKET_TIMEOUT, 0);
-      });
-      return 0;
     }
 
     static curl_socket_t on_open(void* user, curlsocktype /*purpose*/, curl_sockaddr* address) noexcept {

@@ -611,15 +611,15 @@ inline Session* thread_session() {
 /// Marks a Session busy for its lifetime.
 class BusyWhile {
  public:
-  explicit BusyWhile(bool& busy) noexcept : busy_(busy) { busy_ = true; }
+  explicit BusyWhile(bool& busy) noexcept : busy_(&busy) { *busy_ = true; }
   BusyWhile(const BusyWhile&) = delete;
   BusyWhile& operator=(const BusyWhile&) = delete;
   BusyWhile(BusyWhile&&) = delete;
   BusyWhile& operator=(BusyWhile&&) = delete;
-  ~BusyWhile() { busy_ = false; }
+  ~BusyWhile() { *busy_ = false; }
 
  private:
-  bool& busy_;
+  bool* busy_;
 };
 
 }  // namespace detail

@@ -554,7 +554,7 @@ class LoopbackProvider {
       DIR* dir = ::opendir(folder);
       if (dir == nullptr) continue;
       while (const dirent* entry = ::readdir(dir)) {
-        const std::string_view name = entry->d_name;
+        const std::string_view name(static_cast<const char*>(entry->d_name));
         if (name.empty() || name.find_first_not_of("0123456789") != std::string_view::npos || name.size() > 9) continue;
         int descriptor = 0;
         for (const char digit : name) descriptor = descriptor * 10 + (digit - '0');
