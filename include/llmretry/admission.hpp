@@ -7,6 +7,7 @@
 #include "admission/circuit_breaker.hpp"
 #include "admission/concurrency.hpp"
 #include "admission/deployment.hpp"
+#include "admission/hedging.hpp"
 #include "admission/limits.hpp"
 #include "admission/pressure.hpp"
 #include "admission/rate_limiter.hpp"

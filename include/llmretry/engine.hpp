@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "admission/hedging.hpp"
 #include "attempt.hpp"
 #include "clock.hpp"
 #include "decision.hpp"
@@ -38,6 +39,10 @@ struct CallOptions {
   std::function<void(const GiveUp&)> on_give_up;
   /// Where to write what the call spent, on success too; null: nowhere. Must outlive the call.
   CallStats* stats = nullptr;
+  /// Hedges the call's attempts (see Hedging and CallEngine::hedge); null: never. Only a driver that sends
+  /// requests concurrently hedges (asio::async_call_with_retry); call_with_retry and call_with_fallback
+  /// throw std::invalid_argument when it is set. Must outlive the call.
+  Hedging* hedging = nullptr;
 };
 
 /// One step of a call, as its CallEngine returns it: make an attempt, wait, or stop.
@@ -46,6 +51,7 @@ struct Step {
     attempt,  ///< make the attempt CallEngine::attempt() describes now, then tell the engine how it ended
     wait,     ///< wait `wait`, then call CallEngine::resume()
     done,     ///< the call is over: it succeeded, or gave up (CallEngine::gave_up() says why)
+    pending,  ///< a request of a hedged attempt failed while the other one is in flight: wait for its outcome
   };
   Kind kind = Kind::done;
   std::chrono::milliseconds wait{0};        ///< for a wait: how long from when the step was returned (for a
@@ -60,6 +66,8 @@ struct Step {
   }
   /// Returns the step of a call that is over.
   [[nodiscard]] static constexpr Step done() noexcept { return {Kind::done, {}, WaitReason::backoff}; }
+  /// Returns the step to wait for the other request of a hedged attempt.
+  [[nodiscard]] static constexpr Step pending() noexcept { return {Kind::pending, {}, WaitReason::backoff}; }
 };
 
 namespace detail {
@@ -69,6 +77,7 @@ namespace detail {
 struct NoCallOptions {
   static constexpr bool safe_to_repeat = true;
   static constexpr std::optional<std::chrono::steady_clock::time_point> deadline{};
+  static constexpr Hedging* hedging = nullptr;
 };
 
 /// Returns the time on `options`' clock (the real one without one).
@@ -94,6 +103,15 @@ std::chrono::steady_clock::time_point clock_of(const Options& options) {
 /// The steps: start() once, then for an attempt step make attempt() and report it with succeeded() or
 /// failed() (or abandoned() for an outcome that is not a failure), and after a wait step call resume().
 /// A done step ends the call: gave_up() is null after a success.
+///
+/// Hedging (CallOptions::hedging, for a driver that sends requests concurrently): after an attempt step,
+/// hedge_delay() says when a hedge of it may go; then hedge() admits it or not, and when it goes the
+/// driver sends hedge_attempt() too and reports it with hedge_succeeded() or hedge_failed(). The first
+/// answer wins: the other request's ticket is told it lost (FailureKind::unknown, maybe processed: its
+/// reservation is charged as sent, a breaker does not count it) and the driver cancels that request and
+/// reports nothing more of it (in_flight() says which request is still awaited). A request that fails
+/// while the other is in flight returns a pending step: wait for the other one. A request that streams
+/// claims the answer first (claim()).
 /// The engine allocates nothing, draws nothing and reads no clock when the first attempt succeeds (with a
 /// deadline, it reads the clock before an attempt of a guarded call, or of one told the time left).
 /// Not thread-safe: one call, one driver at a time (the guard may be shared, as its own contract says). Steps
@@ -154,52 +172,137 @@ class CallEngine {
   void wake_with(Waker* waker) noexcept { waker_ = waker; }
 
   /// Records that the attempt succeeded with `answer` (nothing for a call that returns void): the
-  /// guard's ticket learns it. Returns done. Throws what the ticket throws (the call is over all the same).
+  /// guard's ticket learns it (the hedge in flight, if any, lost). Returns done. Throws what the ticket
+  /// throws (the call is over all the same).
   template <class... Answer>
   Step succeeded(const Answer&... answer) {
-    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::succeeded: no attempt is under way");
-    if constexpr (guarded) {
-      if (auto ticket = take_ticket()) ticket->succeeded(answer...);
-    }
-    return Step::done();
+    return answered(false, answer...);
   }
 
   /// Records that the attempt failed with `failure` (the guard's ticket learns it) and decides: a wait
   /// before the next attempt (backoff, or the provider's wait; `rng` draws its jitter), or done when the
-  /// call gives up (options.on_give_up has been told, gave_up() says why).
+  /// call gives up (options.on_give_up has been told, gave_up() says why); pending while its hedge is in
+  /// flight.
   template <class Rng>
   Step failed(const Failure& failure, Rng& rng) {
-    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::failed: no attempt is under way");
-    if constexpr (guarded) {
-      if (auto ticket = take_ticket()) ticket->failed(failure);
-    }
-    const Decision decision = state().next(failure, rng, options_.deadline ? time_left() : std::nullopt);
-    if (!decision.retry) {
-      give_up(decision.reason, failure);
-      return Step::done();
-    }
-    return Step::wait_for(decision.wait, decision.why);
+    return failed_request(false, failure, rng);
   }
 
   /// Records that the attempt ended with something that is not a failure (an exception nobody
-  /// recognised): its ticket learns nothing and gives back what it holds. The call is over.
+  /// recognised): its tickets (its hedge's too) learn nothing and give back what they hold. The call is over.
   void abandoned() noexcept {
-    if constexpr (guarded) ticket_.reset();
+    if constexpr (guarded) {
+      ticket_.reset();
+      hedge_ticket_.reset();
+    }
+    in_flight_ = 0;
   }
 
   /// Ends the call because its caller cancelled it, in any state but done: the guard's ticket is given
   /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot), and told
-  /// `failure` when the attempt is under way (it may have been processed: say so in `failure.sent`).
-  /// gave_up() then says StopReason::cancelled with `failure`; options.on_give_up is told. Returns done.
+  /// `failure` when the attempt is under way (it may have been processed: say so in `failure.sent`), its
+  /// hedge's too. gave_up() then says StopReason::cancelled with `failure`; options.on_give_up is told.
+  /// Returns done.
   Step cancelled(const Failure& failure) {
     assert(!gave_up_ && "CallEngine::cancelled: the call is over");
     if constexpr (guarded) {
       if (std::exchange(admitted_, false)) ticket_.reset();
-      else if (auto ticket = take_ticket()) ticket->failed(failure);
+      else if (auto ticket = take_ticket(false)) ticket->failed(failure);
+      if (auto ticket = take_ticket(true)) ticket->failed(failure);
     }
+    in_flight_ = 0;
     give_up(StopReason::cancelled, failure);
     return Step::done();
   }
+
+  /// Returns how long after the attempt just begun (an attempt step) its hedge may go (see hedge()), or
+  /// nullopt when it may not: the call is not hedged or not safe to repeat, the delay is not learned yet,
+  /// or the deadline comes first.
+  [[nodiscard]] std::optional<std::chrono::milliseconds> hedge_delay() const {
+    Hedging* const hedging_of_call = hedging();
+    if (hedging_of_call == nullptr || !options_.safe_to_repeat || hedge_closed_) return std::nullopt;
+    const std::optional<std::chrono::milliseconds> delay = hedging_of_call->delay();
+    if (!delay || (attempt_.time_left && *delay >= *attempt_.time_left)) return std::nullopt;
+    return delay;
+  }
+
+  /// Asks for the hedge of the attempt under way (at the end of hedge_delay()). Returns true when it goes:
+  /// send hedge_attempt() now and report it with hedge_succeeded() or hedge_failed(). Returns false, and
+  /// the attempt goes on alone, unless: the call is hedged and safe to repeat; the attempt is in flight,
+  /// has no hedge yet and has streamed nothing (claim()); the deadline has not passed; the hedging budget
+  /// allows one more hedge; and the guard admits the hedge at once (no wait for capacity, a concurrency
+  /// slot free: a hedge never waits, so it never goes ahead of an attempt that waits). At most one hedge
+  /// per attempt. Throws what the guard throws (the attempt goes on alone).
+  [[nodiscard]] bool hedge() {
+    Hedging* const hedging_of_call = hedging();
+    if (hedging_of_call == nullptr || !options_.safe_to_repeat || hedge_closed_ || in_flight_ != first_request)
+      return false;
+    hedge_closed_ = true;
+    hedge_attempt_ = attempt_;
+    hedge_attempt_.hedge = true;
+    if (options_.deadline) {
+      hedge_attempt_.time_left = time_left();
+      if (*hedge_attempt_.time_left <= std::chrono::milliseconds::zero()) return false;
+    }
+    const auto now = hedging_of_call->now();
+    if (!hedging_of_call->try_hedge(now)) return false;
+    Unsent unsent{hedging_of_call, now};  // gives the hedge back unless it goes
+    if constexpr (guarded) {
+      auto admission = guard_.admit(std::as_const(hedge_attempt_));
+      if (!admission.admitted() || admission.wait() > std::chrono::milliseconds::zero()) return false;
+      Ticket ticket(std::move(admission.ticket()));
+      if constexpr (detail::has_begin<Ticket>::value) {
+        if (detail::begin_ticket(ticket, std::as_const(hedge_attempt_), nullptr).kind() != Begin::Kind::go)
+          return false;
+      }
+      hedge_ticket_.emplace(std::move(ticket));
+    }
+    unsent.hedging = nullptr;
+    in_flight_ |= hedge_request;
+    hedge_started_ = now;
+    ++hedges_;
+    report(std::nullopt);
+    return true;
+  }
+
+  /// Records that the hedge succeeded with `answer`: its ticket learns it, the attempt's own request lost.
+  /// Returns done.
+  template <class... Answer>
+  Step hedge_succeeded(const Answer&... answer) {
+    return answered(true, answer...);
+  }
+
+  /// Records that the hedge failed with `failure`: pending while the attempt's own request is in flight,
+  /// else as failed().
+  template <class Rng>
+  Step hedge_failed(const Failure& failure, Rng& rng) {
+    return failed_request(true, failure, rng);
+  }
+
+  /// Returns true when the request (the hedge when `hedge`) may pass its streamed answer to the caller:
+  /// the first of a hedged attempt's requests to ask wins (the other one lost: cancel it), and no hedge
+  /// starts after. Always true for a call that is not hedged.
+  [[nodiscard]] bool claim(bool hedge) {
+    Hedging* const hedging_of_call = hedging();
+    if (hedging_of_call == nullptr) return true;
+    if (claimed_) return claimed_by_hedge_ == hedge && (in_flight_ & request(hedge)) != 0;
+    if ((in_flight_ & request(hedge)) == 0) return false;
+    claimed_ = true;
+    claimed_by_hedge_ = hedge;
+    hedge_closed_ = true;
+    learn(*hedging_of_call, hedge);
+    if ((in_flight_ & request(!hedge)) != 0) lose(!hedge);
+    return true;
+  }
+
+  /// Returns true while the outcome of the attempt's own request (the hedge's when `hedge`) is awaited:
+  /// false once it lost.
+  [[nodiscard]] bool in_flight(bool hedge) const noexcept { return (in_flight_ & request(hedge)) != 0; }
+
+  /// Returns the hedge to send after hedge() said it goes.
+  [[nodiscard]] const Attempt& hedge_attempt() const noexcept { return hedge_attempt_; }
+  /// Returns how many hedges were sent.
+  [[nodiscard]] int hedges() const noexcept { return hedges_; }
 
   /// Returns the attempt to make: its number and the time left until the deadline.
   [[nodiscard]] const Attempt& attempt() const noexcept { return attempt_; }
@@ -269,18 +372,111 @@ class CallEngine {
       }
     }
     ++made_;
+    if (Hedging* hedging_of_call = hedging()) {
+      const auto now = hedging_of_call->now();
+      if (made_ == 1) hedging_of_call->called(now);
+      started_ = now;
+      in_flight_ = first_request;
+      hedge_closed_ = false;
+      claimed_ = false;
+    }
     // What the call spent should this attempt succeed; a failure writes it again.
-    report(CallStats{made_, waited(), std::nullopt});
+    report(std::nullopt);
     return Step::attempt();
   }
 
-  /// Returns the attempt's ticket, leaving none behind: it is destroyed (and gives back what it holds)
-  /// when the caller is done with it, even if telling it the outcome throws.
-  std::optional<Ticket> take_ticket() noexcept {
+  /// The requests of an attempt, as bits of in_flight_.
+  static constexpr unsigned char first_request = 1;
+  static constexpr unsigned char hedge_request = 2;
+  [[nodiscard]] static constexpr unsigned char request(bool hedge) noexcept {
+    return hedge ? hedge_request : first_request;
+  }
+
+  /// Gives back a hedge taken from the budget unless `hedging` was cleared (it was sent).
+  struct Unsent {
+    Unsent(Hedging* taken_from, std::chrono::steady_clock::time_point taken_at) noexcept
+        : hedging(taken_from), at(taken_at) {}
+    Unsent(const Unsent&) = delete;
+    Unsent& operator=(const Unsent&) = delete;
+    ~Unsent() {
+      if (hedging != nullptr) hedging->give_back(at);
+    }
+    Hedging* hedging;
+    std::chrono::steady_clock::time_point at;
+  };
+
+  /// Returns the call's Hedging (CallOptions::hedging), or null when it is not hedged.
+  [[nodiscard]] Hedging* hedging() const noexcept {
+    if constexpr (std::is_same_v<Options, detail::NoCallOptions>) return nullptr;
+    else return options_.hedging;
+  }
+
+  /// A request (the hedge when `hedge`) answered: the other one, in flight, lost; its ticket learns it.
+  template <class... Answer>
+  Step answered(bool hedge, const Answer&... answer) {
+    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::succeeded: no attempt is under way");
+    if (Hedging* const hedging_of_call = hedging()) {
+      assert(in_flight(hedge) && "CallEngine::succeeded: that request is not in flight");
+      if (!claimed_) learn(*hedging_of_call, hedge);
+      if (in_flight(!hedge)) lose(!hedge);
+      in_flight_ = 0;
+      if (hedge) hedging_of_call->won();
+    }
+    if constexpr (guarded) {
+      if (auto ticket = take_ticket(hedge)) ticket->succeeded(answer...);
+    }
+    return Step::done();
+  }
+
+  /// A request (the hedge when `hedge`) failed: pending while the other one is in flight, else decides.
+  template <class Rng>
+  Step failed_request(bool hedge, const Failure& failure, Rng& rng) {
+    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::failed: no attempt is under way");
+    if (hedging() != nullptr) {
+      assert(in_flight(hedge) && "CallEngine::failed: that request is not in flight");
+      in_flight_ = static_cast<unsigned char>(in_flight_ & ~request(hedge));
+      if (in_flight_ != 0) {
+        if constexpr (guarded) {
+          if (auto ticket = take_ticket(hedge)) ticket->failed(failure);
+        }
+        return Step::pending();
+      }
+    }
+    if constexpr (guarded) {
+      if (auto ticket = take_ticket(hedge)) ticket->failed(failure);
+    }
+    const Decision decision = state().next(failure, rng, options_.deadline ? time_left() : std::nullopt);
+    if (!decision.retry) {
+      give_up(decision.reason, failure);
+      return Step::done();
+    }
+    return Step::wait_for(decision.wait, decision.why);
+  }
+
+  /// The request (the hedge when `hedge`) lost: its ticket hears it may have been processed, and its
+  /// outcome is awaited no more.
+  void lose(bool hedge) {
+    in_flight_ = static_cast<unsigned char>(in_flight_ & ~request(hedge));
+    if constexpr (guarded) {
+      if (auto ticket = take_ticket(hedge)) ticket->failed(Failure::of(FailureKind::unknown, Sent::maybe_processed));
+    }
+  }
+
+  /// Records the latency of the request (the hedge when `hedge`), which answered or began to stream.
+  void learn(Hedging& hedging_of_call, bool hedge) {
+    using namespace std::chrono;
+    hedging_of_call.record(floor<milliseconds>(hedging_of_call.now() - (hedge ? hedge_started_ : started_)));
+  }
+
+  /// Returns the ticket of the attempt's request (of its hedge when `hedge`), leaving none behind: it is
+  /// destroyed (and gives back what it holds) when the caller is done with it, even if telling it the
+  /// outcome throws.
+  std::optional<Ticket> take_ticket(bool hedge) noexcept {
+    std::optional<Ticket>& held = hedge ? hedge_ticket_ : ticket_;
     std::optional<Ticket> ticket;
-    if (ticket_) {
-      ticket.emplace(std::move(*ticket_));
-      ticket_.reset();
+    if (held) {
+      ticket.emplace(std::move(*held));
+      held.reset();
     }
     return ticket;
   }
@@ -302,15 +498,17 @@ class CallEngine {
     return Step::done();
   }
 
-  void report(const CallStats& stats) {
+  /// Writes what the call spent, and why it stopped (nullopt: it has not, or it succeeded).
+  void report(std::optional<StopReason> stopped) {
     if constexpr (!std::is_same_v<Options, detail::NoCallOptions>) {
-      if (options_.stats != nullptr) *options_.stats = stats;
+      if (options_.stats != nullptr) *options_.stats = CallStats{made_, waited(), stopped, hedges_};
     }
   }
 
   void give_up(StopReason reason, const Failure& failure, LimitType limit = LimitType::unknown) {
+    in_flight_ = 0;
     gave_up_.emplace(GiveUp{reason, failure, made_, waited(), limit});
-    report(CallStats{made_, waited(), reason});
+    report(reason);
     if constexpr (!std::is_same_v<Options, detail::NoCallOptions>) {
       if (options_.on_give_up) options_.on_give_up(*gave_up_);
     }
@@ -321,12 +519,21 @@ class CallEngine {
   const Options& options_;
   std::optional<RetryState> state_;
   std::optional<Ticket> ticket_;
+  std::optional<Ticket> hedge_ticket_;
   std::optional<GiveUp> gave_up_;
   Attempt attempt_;
+  Attempt hedge_attempt_;
+  std::chrono::steady_clock::time_point started_{};        ///< on the hedging's clock: the attempt's start
+  std::chrono::steady_clock::time_point hedge_started_{};  ///< and its hedge's
   int made_ = 0;
+  int hedges_ = 0;
   Waker* waker_ = nullptr;
   bool tells_time_left_ = true;
-  bool admitted_ = false;  ///< the attempt was admitted and waits (for capacity or a slot) to begin
+  bool admitted_ = false;        ///< the attempt was admitted and waits (for capacity or a slot) to begin
+  unsigned char in_flight_ = 0;  ///< of a hedged call: the requests whose outcome is awaited
+  bool hedge_closed_ = false;    ///< of a hedged call: the attempt may have no (more) hedge
+  bool claimed_ = false;         ///< of a hedged call: a request of the attempt streams its answer
+  bool claimed_by_hedge_ = false;
 };
 
 /// An lvalue guard is shared (held by reference), a temporary one moved in.

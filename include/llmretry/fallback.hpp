@@ -321,6 +321,8 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
   static_assert((0 + ... + (detail::is_route_guards<std::decay_t<Parts>>::value ? 1 : 0)) <= 1,
                 "route_guards(...) may be given once");
   policy.validate();
+  if (options.call.hedging != nullptr)
+    detail::throw_invalid_argument("FallbackOptions::call.hedging: call_with_fallback sends one request at a time");
   detail::NoRouteGuards no_route_guards;
   auto& extra = detail::route_guards_of(no_route_guards, parts...);
   const auto retry_parts = detail::without_route_guards(parts...);

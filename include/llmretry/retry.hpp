@@ -438,6 +438,11 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   auto& guard = detail::pick<Part::guard>(no_guard, parts...);
   auto& check = detail::pick<Part::answer_check>(no_check, parts...);
   using Options = std::remove_const_t<std::remove_reference_t<decltype(options)>>;
+  if constexpr (!std::is_same_v<Options, detail::NoCallOptions>) {
+    if (options.hedging != nullptr)
+      detail::throw_invalid_argument(
+          "CallOptions::hedging: call_with_retry sends one request at a time; hedge with asio::async_call_with_retry");
+  }
   using Engine = CallEngine<std::remove_reference_t<decltype(guard)>&, Options>;
   constexpr bool wakes = Engine::guarded && detail::may_wait<typename Engine::Ticket>::value;
   BlockingWaits<std::remove_reference_t<decltype(sleep)>, wakes> waits{sleep};  // outlives the engine

@@ -120,6 +120,7 @@ struct CallStats {
   int attempts = 0;                     ///< attempts made
   std::chrono::milliseconds waited{0};  ///< total time waited between and before attempts
   std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded
+  int hedges = 0;                       ///< hedges sent (CallOptions::hedging): requests beyond `attempts`
 };
 
 /// What one call costs, estimated before it is sent (the upper bound: the prompt and max output tokens)

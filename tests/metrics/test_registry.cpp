@@ -46,6 +46,9 @@ TEST_CASE("Registry writes a known sequence of events exactly", "[metrics][regis
   registry.tokens_reserved(gpt, 150);
   registry.tokens_used(gpt, 120);
   registry.retried(gpt, Failure::of(FailureKind::rate_limited, Sent::refused), 1);
+  registry.hedged(gpt, 2);
+  registry.hedged(gpt, 1);
+  registry.hedge_won(gpt);
   registry.queue_entered(chat);
   registry.queue_entered(chat);
   registry.queue_left(chat, 250ms);
@@ -68,6 +71,12 @@ TEST_CASE("Registry writes a known sequence of events exactly", "[metrics][regis
         "# HELP llm_retries_total Attempts sent again, by the error of the attempt before.\n"
         "# TYPE llm_retries_total counter\n"
         "llm_retries_total{provider=\"openai\",model=\"gpt-5.5\",error_type=\"rate_limited\"} 1\n"
+        "# HELP llm_hedges_total Hedges sent: second requests of attempts still in flight.\n"
+        "# TYPE llm_hedges_total counter\n"
+        "llm_hedges_total{provider=\"openai\",model=\"gpt-5.5\"} 2\n"
+        "# HELP llm_hedge_wins_total Hedges whose answer came first.\n"
+        "# TYPE llm_hedge_wins_total counter\n"
+        "llm_hedge_wins_total{provider=\"openai\",model=\"gpt-5.5\"} 1\n"
         "# HELP llm_queue_depth Requests waiting in a queue.\n"
         "# TYPE llm_queue_depth gauge\n"
         "llm_queue_depth{priority=\"interactive\",task_type=\"chat\"} 1\n"
@@ -100,6 +109,8 @@ TEST_CASE("Registry without events still declares every family", "[metrics][regi
         "# TYPE llm_tokens_reserved_total counter\n"
         "# TYPE llm_tokens_used_total counter\n"
         "# TYPE llm_retries_total counter\n"
+        "# TYPE llm_hedges_total counter\n"
+        "# TYPE llm_hedge_wins_total counter\n"
         "# TYPE llm_queue_depth gauge\n"
         "# TYPE llm_queue_wait_seconds histogram\n"
         "# TYPE llm_rate_limit_hits_total counter\n"

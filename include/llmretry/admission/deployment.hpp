@@ -353,10 +353,12 @@ class Deployment::Pacing {
 
   /// Reserves the estimate for the attempt. Returns the ticket and the wait until capacity comes, or the
   /// refusal: no_capacity for a cost above a limit or a wait beyond max_queue_wait, deadline for a wait
-  /// beyond the call's time left, pacing_unavailable for shared pacing state out of reach (fail_closed).
+  /// beyond the call's time left, pacing_unavailable for shared pacing state out of reach (fail_closed). A
+  /// hedge (Attempt::hedge) is admitted only when capacity is there now: it reserves nothing otherwise.
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
     const time_point now = deployment_->now();
-    Reservation reservation = deployment_->reserve(estimate_, now, attempt.time_left);
+    Reservation reservation =
+        deployment_->reserve(estimate_, now, attempt.hedge ? std::chrono::milliseconds::zero() : attempt.time_left);
     if (!reservation.granted())
       return Admission<Ticket>::refuse(
           refusal_of(reservation, now, attempt.time_left, deployment_->options().max_queue_wait));

@@ -134,20 +134,22 @@ class RetryBudget {
 
 /// The guard of one call through a RetryBudget. A first attempt is always admitted and deposits; a
 /// retry withdraws, or is refused with StopReason::retry_budget and the last failure the call saw. An
-/// attempt admitted but not sent (a later guard refused it) is given back.
+/// attempt admitted but not sent (a later guard refused it) is given back. A hedge (Attempt::hedge) is
+/// admitted and records nothing: the Hedging's own budget pays for it.
 class RetryBudget::Guard {
  public:
   /// What one attempt recorded, given back unless it hears how the attempt ended.
   class Ticket {
    public:
-    Ticket(Guard& guard, time_point at, bool first) noexcept : guard_(&guard), at_(at), first_(first) {}
+    /// What an attempt recorded at `at` (nothing for nullopt).
+    Ticket(Guard& guard, std::optional<time_point> at, bool first) noexcept : guard_(&guard), at_(at), first_(first) {}
     Ticket(Ticket&& other) noexcept
         : guard_(std::exchange(other.guard_, nullptr)), at_(other.at_), first_(other.first_) {}
     Ticket& operator=(Ticket&&) = delete;
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
     ~Ticket() {
-      if (guard_ != nullptr) guard_->budget_->give_back(at_, first_);
+      if (guard_ != nullptr && at_) guard_->budget_->give_back(*at_, first_);
     }
 
     /// The attempt was sent and answered: what it recorded stays.
@@ -164,7 +166,7 @@ class RetryBudget::Guard {
 
    private:
     Guard* guard_;
-    time_point at_;
+    std::optional<time_point> at_;
     bool first_;
   };
 
@@ -173,6 +175,7 @@ class RetryBudget::Guard {
   /// Deposits for a first attempt (attempt.number 1) and admits it; withdraws for a retry, or refuses it
   /// with StopReason::retry_budget.
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
+    if (attempt.hedge) return Admission<Ticket>::go(Ticket{*this, std::nullopt, false});
     const time_point now = budget_->now();
     const bool first = attempt.number <= 1;
     if (first) {

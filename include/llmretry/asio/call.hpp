@@ -4,6 +4,9 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/error.hpp>
@@ -104,9 +107,10 @@ inline std::exception_ptr cancelled_error() {
 
 /// What one call keeps between its steps, allocated once per call: the engine (which holds the policy, the
 /// guard and the options by reference), the attempt, the timer of its waits (made at the first wait only),
-/// the Waker of its waits for a concurrency slot and the last failure's exception.
+/// the Waker of its waits for a concurrency slot and the last failure's exception; for a hedged call, the
+/// hedge's timer and the cancellation signals of its two requests.
 template <class R, class Attempt, class Guard, class Executor>
-struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Executor>> {
+struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Executor>>, AnswerClaim {
   using Timer = boost::asio::basic_waitable_timer<std::chrono::steady_clock,
                                                   boost::asio::wait_traits<std::chrono::steady_clock>, Executor>;
 
@@ -134,9 +138,28 @@ struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Exe
       : executor(executor_in),
         waker(*this),
         engine(::llmretry::detail::prevalidated, policy, guard, options),
-        attempt(std::move(attempt_in)) {
+        attempt(std::move(attempt_in)),
+        hedged(options.hedging != nullptr) {
     engine.wake_with(&waker);
   }
+
+  /// A request of the attempt begins to stream: the first to ask wins, the other one is cancelled.
+  bool claim(bool hedge) override {
+    const bool may = engine.claim(hedge);
+    if (may) stop_hedging(!hedge);
+    return may;
+  }
+
+  /// Stops what the hedging of the attempt has under way: the hedge's timer, and the request that lost
+  /// (the hedge when `hedge`) if the engine awaits it no more.
+  void stop_hedging(bool hedge) {
+    if (hedge_timer_out) hedge_timer->cancel();
+    if (hedge ? hedge_out : first_out)
+      (hedge ? hedge_signal : first_signal).emit(boost::asio::cancellation_type::terminal);
+  }
+
+  /// Returns true when no request, and no hedge timer, of the attempt is under way besides `self`'s own.
+  [[nodiscard]] bool quiet() const noexcept { return !hedge_out && !hedge_timer_out; }
 
   Executor executor;  ///< before the waker and the engine: a wake under way reads it until the ticket ends
   SlotWaker waker;    ///< before the engine: outlives the ticket it is given to
@@ -147,6 +170,18 @@ struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Exe
   std::optional<R> answer;   ///< the answer, kept while the guard learns it on its own executor
   ThreadRng rng;
   bool waiting_for_slot = false;  ///< the timer's wait is one for a concurrency slot
+  // A hedged call (CallOptions::hedging).
+  bool hedged;                                    ///< the call may be hedged
+  std::optional<Timer> hedge_timer;               ///< the wait before the hedge (made at the first one)
+  boost::asio::cancellation_signal first_signal;  ///< cancels the attempt's own request
+  boost::asio::cancellation_signal hedge_signal;  ///< cancels its hedge
+  bool first_out = false;                         ///< the attempt's own request is under way
+  bool hedge_out = false;                         ///< the hedge is under way
+  bool hedge_timer_out = false;                   ///< the hedge's timer is under way
+  bool stopping = false;                          ///< the caller cancelled: no hedge may start
+  bool parked = false;                            ///< the operation waits on `timer` for the hedging to settle
+  std::optional<Touched> settled;                 ///< how the attempt ended, once decided: carried out when quiet()
+  std::exception_ptr hedge_error;                 ///< the hedge's failure
 };
 
 /// The composed operation of async_call_with_retry: carries out the engine's steps, each wait on a timer.
@@ -154,6 +189,7 @@ template <class R, class Attempt, class Guard, class Executor>
 class CallOp {
  public:
   using State = CallState<R, Attempt, Guard, Executor>;
+  using Timer = typename State::Timer;
 
   CallOp(const RetryPolicy& policy, Guard& guard, const CallOptions& options, Attempt attempt, const Executor& executor)
       : policy_(&policy), guard_(&guard), options_(&options), attempt_(std::move(attempt)), executor_(executor) {}
@@ -190,6 +226,10 @@ class CallOp {
   template <class Self>
   void operator()(Self& self, std::exception_ptr error, R answer) {
     State& state = *state_;
+    if (state.hedged) {
+      first_answered(self, std::move(error), std::move(answer));
+      return;
+    }
     if (!error) {  // an answer is delivered, even when a cancel came too late to stop it
       state.answer.emplace(std::move(answer));
       through_guard(self, Then::answer, [](State& s) { return s.engine.succeeded(std::as_const(*s.answer)); });
@@ -216,6 +256,18 @@ class CallOp {
   template <class Self>
   void operator()(Self& self, boost::system::error_code /*ended*/) {
     State& state = *state_;
+    if (std::exchange(state.parked, false)) {
+      if (self.cancelled() != boost::asio::cancellation_type::none && !state.settled) {
+        state.stopping = true;
+        state.settled = touch(state, Then::cancelled, [options = options_](State& s) {
+          return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::maybe_processed)
+                                            : Failure::of(FailureKind::unknown, Sent::maybe_processed));
+        });
+        state.stop_hedging(true);
+      }
+      settle(self);
+      return;
+    }
     state.waiting_for_slot = false;
     if (self.cancelled() != boost::asio::cancellation_type::none) {
       through_guard(self, Then::cancelled, [options = options_](State& s) {
@@ -293,10 +345,15 @@ class CallOp {
     State& state = *state_;
     switch (step.kind) {
       case Step::Kind::attempt: {
+        if (state.hedged) {
+          start_hedged(self);
+          return;
+        }
         Attempt& attempt = state.attempt;
         attempt(state.engine.attempt(), std::move(self));  // the state stays where it is: only `self` moves
         return;
       }
+      case Step::Kind::pending: park(self); return;
       case Step::Kind::wait: {
         if (!state.timer) state.timer.emplace(state.executor);
         state.waiting_for_slot = step.reason == WaitReason::slot;
@@ -314,6 +371,166 @@ class CallOp {
              R{});
     }
   }
+
+  /// Starts an attempt of a hedged call: its own request, which `self` travels with (cancelled through the
+  /// state's first_signal, to which the caller's cancel is passed on, with the hedge's), and the hedge's
+  /// timer when the engine says when a hedge may go.
+  template <class Self>
+  void start_hedged(Self& self) {
+    State& state = *state_;
+    state.settled.reset();
+    state.first_out = true;
+    if (const std::optional<std::chrono::milliseconds> delay = state.engine.hedge_delay(); delay && !state.stopping) {
+      if (!state.hedge_timer) state.hedge_timer.emplace(state.executor);
+      state.hedge_timer->expires_after(*delay);
+      state.hedge_timer_out = true;
+      state.hedge_timer->async_wait(boost::asio::bind_executor(
+          state.executor, [hedger = hedger()](boost::system::error_code ended) { hedger.timer_ended(ended); }));
+    }
+    if (auto slot = self.get_cancellation_state().slot(); slot.is_connected()) {
+      slot.assign([weak = state.weak_from_this()](boost::asio::cancellation_type type) {
+        if (const auto held = weak.lock()) {
+          held->stopping = true;
+          if (held->hedge_timer_out) held->hedge_timer->cancel();
+          held->first_signal.emit(type);
+          held->hedge_signal.emit(type);
+        }
+      });
+    }
+    ::llmretry::Attempt first = state.engine.attempt();
+    first.claims = &state;
+    Attempt& attempt = state.attempt;
+    attempt(std::as_const(first), boost::asio::bind_cancellation_slot(state.first_signal.slot(), std::move(self)));
+  }
+
+  /// The attempt's own request of a hedged call completed: decides unless the hedge did, then settles.
+  template <class Self>
+  void first_answered(Self& self, std::exception_ptr error, R answer) {
+    State& state = *state_;
+    state.first_out = false;
+    if (!state.settled && state.engine.in_flight(false) && state.engine.gave_up() == nullptr) {
+      if (!error) {
+        state.answer.emplace(std::move(answer));
+        state.settled =
+            touch(state, Then::answer, [](State& s) { return s.engine.succeeded(std::as_const(*s.answer)); });
+      } else if (self.cancelled() != boost::asio::cancellation_type::none) {
+        state.settled = touch(state, Then::cancelled, [options = options_, error](State& s) {
+          return s.engine.cancelled(failure_of(*options, error, Sent::maybe_processed));
+        });
+      } else if (!is_std_exception(error)) {
+        state.engine.abandoned();
+        state.settled = Touched{Step::done(), std::move(error), Then::next};
+      } else {
+        state.error = std::move(error);
+        const Touched touched = touch(state, Then::next, [options = options_](State& s) {
+          return s.engine.failed(failure_of(*options, s.error, Sent::maybe_processed), s.rng);
+        });
+        if (!touched.thrown && touched.step.kind == Step::Kind::pending) {
+          park(self);  // the hedge decides
+          return;
+        }
+        state.settled = touched;
+      }
+      state.stop_hedging(true);
+    }
+    settle(self);
+  }
+
+  /// Carries out how the attempt ended once nothing else of it is under way; until then waits (parks).
+  template <class Self>
+  void settle(Self& self) {
+    State& state = *state_;
+    if (state.settled && state.quiet()) {
+      const Touched touched = *state.settled;
+      state.settled.reset();
+      proceed(self, touched);
+      return;
+    }
+    park(self);
+  }
+
+  /// Waits on the state's timer, without a bound, until the hedging unparks it (Hedger::unpark).
+  template <class Self>
+  void park(Self& self) {
+    State& state = *state_;
+    if (!state.timer) state.timer.emplace(state.executor);
+    state.parked = true;
+    state.timer->expires_at(Timer::time_point::max());
+    state.timer->async_wait(std::move(self));
+  }
+
+  /// What completes on a hedged call's executor outside the operation's own steps: the hedge's timer and
+  /// the hedge. It holds the state until they are done: the operation completes only after them.
+  struct Hedger {
+    std::shared_ptr<State> state;
+    const CallOptions* options;
+
+    /// The hedge's timer ended: asks the engine for the hedge, and sends it when it goes.
+    void timer_ended(boost::system::error_code ended) const {
+      State& s = *state;
+      s.hedge_timer_out = false;
+      if (!ended && !s.stopping && s.first_out && !s.settled) {
+        const Touched touched =
+            touch(s, Then::next, [](State& st) { return st.engine.hedge() ? Step::attempt() : Step::done(); });
+        if (!touched.thrown && touched.step.kind == Step::Kind::attempt) {  // what the guard threw: no hedge
+          send();
+          return;
+        }
+      }
+      unpark();
+    }
+
+    /// Sends the hedge the engine admitted.
+    void send() const {
+      State& s = *state;
+      ::llmretry::Attempt hedge = s.engine.hedge_attempt();
+      hedge.claims = &s;
+      s.hedge_out = true;
+      Attempt& attempt = s.attempt;
+      attempt(std::as_const(hedge),
+              boost::asio::bind_cancellation_slot(
+                  s.hedge_signal.slot(),
+                  boost::asio::bind_executor(s.executor, [hedger = *this](std::exception_ptr error, R answer) {
+                    hedger.answered(std::move(error), std::move(answer));
+                  })));
+    }
+
+    /// The hedge completed: decides unless the attempt's own request did (or the hedge lost).
+    void answered(std::exception_ptr error, R answer) const {
+      State& s = *state;
+      s.hedge_out = false;
+      if (!s.settled && s.engine.in_flight(true) && s.engine.gave_up() == nullptr) {
+        if (!error) {
+          s.answer.emplace(std::move(answer));
+          s.settled =
+              touch(s, Then::answer, [](State& st) { return st.engine.hedge_succeeded(std::as_const(*st.answer)); });
+          s.stop_hedging(false);
+        } else if (!is_std_exception(error)) {
+          s.engine.abandoned();
+          s.settled = Touched{Step::done(), std::move(error), Then::next};
+          s.stop_hedging(false);
+        } else {
+          s.hedge_error = std::move(error);
+          const Touched touched = touch(s, Then::next, [options = options](State& st) {
+            return st.engine.hedge_failed(failure_of(*options, st.hedge_error, Sent::maybe_processed), st.rng);
+          });
+          if (touched.thrown || touched.step.kind != Step::Kind::pending) {  // the attempt's own request failed first
+            s.error = s.hedge_error;
+            s.settled = touched;
+          }
+        }
+      }
+      unpark();
+    }
+
+    /// Resumes the parked operation once the attempt is decided and nothing else of it is under way.
+    void unpark() const {
+      State& s = *state;
+      if (s.parked && s.settled && s.quiet()) s.timer->cancel();
+    }
+  };
+
+  [[nodiscard]] Hedger hedger() const { return Hedger{state_, options_}; }
 
   /// Frees the call's state (giving back what its guard's ticket holds), then completes.
   template <class Self>
@@ -380,10 +597,20 @@ class CallOp {
 /// (Asio's recycling allocator when it has none); a first attempt that succeeds starts no timer, draws no
 /// random number and reads no clock (with a deadline, the clock is read before each attempt).
 /// What the guard (its admission or its ticket), options.on_give_up or options.classify throws ends the call
-/// with that exception, through the handler (never inside the initiating function). `attempt` itself must
-/// not throw (what it throws leaves the call's handler never run).
+/// with that exception, through the handler (never inside the initiating function); what the guard throws
+/// when it admits a hedge only keeps the hedge from going. `attempt` itself must not throw (what it throws
+/// leaves the call's handler never run).
+///
+/// Hedging (CallOptions::hedging): when the engine says a hedge may go (CallEngine::hedge_delay, then
+/// CallEngine::hedge: safe to repeat, nothing streamed yet, capacity now, within the hedging budget),
+/// `attempt` is called a second time for the same attempt, with Attempt::hedge true, while the first
+/// request is in flight: it must take two requests at once. The first answer wins; the other request is
+/// cancelled through its handler's cancellation slot, and the operation completes once both handlers ran.
+/// A request that streams calls Attempt::claim() (on the call's executor) before it passes its first piece
+/// to the caller. A call whose guard is a GuardOn is not hedged (std::invalid_argument).
 /// Requires: R is default-constructible and movable.
-/// Throws std::invalid_argument naming the field, before anything starts, when the policy makes no sense.
+/// Throws std::invalid_argument naming the field, before anything starts, when the policy makes no sense
+/// or a GuardOn call is hedged.
 template <class R, class Executor, class AsyncAttempt, class Guard, class Token,
           class = std::enable_if_t<::llmretry::detail::is_guard<Guard>::value>>
 auto async_call_with_retry(const Executor& executor, AsyncAttempt&& attempt, const RetryPolicy& policy, Guard& guard,
@@ -391,6 +618,12 @@ auto async_call_with_retry(const Executor& executor, AsyncAttempt&& attempt, con
   static_assert(std::is_default_constructible_v<R> && std::is_move_constructible_v<R>,
                 "async_call_with_retry<R>: R must be default-constructible and movable");
   policy.validate();
+  if constexpr (detail::is_guard_on<Guard>::value) {
+    if (options.hedging != nullptr)
+      ::llmretry::detail::throw_invalid_argument(
+          "CallOptions::hedging: a call whose guard is on another executor "
+          "(guard_on) is not hedged");
+  }
   using Op = detail::CallOp<R, std::decay_t<AsyncAttempt>, Guard, Executor>;
   return boost::asio::async_compose<Token, CallSignature<R>>(
       Op(policy, guard, options, std::forward<AsyncAttempt>(attempt), executor), token, executor);

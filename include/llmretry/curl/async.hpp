@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -463,8 +464,18 @@ class AsyncCall {
 
   /// Starts the next attempt, its total timeout the shorter of options.timeout and `attempt.time_left`;
   /// completes `handler` with PerformSignature. The call must not be moved while an attempt is in flight.
+  /// A streamed call is not hedged: its hedge (Attempt::hedge) fails at once with std::logic_error, and the
+  /// attempt's own request goes on alone.
   template <class Handler>
   void operator()(const Attempt& attempt, Handler&& handler) {
+    if (attempt.hedge && on_event_) {
+      auto executor = boost::asio::get_associated_executor(handler, client_->get_executor());
+      boost::asio::post(executor, [handler = std::forward<Handler>(handler)]() mutable {
+        std::move(handler)(std::make_exception_ptr(std::logic_error("curl::AsyncCall: a streamed call is not hedged")),
+                           Response{});
+      });
+      return;
+    }
     ++attempts_;
     HeaderList extra;
     if (!options_.idempotency_header.empty()) extra.emplace_back(options_.idempotency_header, key_);

@@ -28,9 +28,12 @@ namespace metrics {
 
 /// The guard of one call to `target` (see guard.hpp) that reports what it sees to an Observer; made by
 /// observe(). It sees each attempt's admission and outcome, and reports:
-/// - retried(target, failure of the attempt before, attempt number - 1) for each attempt sent after the
+/// - retried(target, failure of the attempt before, resend count) for each attempt sent after the
 ///   first, once its outcome is known (an attempt admitted but not sent, or that failed with
-///   Sent::not_sent, is not a resend);
+///   Sent::not_sent, is not a resend); the resend count is the requests of the call before it (attempts
+///   and hedges);
+/// - hedged(target, resend count) for each hedge sent (Attempt::hedge), once its outcome is known, and
+///   hedge_won(target) when its answer came first;
 /// - rate_limited(target, LimitType::unknown) for each attempt that failed with FailureKind::rate_limited
 ///   (a failure does not say which limit was hit);
 /// - tokens_reserved(target, the estimate's tokens) for each attempt sent (not one that failed with
@@ -64,8 +67,9 @@ class ObservedCall {
   /// What one attempt holds: tells the call how the attempt ended, or that it was not sent.
   class Ticket {
    public:
-    Ticket(ObservedCall& call, int number) noexcept : call_(&call), number_(number) {}
-    Ticket(Ticket&& other) noexcept : call_(std::exchange(other.call_, nullptr)), number_(other.number_) {}
+    Ticket(ObservedCall& call, int number, bool hedge) noexcept : call_(&call), number_(number), hedge_(hedge) {}
+    Ticket(Ticket&& other) noexcept
+        : call_(std::exchange(other.call_, nullptr)), number_(other.number_), hedge_(other.hedge_) {}
     Ticket& operator=(Ticket&&) = delete;
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
@@ -76,16 +80,17 @@ class ObservedCall {
     /// Reports the attempt sent, and the tokens `answer` used when the reader finds them.
     template <class... Answer>
     void succeeded(const Answer&... answer) noexcept {
-      if (ObservedCall* call = std::exchange(call_, nullptr)) call->succeeded(number_, answer...);
+      if (ObservedCall* call = std::exchange(call_, nullptr)) call->succeeded(number_, hedge_, answer...);
     }
     /// Reports the attempt sent (unless failure.sent is Sent::not_sent), and a rate-limit hit for a 429.
     void failed(const Failure& failure) noexcept {
-      if (ObservedCall* call = std::exchange(call_, nullptr)) call->failed(number_, failure);
+      if (ObservedCall* call = std::exchange(call_, nullptr)) call->failed(number_, hedge_, failure);
     }
 
    private:
     ObservedCall* call_;
     int number_;
+    bool hedge_;
   };
 
   /// Reports the calls to `target` to `observer`, which must outlive this guard. `estimate`: the cost
@@ -109,9 +114,9 @@ class ObservedCall {
 
   /// Admits every attempt at once. The first attempt of a call first reports the call before, if any.
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) noexcept {
-    if (attempt.number == 1) finish();
+    if (attempt.number == 1 && !attempt.hedge) finish();
     started_ = true;
-    return Admission<Ticket>::go(Ticket{*this, attempt.number});
+    return Admission<Ticket>::go(Ticket{*this, attempt.number, attempt.hedge});
   }
 
   /// Reports the call's end now, with status to_string(report.reason), and a rate-limit hit of
@@ -132,9 +137,10 @@ class ObservedCall {
   enum class Last { not_sent, succeeded, failed };
 
   template <class... Answer>
-  void succeeded(int number, const Answer&... answer) noexcept {
-    sent(number);
+  void succeeded(int number, bool hedge, const Answer&... answer) noexcept {
+    sent(number, hedge);
     last_ = Last::succeeded;
+    if (hedge) tell([&](Observer& observer) { observer.hedge_won(target_); });
     if constexpr (sizeof...(Answer) == 1) {
       if (const std::optional<Cost> usage = reported_usage(answer..., read_usage_)) {
         if (const std::uint64_t tokens = tokens_in(*usage); tokens > 0)
@@ -143,17 +149,21 @@ class ObservedCall {
     }
   }
 
-  void failed(int number, const Failure& failure) noexcept {
-    if (failure.sent != Sent::not_sent) sent(number);
+  void failed(int number, bool hedge, const Failure& failure) noexcept {
+    if (failure.sent != Sent::not_sent) sent(number, hedge);
     last_ = Last::failed;
     last_failure_ = failure;
     if (failure.kind == FailureKind::rate_limited)
       tell([&](Observer& observer) { observer.rate_limited(target_, LimitType::unknown); });
   }
 
-  void sent(int number) noexcept {
-    if (number > 1 && last_failure_)
-      tell([&](Observer& observer) { observer.retried(target_, *last_failure_, number - 1); });
+  void sent(int number, bool hedge) noexcept {
+    if (hedge) {
+      ++hedges_;
+      tell([&](Observer& observer) { observer.hedged(target_, number - 1 + hedges_); });
+    } else if (number > 1 && last_failure_) {
+      tell([&](Observer& observer) { observer.retried(target_, *last_failure_, number - 1 + hedges_); });
+    }
     if (const std::uint64_t tokens = estimate_ ? tokens_in(*estimate_) : 0; tokens > 0)
       tell([&](Observer& observer) { observer.tokens_reserved(target_, tokens); });
   }
@@ -177,6 +187,7 @@ class ObservedCall {
     started_ = false;
     last_ = Last::not_sent;
     last_failure_.reset();
+    hedges_ = 0;
   }
 
   /// Calls `event(observer)`, dropping what it throws; does nothing for a guard moved from.
@@ -201,6 +212,7 @@ class ObservedCall {
   bool started_ = false;
   Last last_ = Last::not_sent;
   std::optional<Failure> last_failure_;
+  int hedges_ = 0;  ///< hedges of the call reported so far
 };
 
 /// Returns the guard that reports one call to `target` to `observer` (see ObservedCall), for

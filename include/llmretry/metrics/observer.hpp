@@ -47,6 +47,11 @@ class Observer {
   /// An attempt failed with `failure` and is sent again; `resend_count` (1 for the first resend) is
   /// OpenTelemetry's http.request.resend_count. Label error_type: to_string(failure.kind).
   virtual void retried(const Target& /*target*/, const Failure& /*failure*/, int /*resend_count*/) {}
+  /// A hedge was sent (CallOptions::hedging): a second request of an attempt still in flight, once its
+  /// outcome is known; `resend_count` is its http.request.resend_count (the requests of the call before it).
+  virtual void hedged(const Target& /*target*/, int /*resend_count*/) {}
+  /// A hedge's answer came first.
+  virtual void hedge_won(const Target& /*target*/) {}
   /// A request ran into a rate limit (an answer 429, or a refusal for want of capacity).
   virtual void rate_limited(const Target& /*target*/, LimitType /*limit_type*/) {}
   /// Tokens were reserved for a request before it was sent.

@@ -106,6 +106,8 @@ struct Observations {
 ///   llm_tokens_reserved_total{provider,model}              counter    tokens_reserved
 ///   llm_tokens_used_total{provider,model}                  counter    tokens_used
 ///   llm_retries_total{provider,model,error_type}           counter    retried
+///   llm_hedges_total{provider,model}                       counter    hedged
+///   llm_hedge_wins_total{provider,model}                   counter    hedge_won
 ///   llm_queue_depth{priority,task_type}                    gauge      queue_entered - queue_left
 ///   llm_queue_wait_seconds{priority,task_type}             histogram  queue_left
 ///   llm_rate_limit_hits_total{provider,model,limit_type}   counter    rate_limited
@@ -150,6 +152,14 @@ class Registry : public Observer {
   /// Counts one llm_retries_total{provider,model,error_type}, error_type = to_string(failure.kind).
   void retried(const Target& target, const Failure& failure, int /*resend_count*/) override {
     retries_.update({target.provider, target.model, to_string(failure.kind)}, [](std::uint64_t& n) { ++n; });
+  }
+  /// Counts one llm_hedges_total{provider,model}.
+  void hedged(const Target& target, int /*resend_count*/) override {
+    hedges_.update({target.provider, target.model}, [](std::uint64_t& n) { ++n; });
+  }
+  /// Counts one llm_hedge_wins_total{provider,model}.
+  void hedge_won(const Target& target) override {
+    hedge_wins_.update({target.provider, target.model}, [](std::uint64_t& n) { ++n; });
   }
   /// Counts one llm_rate_limit_hits_total{provider,model,limit_type}.
   void rate_limited(const Target& target, LimitType limit_type) override {
@@ -205,6 +215,9 @@ class Registry : public Observer {
                   {"provider", "model"}, tokens_used_);
     write_counter(out, "llm_retries_total", "Attempts sent again, by the error of the attempt before.",
                   {"provider", "model", "error_type"}, retries_);
+    write_counter(out, "llm_hedges_total", "Hedges sent: second requests of attempts still in flight.",
+                  {"provider", "model"}, hedges_);
+    write_counter(out, "llm_hedge_wins_total", "Hedges whose answer came first.", {"provider", "model"}, hedge_wins_);
     append_family(out, "llm_queue_depth", "Requests waiting in a queue.", "gauge");
     queue_depth_.each([&](const auto& labels, std::int64_t depth) {
       append_sample(out, "llm_queue_depth", labelled({"priority", "task_type"}, labels), std::to_string(depth));
@@ -266,6 +279,8 @@ class Registry : public Observer {
   Counter<2> tokens_reserved_;
   Counter<2> tokens_used_;
   Counter<3> retries_;
+  Counter<2> hedges_;
+  Counter<2> hedge_wins_;
   detail::Family<2, std::int64_t> queue_depth_;
   detail::Family<2, detail::Observations> queue_waits_;
   Counter<3> rate_limit_hits_;

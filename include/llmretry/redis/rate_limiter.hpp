@@ -476,14 +476,18 @@ class RateLimiter::Pacing {
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
     const time_point now = limiter_->now();
     std::optional<Reservation> reservation;
-    guarded(
-        [&] { reservation.emplace(limiter_->reserve(estimate_, now, shorter_wait(max_wait_, attempt.time_left))); });
+    guarded([&] { reservation.emplace(limiter_->reserve(estimate_, now, max_wait_of(attempt))); });
     if (!reservation)
       return Admission<Ticket>::refuse(Refusal{StopReason::pacing_unavailable, redis_failure(error_->kind())});
     if (!reservation->granted())
       return Admission<Ticket>::refuse(refusal_of(*reservation, now, attempt.time_left, max_wait_));
     const auto wait = reservation->wait_after(now);
     return Admission<Ticket>::go(Ticket{*this, *std::move(reservation)}, wait);
+  }
+
+  /// Returns the longest wait for capacity `attempt` accepts: none for a hedge (Attempt::hedge).
+  [[nodiscard]] std::optional<std::chrono::milliseconds> max_wait_of(const Attempt& attempt) const noexcept {
+    return attempt.hedge ? std::chrono::milliseconds::zero() : shorter_wait(max_wait_, attempt.time_left);
   }
 
   /// Returns the last failure of Redis met by this call's admissions and settlements, or nullopt.
