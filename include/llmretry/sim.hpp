@@ -6,6 +6,7 @@
 
 #include "sim/event_queue.hpp"
 #include "sim/fleet.hpp"
+#include "sim/hedging.hpp"
 #include "sim/hosts.hpp"
 #include "sim/pacing.hpp"
 #include "sim/provider.hpp"

@@ -464,24 +464,31 @@ class AsyncCall {
 
   /// Starts the next attempt, its total timeout the shorter of options.timeout and `attempt.time_left`;
   /// completes `handler` with PerformSignature. The call must not be moved while an attempt is in flight.
-  /// A streamed call is not hedged: its hedge (Attempt::hedge) fails at once with std::logic_error, and the
-  /// attempt's own request goes on alone.
+  /// A streamed call that is hedged (Attempt::claims set) claims the stream before its first event reaches
+  /// the handler: the request that loses ends with operation_aborted before any of its events do.
   template <class Handler>
   void operator()(const Attempt& attempt, Handler&& handler) {
-    if (attempt.hedge && on_event_) {
-      auto executor = boost::asio::get_associated_executor(handler, client_->get_executor());
-      boost::asio::post(executor, [handler = std::forward<Handler>(handler)]() mutable {
-        std::move(handler)(std::make_exception_ptr(std::logic_error("curl::AsyncCall: a streamed call is not hedged")),
-                           Response{});
-      });
-      return;
-    }
     ++attempts_;
     HeaderList extra;
     if (!options_.idempotency_header.empty()) extra.emplace_back(options_.idempotency_header, key_);
     if (!options_.attempt_header.empty()) extra.emplace_back(options_.attempt_header, std::to_string(attempts_));
-    client_->async_perform(request_, options_, std::move(extra), on_event_ ? &on_event_ : nullptr,
-                           on_event_ ? &guard_ : nullptr, attempt.time_left, std::forward<Handler>(handler));
+    const std::function<void(const SseEvent&)>* events = nullptr;
+    StreamGuard* guard = nullptr;
+    if (on_event_ && attempt.claims == nullptr) {
+      events = &on_event_;
+      guard = &guard_;
+    } else if (on_event_) {
+      const std::size_t index = attempt.hedge ? 1 : 0;
+      Claimed& claimed = claimed_[index];
+      claimed.attempt = attempt;
+      claimed.won = false;
+      claimed.on_event = [this, index](const SseEvent& event) { pass_claimed(index, event); };
+      if (attempt.hedge) hedge_guard_ = StreamGuard{};
+      events = &claimed.on_event;
+      guard = attempt.hedge ? &hedge_guard_ : &guard_;
+    }
+    client_->async_perform(request_, options_, std::move(extra), events, guard, attempt.time_left,
+                           std::forward<Handler>(handler));
   }
 
   /// Returns the idempotency key every attempt sends.
@@ -489,15 +496,39 @@ class AsyncCall {
   /// Returns the attempts started so far.
   int attempts() const noexcept { return attempts_; }
   /// Returns the stream's guard: how much content reached the handler.
-  const StreamGuard& stream() const noexcept { return guard_; }
+  const StreamGuard& stream() const noexcept { return hedge_streams_ ? hedge_guard_ : guard_; }
 
  private:
+  /// The events of one request of a hedged attempt: its own (0) or its hedge (1).
+  struct Claimed {
+    Attempt attempt;
+    bool won = false;  ///< its claim was granted: its events reach the handler
+    std::function<void(const SseEvent&)> on_event;
+  };
+
+  /// Passes `event` of request `index` to the handler once it claimed the stream. Throws
+  /// boost::system::system_error(operation_aborted) when the other request claimed it first.
+  void pass_claimed(std::size_t index, const SseEvent& event) {
+    Claimed& claimed = claimed_[index];
+    if (!claimed.won) {
+      if (!claimed.attempt.claim())
+        throw boost::system::system_error(boost::asio::error::operation_aborted,
+                                          "curl::AsyncCall: the other request of the hedged attempt streams");
+      claimed.won = true;
+      hedge_streams_ = claimed.attempt.hedge;
+    }
+    on_event_(event);
+  }
+
   AsyncClient* client_;
   Request request_;
   Options options_;
   std::string key_;
   std::function<void(const SseEvent&)> on_event_;
   StreamGuard guard_;
+  StreamGuard hedge_guard_;     ///< a hedge's stream
+  bool hedge_streams_ = false;  ///< a hedge's events reach the handler
+  Claimed claimed_[2];
   int attempts_ = 0;
 };
 

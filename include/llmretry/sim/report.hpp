@@ -13,6 +13,7 @@
 #include "../decision.hpp"
 #include "../version.hpp"
 #include "fleet.hpp"
+#include "hedging.hpp"
 #include "hosts.hpp"
 #include "pacing.hpp"
 #include "simulation.hpp"
@@ -204,6 +205,25 @@ inline void write_fleet_table(std::ostream& out, const std::vector<std::pair<std
     rows.push_back({name, std::to_string(t.served()), std::to_string(t.served_by[0]), std::to_string(t.served_by[1]),
                     gave_up.empty() ? "0" : gave_up, std::to_string(t.attempts[0]), amplification.str(),
                     std::to_string(t.attempts[1])});
+  }
+  detail::write_columns(out, rows);
+}
+
+/// Writes the runs of a HedgingScenario without and with hedging: the requests, the extra share, the hedges
+/// and how many won, and the percentiles of the calls' durations in seconds.
+inline void write_hedging_table(std::ostream& out, const HedgingTotals& without, const HedgingTotals& with) {
+  std::vector<std::vector<std::string>> rows{
+      {"run", "requests", "extra", "hedges", "hedges won", "P50", "P95", "P99", "P99.9", "max"}};
+  for (const auto& [name, t] : {std::pair<std::string, HedgingTotals>{"without hedging", without},
+                                std::pair<std::string, HedgingTotals>{"with hedging", with}}) {
+    std::ostringstream extra;
+    extra.setf(std::ios::fixed);
+    extra.precision(1);
+    extra << (t.calls == 0 ? 0.0 : 100.0 * static_cast<double>(t.requests - t.calls) / static_cast<double>(t.calls))
+          << " %";
+    rows.push_back({name, std::to_string(t.requests), extra.str(), std::to_string(t.hedges),
+                    std::to_string(t.hedge_wins), seconds(t.p50) + " s", seconds(t.p95) + " s", seconds(t.p99) + " s",
+                    seconds(t.p999) + " s", seconds(t.max) + " s"});
   }
   detail::write_columns(out, rows);
 }
