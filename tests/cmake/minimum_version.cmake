@@ -15,6 +15,7 @@ file(GLOB _lists "${SOURCE_DIR}/CMakeLists.txt")
 foreach(_folder cmake tests examples tools bench)
   file(GLOB_RECURSE _in_folder "${SOURCE_DIR}/${_folder}/CMakeLists.txt" "${SOURCE_DIR}/${_folder}/*.cmake"
     "${SOURCE_DIR}/${_folder}/*.cmake.in")
+  list(FILTER _in_folder EXCLUDE REGEX "/node_modules/")  # npm packages (tests/node) are not the project's
   list(APPEND _lists ${_in_folder})
 endforeach()
 

@@ -1338,3 +1338,15 @@ TEST_CASE("the loopback's token_interval comes before each content event; stoppi
   CHECK_FALSE(returned);
   CHECK(delivered == std::optional<std::size_t>(1));
 }
+
+TEST_CASE("redact: every secret in any ASCII case, overlapping echoes included; ifind's bounds", "[curl]") {
+  using llmretry::curl::detail::redact;
+  CHECK(redact("key sk-AbC123 and SK-abc123 and sk-abc123sk-abc123", {"sk-abc123"}) ==
+        "key [redacted] and [redacted] and [redacted][redacted]");
+  CHECK(redact("nothing here", {"sk-abc123", ""}) == "nothing here");
+  CHECK(redact("Bearer sk-long-key", {"sk-long-key", "sk-long"}) == "Bearer [redacted]");
+  CHECK(llmretry::detail::ifind("abc", "C") == 2);
+  CHECK(llmretry::detail::ifind("abc", "c", 3) == std::string_view::npos);
+  CHECK(llmretry::detail::ifind("abc", "c", 4) == std::string_view::npos);
+  CHECK(llmretry::detail::ifind("abc", "abcd") == std::string_view::npos);
+}

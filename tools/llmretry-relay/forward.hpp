@@ -106,9 +106,34 @@ class Forwarder {
   /// event, a stream cut after it ends the call (status 502, code "stream_interrupted"). `cancel`, when
   /// set, aborts the upstream transfer within about a second once it holds true (the client went away):
   /// the call then ends as a cut stream.
+  /// Nothing of an upstream key reaches the client: every header passed back, every body and every event is
+  /// redacted (in any case). A 429 or 5xx after the relay's own retries carries `x-should-retry: false`, so
+  /// that a client SDK that honours it does not multiply them; the relay's 429 for want of capacity does
+  /// not (its Retry-After says when to come back).
   Answer forward(const Chain& chain, const Incoming& in,
                  const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr,
                  const std::atomic<bool>* cancel = nullptr) const {
+    const std::vector<std::string> keys = keys_of(chain);
+    std::function<void(const llmretry::SseEvent&)> redacting;
+    if (on_event != nullptr && !keys.empty()) {
+      redacting = [&keys, on_event](const llmretry::SseEvent& event) {
+        llmretry::SseEvent told = event;
+        told.data = llmretry::curl::detail::redact(std::move(told.data), keys);
+        (*on_event)(told);
+      };
+      on_event = &redacting;
+    }
+    Answer answer = forward_redacted(chain, in, on_event, cancel);
+    answer.body = llmretry::curl::detail::redact(std::move(answer.body), keys);
+    for (auto& header : answer.headers) header.second = llmretry::curl::detail::redact(std::move(header.second), keys);
+    return answer;
+  }
+
+ private:
+  /// forward() before the redaction.
+  Answer forward_redacted(const Chain& chain, const Incoming& in,
+                          const std::function<void(const llmretry::SseEvent&)>* on_event,
+                          const std::atomic<bool>* cancel) const {
     std::optional<llmretry::curl::Options> cancellable;
     if (cancel != nullptr) {
       cancellable.emplace(curl_options_);
@@ -175,6 +200,7 @@ class Forwarder {
       answer.status = 502;
       answer.body =
           error_body({502, "the upstream's stream broke after it had begun", "upstream_error", "stream_interrupted"});
+      answer.headers.emplace_back("x-should-retry", "false");
       return answer;
     } catch (const std::exception& error) {
       const llmretry::metrics::Target at = gave_up ? target(chain, gave_up->route, in) : target(*current, in);
@@ -185,14 +211,14 @@ class Forwarder {
                                    ? never_fits_code
                                    : llmretry::to_string(gave_up->last.reason);
       observer_.request_finished(at, stop);
-      Answer answer = give_up_answer(gave_up ? std::optional(gave_up->last.reason) : std::nullopt, failure, stop,
-                                     llmretry::curl::response_of(error), at);
-      redact_keys(chain, answer.body);  // an upstream may echo its key in an error body: it goes no further
+      const std::optional<llmretry::StopReason> reason = gave_up ? std::optional(gave_up->last.reason) : std::nullopt;
+      Answer answer = give_up_answer(reason, failure, stop, llmretry::curl::response_of(error), at);
+      if ((answer.status == 429 || answer.status >= 500) && reason != llmretry::StopReason::no_capacity)
+        answer.headers.emplace_back("x-should-retry", "false");  // retried here already
       return answer;
     }
   }
 
- private:
   static constexpr const char* never_fits_code = "request_too_large_for_limit";
 
   /// Returns true for a request refused for a cost above a limit of its route, which never fits.
@@ -217,12 +243,13 @@ class Forwarder {
     return {std::string(name), in.model_label};
   }
 
-  /// Replaces in `body` every key of the upstreams of `chain` by "[redacted]".
-  static void redact_keys(const Chain& chain, std::string& body) {
+  /// Returns the keys of the upstreams of `chain`, the longest first (one may contain another).
+  static std::vector<std::string> keys_of(const Chain& chain) {
     std::vector<std::string> keys;
     for (const Upstream* upstream : chain.upstreams)
       if (!upstream->api_key.empty()) keys.push_back(upstream->api_key);
-    body = llmretry::curl::detail::redact(std::move(body), keys);
+    std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    return keys;
   }
 
   /// Returns the upstream's answer as the client gets it.

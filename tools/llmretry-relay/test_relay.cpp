@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -245,6 +246,49 @@ TEST_CASE("the client's own 4xx comes back as the upstream sent it, unretried; a
   CHECK(error.at("code") == "attempts_exhausted");
   CHECK_THAT(error.at("message").get<std::string>(), llmretry_catch::contains("attempts_exhausted"));
   CHECK(gave_up->body.find(upstream_key) == std::string::npos);
+  CHECK(gave_up->get_header_value("x-should-retry") == "false");  // retried here: an SDK must not retry again
+}
+
+TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body or a stream: none reaches the client") {
+  std::string upper = upstream_key;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  LoopbackProvider provider;
+  ScriptedResponse echoed = LoopbackProvider::chat_completion(std::string("your key is ") + upstream_key);
+  echoed.headers = {{"x-request-id", std::string("req-") + upstream_key},
+                    {"x-ratelimit-limit-requests", upper},
+                    {"retry-after-ms", upstream_key}};
+  provider.then(echoed);
+  provider.then(LoopbackProvider::stream({"key ", upper, " again"}));
+  for (int i = 0; i < 3; ++i) {
+    ScriptedResponse limited = LoopbackProvider::rate_limit_exceeded("requests", 1ms);
+    limited.headers.emplace_back("x-request-id", upstream_key);
+    provider.then(limited);
+  }
+  Relay relay("echoed_key", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const auto whole = post(relay, "/v1/chat/completions", chat());
+  REQUIRE(whole->status == 200);
+  const auto leaks = [&](const std::string& text) {
+    return text.find(upstream_key) != std::string::npos || text.find(upper) != std::string::npos;
+  };
+  CHECK_FALSE(leaks(whole->body));
+  CHECK_THAT(whole->body, llmretry_catch::contains("your key is [redacted]"));
+  for (const auto& header : whole->headers) CHECK_FALSE(leaks(header.second));
+  CHECK(whole->get_header_value("x-request-id") == "req-[redacted]");
+  CHECK_FALSE(whole->has_header("x-should-retry"));
+
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const auto streamed = relay.client().Post("/v1/chat/completions", {}, body.dump(), "application/json");
+  REQUIRE(streamed);
+  CHECK(streamed->status == 200);
+  CHECK_FALSE(leaks(streamed->body));
+  CHECK_THAT(streamed->body, llmretry_catch::contains("[redacted]"));
+
+  const auto limited = post(relay, "/v1/chat/completions", chat());  // 429 three times: the relay gives up
+  CHECK(limited->status == 429);
+  for (const auto& header : limited->headers) CHECK_FALSE(leaks(header.second));
+  CHECK(limited->get_header_value("x-should-retry") == "false");
 }
 
 TEST_CASE("Idempotency-Key: a duplicate gets the stored answer, a reuse with another body 422, none: each sent") {
@@ -493,6 +537,7 @@ TEST_CASE("backpressure: past --rpm and --max-wait the relay answers 429 with Re
     ++refused;
     const auto error = error_of(answer->body);
     CHECK(error.at("code") == "no_capacity");
+    CHECK_FALSE(answer->has_header("x-should-retry"));  // the relay's own refusal: come back after Retry-After
     REQUIRE(answer->has_header("Retry-After"));
     CHECK(std::stoi(answer->get_header_value("Retry-After")) >= 1);
   }

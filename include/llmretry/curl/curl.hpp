@@ -321,11 +321,16 @@ inline int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_
   return transfer.cancelled || transfer.idle ? 1 : 0;
 }
 
-/// Returns `text` with every secret replaced by "[redacted]".
+/// Returns `text` with every secret replaced by "[redacted]", in any ASCII case (a server may echo a key
+/// upper- or lower-cased). Empty secrets are skipped.
 inline std::string redact(std::string text, const std::vector<std::string>& secrets) {
-  for (const auto& secret : secrets)
-    for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at))
-      text.replace(at, secret.size(), "[redacted]");
+  constexpr std::string_view mark = "[redacted]";
+  for (const auto& secret : secrets) {
+    if (secret.empty()) continue;
+    for (auto at = llmretry::detail::ifind(text, secret); at != std::string::npos;
+         at = llmretry::detail::ifind(text, secret, at + mark.size()))
+      text.replace(at, secret.size(), mark);
+  }
   return text;
 }
 

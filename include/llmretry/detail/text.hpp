@@ -21,6 +21,16 @@ namespace detail {
   return true;
 }
 
+/// Returns the position of the first `needle` in `text` at or after `from`, ignoring ASCII case, or
+/// std::string_view::npos. An empty needle is found at `from` (when `from` <= text.size()).
+[[nodiscard]] constexpr std::size_t ifind(std::string_view text, std::string_view needle,
+                                          std::size_t from = 0) noexcept {
+  if (from > text.size() || needle.size() > text.size() - from) return std::string_view::npos;
+  for (std::size_t at = from; at + needle.size() <= text.size(); ++at)
+    if (iequals(text.substr(at, needle.size()), needle)) return at;
+  return std::string_view::npos;
+}
+
 /// Returns true for an ASCII digit.
 [[nodiscard]] constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
 

@@ -78,7 +78,8 @@ struct HedgingTotals {
   };
   EventQueue<Payload> queue;
   HedgingOptions hedging_options = scenario.hedging;
-  hedging_options.clock = [&queue] { return std::chrono::steady_clock::time_point{} + queue.now(); };
+  using time_point = std::chrono::steady_clock::time_point;
+  hedging_options.clock = [&queue] { return time_point{} + queue.now(); };  // virtual time
   Hedging hedging(hedging_options);
   const RetryPolicy policy;
   CallOptions options;
