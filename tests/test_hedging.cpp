@@ -1,8 +1,10 @@
 #include <llmretry/admission/hedging.hpp>
 
+#include <llmretry/admission/circuit_breaker.hpp>
 #include <llmretry/admission/deployment.hpp>
 #include <llmretry/admission/retry_budget.hpp>
 #include <llmretry/engine.hpp>
+#include <llmretry/fallback.hpp>
 #include <llmretry/metrics/observe.hpp>
 #include <llmretry/retry.hpp>
 #include <llmretry/testing.hpp>
@@ -126,7 +128,7 @@ TEST_CASE("HedgingOptions: a value out of range is refused, naming the field") {
     return std::string("accepted");
   };
   CHECK(refused([](HedgingOptions& o) { o.percentile = 1.0; }).find("percentile") != std::string::npos);
-  CHECK(refused([](HedgingOptions& o) { o.delay = -1ms; }).find("delay") != std::string::npos);
+  CHECK(refused([](HedgingOptions& o) { o.delay = 0ms; }).find("delay") != std::string::npos);
   CHECK(refused([](HedgingOptions& o) { o.min_samples = 0; }).find("min_samples") != std::string::npos);
   CHECK(refused([](HedgingOptions& o) { o.samples = 0; }).find("samples") != std::string::npos);
   CHECK(refused([](HedgingOptions& o) { o.ratio = 2; }).find("ratio") != std::string::npos);
@@ -264,7 +266,7 @@ TEST_CASE("CallEngine hedging: what keeps a hedge from going") {
     CHECK(hedging.stats().hedges == 0);
   }
   SECTION("a learned delay with too few latencies, and a deadline before the delay") {
-    hedging_options.delay = 0ms;
+    hedging_options.delay.reset();
     hedging_options.min_samples = 2;
     Hedging hedging(hedging_options);
     options.hedging = &hedging;
@@ -366,11 +368,76 @@ TEST_CASE("Hedging with the built-in guards: a retry budget records nothing, a D
   }
 }
 
-TEST_CASE("Hedging is for drivers that send requests concurrently: call_with_retry refuses it") {
+TEST_CASE("Hedging is for drivers that send requests concurrently: call_with_retry and call_with_fallback refuse it") {
   Hedging hedging;
   CallOptions options;
   options.hedging = &hedging;
   CHECK_THROWS_AS(call_with_retry([] { return 1; }, RetryPolicy{}, options), std::invalid_argument);
+  const FallbackChain chain{{Route{"a", "openai", "m", {}}}};
+  FallbackOptions fallback_options;
+  fallback_options.call.hedging = &hedging;
+  CHECK_THROWS_AS(call_with_fallback(
+                      chain, [](const Route&) { return 1; }, RetryPolicy{}, fallback_options),
+                  std::invalid_argument);
+}
+
+TEST_CASE("Hedging with a circuit breaker: the request that lost records nothing") {
+  ManualClock clock;
+  Hedging hedging(fixed(300ms, clock));
+  CircuitBreakerOptions breaker_options;
+  breaker_options.minimum_throughput = 4;
+  breaker_options.failure_ratio = 0.5;
+  breaker_options.clock = std::ref(clock);
+  CircuitBreaker breaker(breaker_options);
+  for (int i = 0; i < 2; ++i) {  // two failures: 2 of 2
+    auto guard = breaker.guard();
+    auto admission = guard.admit(Attempt{});
+    REQUIRE(admission.admitted());
+    admission.ticket().failed(unavailable);
+  }
+  const RetryPolicy policy = no_jitter();
+  CallOptions options;
+  options.hedging = &hedging;
+  CallEngine engine(policy, breaker.guard(), options);
+  REQUIRE(engine.start().kind == Kind::attempt);
+  REQUIRE(engine.hedge());
+  CHECK(engine.hedge_succeeded(1).kind == Kind::done);
+  // Recorded: 2 failures and the hedge's success; the loser counted as a success would make 2 of 4: open.
+  CHECK(breaker.state(clock.now()) == CircuitState::closed);
+  auto guard = breaker.guard();
+  auto admission = guard.admit(Attempt{});
+  REQUIRE(admission.admitted());
+  admission.ticket().failed(unavailable);  // 3 of 4
+  CHECK(breaker.state(clock.now()) == CircuitState::open);
+}
+
+TEST_CASE("metrics::observe: the resend counts do not depend on the order the outcomes are known in") {
+  struct Seen : metrics::Observer {
+    std::vector<std::string> events;
+    void hedged(const metrics::Target& /*target*/, int resend_count) override {
+      events.push_back(std::string("hedged ").append(std::to_string(resend_count)));
+    }
+    void retried(const metrics::Target& /*target*/, const Failure& /*failure*/, int resend_count) override {
+      events.push_back(std::string("retried ").append(std::to_string(resend_count)));
+    }
+  } seen;
+  ManualClock clock;
+  Hedging hedging(fixed(300ms, clock));
+  const RetryPolicy policy = no_jitter();
+  CallOptions options;
+  options.hedging = &hedging;
+  std::minstd_rand rng;
+  {
+    CallEngine engine(policy, metrics::observe(seen, {"openai", "m"}), options);
+    REQUIRE(engine.start().kind == Kind::attempt);
+    CHECK(engine.failed(unavailable, rng).kind == Kind::wait);  // attempt 1, not hedged
+    REQUIRE(engine.resume().kind == Kind::attempt);
+    REQUIRE(engine.hedge());
+    CHECK(engine.hedge_failed(unavailable, rng).kind == Kind::pending);  // the hedge's outcome comes first
+    CHECK(engine.succeeded(std::string("ok")).kind == Kind::done);
+  }
+  // Request 1, request 2 (resend 1), then its hedge (resend 2), whatever was known first.
+  CHECK(seen.events == std::vector<std::string>{"hedged 2", "retried 1"});
 }
 
 TEST_CASE("metrics::observe counts hedges, their wins, and the resend count after them") {

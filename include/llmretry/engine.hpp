@@ -107,8 +107,9 @@ std::chrono::steady_clock::time_point clock_of(const Options& options) {
 /// Hedging (CallOptions::hedging, for a driver that sends requests concurrently): after an attempt step,
 /// hedge_delay() says when a hedge of it may go; then hedge() admits it or not, and when it goes the
 /// driver sends hedge_attempt() too and reports it with hedge_succeeded() or hedge_failed(). The first
-/// answer wins: the other request's ticket is told it lost (FailureKind::unknown, maybe processed: its
-/// reservation is charged as sent, a breaker does not count it) and the driver cancels that request and
+/// answer wins: the other request's ticket is told it lost (lost(), or failed() with FailureKind::unknown,
+/// maybe processed: a rate limiter charges it as sent, a breaker records nothing) and the driver cancels
+/// that request and
 /// reports nothing more of it (in_flight() says which request is still awaited). A request that fails
 /// while the other is in flight returns a pending step: wait for the other one. A request that streams
 /// claims the answer first (claim()).
@@ -259,7 +260,6 @@ class CallEngine {
     }
     unsent.hedging = nullptr;
     in_flight_ |= hedge_request;
-    hedge_started_ = now;
     ++hedges_;
     report(std::nullopt);
     return true;
@@ -290,7 +290,7 @@ class CallEngine {
     claimed_ = true;
     claimed_by_hedge_ = hedge;
     hedge_closed_ = true;
-    learn(*hedging_of_call, hedge);
+    learn(*hedging_of_call);
     if ((in_flight_ & request(!hedge)) != 0) lose(!hedge);
     return true;
   }
@@ -412,19 +412,35 @@ class CallEngine {
   }
 
   /// A request (the hedge when `hedge`) answered: the other one, in flight, lost; its ticket learns it.
+  /// The loser is told first (an observer's last word on the call is then the success); what its ticket
+  /// throws is thrown once the winner's ticket was told.
   template <class... Answer>
   Step answered(bool hedge, const Answer&... answer) {
     assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::succeeded: no attempt is under way");
+    [[maybe_unused]] std::exception_ptr loser_threw;
     if (Hedging* const hedging_of_call = hedging()) {
       assert(in_flight(hedge) && "CallEngine::succeeded: that request is not in flight");
-      if (!claimed_) learn(*hedging_of_call, hedge);
-      if (in_flight(!hedge)) lose(!hedge);
+      if (!claimed_) learn(*hedging_of_call);
+      if (in_flight(!hedge)) {
+#if LLMRETRY_HAS_EXCEPTIONS
+        try {
+          lose(!hedge);
+        } catch (...) {
+          loser_threw = std::current_exception();
+        }
+#else
+        lose(!hedge);
+#endif
+      }
       in_flight_ = 0;
       if (hedge) hedging_of_call->won();
     }
     if constexpr (guarded) {
       if (auto ticket = take_ticket(hedge)) ticket->succeeded(answer...);
     }
+#if LLMRETRY_HAS_EXCEPTIONS
+    if (loser_threw) std::rethrow_exception(loser_threw);
+#endif
     return Step::done();
   }
 
@@ -453,19 +469,21 @@ class CallEngine {
     return Step::wait_for(decision.wait, decision.why);
   }
 
-  /// The request (the hedge when `hedge`) lost: its ticket hears it may have been processed, and its
-  /// outcome is awaited no more.
+  /// The request (the hedge when `hedge`) lost: its ticket hears it (detail::tell_lost), and its outcome
+  /// is awaited no more.
   void lose(bool hedge) {
     in_flight_ = static_cast<unsigned char>(in_flight_ & ~request(hedge));
     if constexpr (guarded) {
-      if (auto ticket = take_ticket(hedge)) ticket->failed(Failure::of(FailureKind::unknown, Sent::maybe_processed));
+      if (auto ticket = take_ticket(hedge)) detail::tell_lost(*ticket);
     }
   }
 
-  /// Records the latency of the request (the hedge when `hedge`), which answered or began to stream.
-  void learn(Hedging& hedging_of_call, bool hedge) {
+  /// Records a latency when a request of the attempt answered or began to stream: the attempt's own
+  /// request's, still waiting when its hedge won (a lower bound, so that the slow tail the delay is learned
+  /// from is not lost).
+  void learn(Hedging& hedging_of_call) {
     using namespace std::chrono;
-    hedging_of_call.record(floor<milliseconds>(hedging_of_call.now() - (hedge ? hedge_started_ : started_)));
+    hedging_of_call.record(floor<milliseconds>(hedging_of_call.now() - started_));
   }
 
   /// Returns the ticket of the attempt's request (of its hedge when `hedge`), leaving none behind: it is
@@ -523,8 +541,7 @@ class CallEngine {
   std::optional<GiveUp> gave_up_;
   Attempt attempt_;
   Attempt hedge_attempt_;
-  std::chrono::steady_clock::time_point started_{};        ///< on the hedging's clock: the attempt's start
-  std::chrono::steady_clock::time_point hedge_started_{};  ///< and its hedge's
+  std::chrono::steady_clock::time_point started_{};  ///< on the hedging's clock: the attempt's start
   int made_ = 0;
   int hedges_ = 0;
   Waker* waker_ = nullptr;

@@ -30,9 +30,11 @@
 ///   ticket.succeeded(result);      // the attempt returned `result` (no argument when the call returns void)
 ///   ticket.failed(failure);        // the attempt failed with `failure`
 ///
-/// and its destructor runs in every case, so that a ticket that heard neither (the call threw something
-/// that is not a provider failure, or the loop did not send the attempt after all) can give back what it
-/// held. A ticket may also have
+/// A ticket may also have `ticket.lost()`, told instead of failed() when its request lost to the other
+/// request of a hedged attempt (see Hedging); without one it hears failed() with FailureKind::unknown,
+/// maybe processed (sent, answer unknown). Its destructor runs in every case, so that a ticket that heard
+/// neither (the call threw something that is not a provider failure, or the loop did not send the attempt
+/// after all) can give back what it held. A ticket may also have
 ///
 ///   Begin ticket.begin(const Attempt& attempt, Waker* waker);   // or, never waiting:
 ///   std::optional<Refusal> ticket.begin(const Attempt& attempt);
@@ -164,6 +166,19 @@ struct has_waiting_begin<
 template <class T>
 struct has_begin : std::bool_constant<has_plain_begin<T>::value || has_waiting_begin<T>::value> {};
 
+template <class T, class = void>
+struct has_lost : std::false_type {};
+template <class T>
+struct has_lost<T, std::void_t<decltype(std::declval<T&>().lost())>> : std::true_type {};
+
+/// Tells `ticket` its request lost to the other request of a hedged attempt: lost() when it has one, else
+/// failed() with FailureKind::unknown, maybe processed.
+template <class Ticket>
+void tell_lost(Ticket& ticket) {
+  if constexpr (has_lost<Ticket>::value) ticket.lost();
+  else ticket.failed(Failure::of(FailureKind::unknown, Sent::maybe_processed));
+}
+
 /// Whether a ticket's begin may answer a wait for a slot: its `may_wait` when it says, else whether its
 /// begin takes a Waker.
 template <class T, class = void>
@@ -216,6 +231,10 @@ class OptionalGuard {
     }
     void failed(const Failure& failure) {
       if (inner_) inner_->failed(failure);
+    }
+    /// Tells the held guard's ticket its request lost (see detail::tell_lost).
+    void lost() {
+      if (inner_) detail::tell_lost(*inner_);
     }
 
    private:
@@ -271,6 +290,10 @@ class GuardSet {
     /// still told; then the first exception is rethrown.
     void failed(const Failure& failure) {
       tell_each([&](auto& ticket) { ticket.failed(failure); });
+    }
+    /// Tells every ticket its request lost (see detail::tell_lost), in the same way.
+    void lost() {
+      tell_each([&](auto& ticket) { detail::tell_lost(ticket); });
     }
 
    private:

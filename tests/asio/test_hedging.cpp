@@ -307,3 +307,111 @@ TEST_CASE("Hedging: a call not safe to repeat is never hedged; a GuardOn call is
                     std::invalid_argument);
   }
 }
+
+TEST_CASE("Hedging: the hedge fails while the first request runs; the first one's answer is the call's",
+          "[asio][hedging]") {
+  boost::asio::io_context io;
+  Hedging hedging(after(1ms));
+  Requests requests{io, {}, {}};
+  requests.on_start = [&](std::size_t index) {
+    if (index == 1) {
+      requests.answer(1, 0, unavailable());
+      boost::asio::post(io, [&] { boost::asio::post(io, [&] { requests.answer(0, 4); }); });
+    }
+  };
+  const RetryPolicy policy = no_jitter();
+  CallStats stats;
+  CallOptions options;
+  options.hedging = &hedging;
+  options.stats = &stats;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
+  io.run();
+  REQUIRE(received.called);
+  CHECK_FALSE(received.error);
+  CHECK(received.answer == 4);
+  CHECK(requests.started.size() == 2);
+  CHECK(stats.attempts == 1);
+  CHECK(hedging.stats().wins == 0);
+}
+
+TEST_CASE("Hedging: a hedge that completes with something that is not a std::exception ends the call with it",
+          "[asio][hedging]") {
+  boost::asio::io_context io;
+  Hedging hedging(after(1ms));
+  Requests requests{io, {}, {}};
+  requests.on_start = [&](std::size_t index) {
+    if (index == 1) requests.answer(1, 0, std::make_exception_ptr(42));
+  };
+  const RetryPolicy policy = no_jitter();
+  CallOptions options;
+  options.hedging = &hedging;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
+  io.run();
+  REQUIRE(received.called);
+  REQUIRE(received.error);
+  CHECK_THROWS_AS(std::rethrow_exception(received.error), int);
+  CHECK(requests.started[0]->cancelled);  // the first one was cancelled, and ended, before the call did
+}
+
+TEST_CASE("Hedging: a guard that throws when it admits the hedge keeps the hedge from going, nothing more",
+          "[asio][hedging]") {
+  struct ThrowsOnHedges {
+    NoGuard::Ticket ticket;
+    Admission<NoGuard::Ticket> admit(const Attempt& attempt) {
+      if (attempt.hedge) throw std::runtime_error("no hedge for you");
+      return Admission<NoGuard::Ticket>::go(NoGuard::Ticket{});
+    }
+  } guard;
+  boost::asio::io_context io;
+  Hedging hedging(after(1ms));
+  Requests requests{io, {}, {}};
+  auto late = std::make_shared<boost::asio::steady_timer>(io, 30ms);  // answers after the hedge's delay
+  requests.on_start = [&](std::size_t) { late->async_wait([&](boost::system::error_code) { requests.answer(0, 6); }); };
+  const RetryPolicy policy = no_jitter();
+  CallOptions options;
+  options.hedging = &hedging;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, guard, options, received.handler());
+  io.run();
+  REQUIRE(received.called);
+  CHECK_FALSE(received.error);
+  CHECK(received.answer == 6);
+  CHECK(requests.started.size() == 1);
+}
+
+TEST_CASE("Hedging: a cancel after the hedge claimed the stream cancels it; the call completes cancelled, once",
+          "[asio][hedging]") {
+  boost::asio::io_context io;
+  Hedging hedging(after(1ms));
+  Requests requests{io, {}, {}};
+  boost::asio::cancellation_signal cancel;
+  requests.on_start = [&](std::size_t index) {
+    if (index == 1) {
+      CHECK(requests.started[1]->attempt.claim());  // streams, then hangs
+      auto later = std::make_shared<boost::asio::steady_timer>(io, 10ms);
+      later->async_wait(
+          [&, later](boost::system::error_code) { cancel.emit(boost::asio::cancellation_type::terminal); });
+    }
+  };
+  const RetryPolicy policy = no_jitter();
+  CallStats stats;
+  CallOptions options;
+  options.hedging = &hedging;
+  options.stats = &stats;
+  int completions = 0;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options,
+                                   boost::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int a) {
+                                     ++completions;
+                                     received.handler()(std::move(e), a);
+                                   }));
+  io.run();
+  CHECK(completions == 1);
+  CHECK(is_cancelled(received.error));
+  CHECK(requests.started[0]->cancelled);
+  CHECK(requests.started[1]->cancelled);
+  REQUIRE(stats.stopped);
+  CHECK(*stats.stopped == StopReason::cancelled);
+}

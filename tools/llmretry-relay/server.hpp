@@ -248,21 +248,26 @@ class Server {
   }
 
   /// Answers a streamed request: its events as they arrive, or the whole answer when the call ended
-  /// before any (an error, or an upstream that did not stream). `call` runs on the pipe's thread.
+  /// before any (an error, or an upstream that did not stream). A stream that breaks after it began ends
+  /// with an in-band error event, `data: {"error": {...}}` (code stream_interrupted), which the OpenAI SDKs
+  /// raise as an error, instead of a silent close. `call` runs on the pipe's thread.
   static void send_streamed(httplib::Response& response, StreamPipe::Call call) {
     auto pipe = std::make_shared<StreamPipe>(std::move(call));
     if (auto answer = pipe->first()) return send(response, std::move(*answer));
     response.status = 200;
     response.set_header("Cache-Control", "no-cache");
     response.set_chunked_content_provider("text/event-stream", [pipe](std::size_t /*offset*/, httplib::DataSink& sink) {
-      bool failed = false;
+      std::optional<Answer> failed;
       while (auto text = pipe->next(failed)) {
         if (!sink.write(text->data(), text->size())) {
           pipe->cancel();
           return false;
         }
       }
-      if (failed) return false;  // closed without the last chunk: the client sees the stream cut
+      if (failed) {
+        const std::string event = "data: " + failed->body + "\n\n";
+        if (!sink.write(event.data(), event.size())) return false;
+      }
       sink.done();
       return true;
     });

@@ -71,12 +71,12 @@ class StreamPipe {
   }
 
   /// Waits for the next events. Returns them joined, or nullopt once the call has ended and every event
-  /// was taken; `failed` is then set when the stream ended in error after it had begun.
-  std::optional<std::string> next(bool& failed) {
+  /// was taken; `failed` then holds the call's answer when the stream ended in error after it had begun.
+  std::optional<std::string> next(std::optional<Answer>& failed) {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [this] { return !chunks_.empty() || answer_; });
     if (chunks_.empty()) {
-      failed = answer_->status < 200 || answer_->status > 299;
+      if (answer_->status < 200 || answer_->status > 299) failed = answer_;
       return std::nullopt;
     }
     std::string text;

@@ -796,14 +796,14 @@ TEST_CASE("\"stream\": true is passed through as server-sent events, chunk by ch
   CHECK(pieces.front().find("[DONE]") == std::string::npos);
 }
 
-TEST_CASE("a stream cut after its first event is not retried: the client sees it end early") {
+TEST_CASE("a stream cut after its first event is not retried: it ends with an in-band error event") {
   LoopbackProvider provider;
   provider.then(LoopbackProvider::stream_cut({"partial"}));
   Relay relay("stream_cut", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
   relay.started();
   auto body = nlohmann::json::parse(chat());
   body["stream"] = true;
-  // The client gets the event, then the connection closes without the end of the chunked body.
+  // The client gets the event, then an error event in OpenAI's format, and the end of the stream.
   httplib::Request request;
   request.method = "POST";
   request.path = "/v1/chat/completions";
@@ -817,10 +817,15 @@ TEST_CASE("a stream cut after its first event is not retried: the client sees it
   httplib::Response response;
   httplib::Error error = httplib::Error::Success;
   auto client = relay.client();
-  CHECK_FALSE(client.send(request, response, error));
-  CHECK(error != httplib::Error::Success);
+  REQUIRE(client.send(request, response, error));
+  CHECK(response.status == 200);
   CHECK_THAT(received, llmretry_catch::contains(R"("content":"partial")"));
   CHECK(received.find("[DONE]") == std::string::npos);
+  const auto last = received.rfind("data: ");
+  REQUIRE(last != std::string::npos);
+  const auto event = nlohmann::json::parse(received.substr(last + 6));
+  CHECK(event.at("error").at("code") == "stream_interrupted");
+  CHECK(received.substr(received.size() - 2) == "\n\n");
   CHECK(provider.request_count() == 1);
   CHECK(relay.client().Get("/healthz")->status == 200);
 }

@@ -274,6 +274,11 @@ class CircuitBreaker::Guard {
     }
     /// Records `failure` (a failure when counts_as_failure, else a success).
     void failed(const Failure& failure) { finish(counts_as_failure(failure)); }
+    /// Records nothing: the request lost to the other request of its hedged attempt, which says how the
+    /// deployment answered. A probe's place is given back.
+    void lost() noexcept {
+      if (CircuitBreaker* breaker = std::exchange(breaker_, nullptr)) breaker->abandon(pass_);
+    }
 
    private:
     void finish(bool failed) {

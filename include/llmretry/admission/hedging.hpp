@@ -19,9 +19,9 @@ LLMRETRY_BEGIN_NAMESPACE
 
 /// When the attempts of the calls sharing a Hedging are hedged, and how many hedges they may send.
 struct HedgingOptions {
-  /// A fixed delay: a hedge may go once an attempt has not answered for `delay`. Zero: the delay is
-  /// learned, the `percentile` of the latencies recorded (see Hedging::record).
-  std::chrono::milliseconds delay{0};
+  /// A fixed delay, positive: a hedge may go once an attempt has not answered for `delay`. Unset: the delay
+  /// is learned, the `percentile` of the latencies recorded (see Hedging::record).
+  std::optional<std::chrono::milliseconds> delay;
   /// For a learned delay: which latency, in (0, 1). 0.95 hedges the attempts slower than 95 % of the others.
   double percentile = 0.95;
   /// For a learned delay: the latencies kept, the most recent ones, in [1, 100000].
@@ -43,7 +43,8 @@ struct HedgingOptions {
 
   /// Throws std::invalid_argument naming the field when a value is out of its range.
   void validate() const {
-    if (delay < std::chrono::milliseconds::zero()) detail::throw_invalid_argument("HedgingOptions::delay must be >= 0");
+    if (delay && *delay <= std::chrono::milliseconds::zero())
+      detail::throw_invalid_argument("HedgingOptions::delay must be positive (unset: learned)");
     if (!(percentile > 0.0 && percentile < 1.0))
       detail::throw_invalid_argument("HedgingOptions::percentile must be in (0, 1)");
     if (samples < 1 || samples > 100000)
@@ -97,18 +98,19 @@ class Hedging {
   [[nodiscard]] time_point now() const { return now_on(options_.clock); }
 
   /// Returns how long after an attempt begins a hedge of it may go: the fixed delay, or the learned
-  /// percentile (at least min_delay); nullopt while fewer than min_samples latencies were recorded.
+  /// percentile (at least min_delay); nullopt while fewer than min_samples latencies were recorded. The
+  /// percentile is computed again once samples / 64 new latencies came (each latency at first).
   [[nodiscard]] std::optional<std::chrono::milliseconds> delay() const {
-    if (options_.delay > std::chrono::milliseconds::zero()) return options_.delay;
+    if (options_.delay) return options_.delay;
     std::lock_guard<std::mutex> lock(mutex_);
     if (latencies_.size() < static_cast<std::size_t>(options_.min_samples)) return std::nullopt;
-    if (stale_) {
+    if (fresh_ >= std::max<std::size_t>(1, latencies_.size() / 64)) {
       sorted_ = latencies_;
       const auto rank = static_cast<std::size_t>(options_.percentile * static_cast<double>(sorted_.size()));
       const auto at = sorted_.begin() + static_cast<std::ptrdiff_t>(std::min(rank, sorted_.size() - 1));
       std::nth_element(sorted_.begin(), at, sorted_.end());
       learned_ = std::max(*at, options_.min_delay);
-      stale_ = false;
+      fresh_ = 0;
     }
     return learned_;
   }
@@ -124,7 +126,7 @@ class Hedging {
       latencies_[next_] = latency;
       next_ = (next_ + 1) % latencies_.size();
     }
-    stale_ = true;
+    ++fresh_;
   }
 
   /// Records the first attempt of a hedged call at `now`: it earns `ratio` hedges for a window.
@@ -155,7 +157,7 @@ class Hedging {
   std::size_t next_ = 0;                              ///< the oldest latency once full
   mutable std::vector<std::chrono::milliseconds> sorted_;
   mutable std::chrono::milliseconds learned_{0};
-  mutable bool stale_ = true;  ///< a latency came since learned_ was computed
+  mutable std::size_t fresh_ = 0;  ///< latencies recorded since learned_ was computed
   std::int64_t wins_ = 0;
 };
 

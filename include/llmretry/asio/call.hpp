@@ -10,7 +10,9 @@
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/wait_traits.hpp>
 #include <boost/system/system_error.hpp>
@@ -259,9 +261,10 @@ class CallOp {
     if (std::exchange(state.parked, false)) {
       if (self.cancelled() != boost::asio::cancellation_type::none && !state.settled) {
         state.stopping = true;
-        state.settled = touch(state, Then::cancelled, [options = options_](State& s) {
-          return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::maybe_processed)
-                                            : Failure::of(FailureKind::unknown, Sent::maybe_processed));
+        // The request still running (the hedge) is told it may have been processed; the one that failed
+        // was told its own failure already.
+        state.settled = touch(state, Then::cancelled, [](State& s) {
+          return s.engine.cancelled(Failure::of(FailureKind::unknown, Sent::maybe_processed));
         });
         state.stop_hedging(true);
       }
@@ -355,6 +358,13 @@ class CallOp {
       }
       case Step::Kind::pending: park(self); return;
       case Step::Kind::wait: {
+        if (self.cancelled() != boost::asio::cancellation_type::none) {  // it came while the attempt settled
+          through_guard(self, Then::cancelled, [options = options_](State& s) {
+            return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::not_sent)
+                                              : Failure::of(FailureKind::unknown, Sent::not_sent));
+          });
+          return;
+        }
         if (!state.timer) state.timer.emplace(state.executor);
         state.waiting_for_slot = step.reason == WaitReason::slot;
         state.timer->expires_after(state.waiting_for_slot ? std::min(step.wait, slot_recheck) : step.wait);
@@ -375,6 +385,8 @@ class CallOp {
   /// Starts an attempt of a hedged call: its own request, which `self` travels with (cancelled through the
   /// state's first_signal, to which the caller's cancel is passed on, with the hedge's), and the hedge's
   /// timer when the engine says when a hedge may go.
+  /// The hedge's timer and request complete on the executor the operation's own steps run on (`self`'s,
+  /// the completion handler's when it has one), so that they never run beside them.
   template <class Self>
   void start_hedged(Self& self) {
     State& state = *state_;
@@ -384,8 +396,12 @@ class CallOp {
       if (!state.hedge_timer) state.hedge_timer.emplace(state.executor);
       state.hedge_timer->expires_after(*delay);
       state.hedge_timer_out = true;
-      state.hedge_timer->async_wait(boost::asio::bind_executor(
-          state.executor, [hedger = hedger()](boost::system::error_code ended) { hedger.timer_ended(ended); }));
+      // Untracked: the timer and the request hold the work while they are under way, not the Hedger's copies.
+      const auto steps = boost::asio::prefer(boost::asio::get_associated_executor(self, state.executor),
+                                             boost::asio::execution::outstanding_work.untracked);
+      state.hedge_timer->async_wait(
+          boost::asio::bind_executor(steps, [hedger = Hedger<std::decay_t<decltype(steps)>>{state_, options_, steps}](
+                                                boost::system::error_code ended) { hedger.timer_ended(ended); }));
     }
     if (auto slot = self.get_cancellation_state().slot(); slot.is_connected()) {
       slot.assign([weak = state.weak_from_this()](boost::asio::cancellation_type type) {
@@ -459,11 +475,13 @@ class CallOp {
     state.timer->async_wait(std::move(self));
   }
 
-  /// What completes on a hedged call's executor outside the operation's own steps: the hedge's timer and
+  /// What completes outside the operation's own steps, on their executor (`steps`): the hedge's timer and
   /// the hedge. It holds the state until they are done: the operation completes only after them.
+  template <class StepsExecutor>
   struct Hedger {
     std::shared_ptr<State> state;
     const CallOptions* options;
+    StepsExecutor steps;
 
     /// The hedge's timer ended: asks the engine for the hedge, and sends it when it goes.
     void timer_ended(boost::system::error_code ended) const {
@@ -490,7 +508,7 @@ class CallOp {
       attempt(std::as_const(hedge),
               boost::asio::bind_cancellation_slot(
                   s.hedge_signal.slot(),
-                  boost::asio::bind_executor(s.executor, [hedger = *this](std::exception_ptr error, R answer) {
+                  boost::asio::bind_executor(steps, [hedger = *this](std::exception_ptr error, R answer) {
                     hedger.answered(std::move(error), std::move(answer));
                   })));
     }
@@ -530,11 +548,10 @@ class CallOp {
     }
   };
 
-  [[nodiscard]] Hedger hedger() const { return Hedger{state_, options_}; }
-
   /// Frees the call's state (giving back what its guard's ticket holds), then completes.
   template <class Self>
   void finish(Self& self, std::exception_ptr error, R answer) {
+    self.get_cancellation_state().slot().clear();  // nothing of the call stays in the caller's slot
     state_.reset();
     self.complete(std::move(error), std::move(answer));
   }
@@ -574,7 +591,8 @@ class CallOp {
 /// Calls `attempt` until it succeeds or `policy` says stop, asynchronously: the Asio driver of a
 /// CallEngine. Every wait (the backoff, the provider's Retry-After, a guard's wait for capacity, a
 /// concurrency slot, ended as soon as the slot comes) is a timer on `executor`, never a blocked thread.
-/// `executor` runs one handler at a time (one io_context thread, or a strand).
+/// `executor` runs one handler at a time (one io_context thread, or a strand); a completion handler with
+/// an executor of its own (a coroutine's) must run on the same thread or strand.
 ///
 /// `attempt(const llmretry::Attempt&, Handler handler)` starts one attempt, an asynchronous operation that
 /// completes with `handler(std::exception_ptr error, R answer)`: `error` null on success, else the failure

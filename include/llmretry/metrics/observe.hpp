@@ -157,12 +157,17 @@ class ObservedCall {
       tell([&](Observer& observer) { observer.rate_limited(target_, LimitType::unknown); });
   }
 
+  /// Reports a request sent. Its resend count is the requests of the call sent before it: the attempts
+  /// before its own (its own too, for a hedge) and the hedges of those attempts, whatever order the
+  /// outcomes of an attempt and its hedge are known in (a hedge per attempt at most).
   void sent(int number, bool hedge) noexcept {
     if (hedge) {
       ++hedges_;
-      tell([&](Observer& observer) { observer.hedged(target_, number - 1 + hedges_); });
+      last_hedged_ = number;
+      tell([&](Observer& observer) { observer.hedged(target_, number + hedges_ - 1); });
     } else if (number > 1 && last_failure_) {
-      tell([&](Observer& observer) { observer.retried(target_, *last_failure_, number - 1 + hedges_); });
+      const int earlier_hedges = hedges_ - (last_hedged_ == number ? 1 : 0);
+      tell([&](Observer& observer) { observer.retried(target_, *last_failure_, number - 1 + earlier_hedges); });
     }
     if (const std::uint64_t tokens = estimate_ ? tokens_in(*estimate_) : 0; tokens > 0)
       tell([&](Observer& observer) { observer.tokens_reserved(target_, tokens); });
@@ -188,6 +193,7 @@ class ObservedCall {
     last_ = Last::not_sent;
     last_failure_.reset();
     hedges_ = 0;
+    last_hedged_ = 0;
   }
 
   /// Calls `event(observer)`, dropping what it throws; does nothing for a guard moved from.
@@ -212,7 +218,8 @@ class ObservedCall {
   bool started_ = false;
   Last last_ = Last::not_sent;
   std::optional<Failure> last_failure_;
-  int hedges_ = 0;  ///< hedges of the call reported so far
+  int hedges_ = 0;       ///< hedges of the call reported so far
+  int last_hedged_ = 0;  ///< the attempt of the last of them
 };
 
 /// Returns the guard that reports one call to `target` to `observer` (see ObservedCall), for
