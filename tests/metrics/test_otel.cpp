@@ -31,6 +31,13 @@ TEST_CASE("otel_attributes of a resend: error.type and http.request.resend_count
   CHECK(attributes[3] == Attribute{"http.request.resend_count", std::int64_t{2}});
 }
 
+TEST_CASE("otel_attributes of a hedge: http.request.resend_count and no error.type", "[metrics][otel]") {
+  CHECK(otel_attributes(Target{"openai", "gpt-5.5"}, 3) ==
+        std::vector<Attribute>{{"gen_ai.provider.name", std::string("openai")},
+                               {"gen_ai.request.model", std::string("gpt-5.5")},
+                               {"http.request.resend_count", std::int64_t{3}}});
+}
+
 TEST_CASE("to_string names each limit type", "[metrics][observer]") {
   CHECK(std::string(to_string(LimitType::requests)) == "requests");
   CHECK(std::string(to_string(LimitType::tokens)) == "tokens");

@@ -20,7 +20,7 @@
 ///   error_type        error.type                  retried: to_string(failure.kind)
 ///   status            error.type, absent when     request_finished
 ///                     the status is "success"
-///   (none)            http.request.resend_count   retried: the resend's number, 1 for the first
+///   (none)            http.request.resend_count   retried, hedged: the resend's number, 1 for the first
 ///
 /// The other labels (limit_type, priority, task_type, from_provider, to_provider, reason) have no
 /// standard attribute: keep their Prometheus names. gen_ai.token.type does not apply to the token
@@ -58,6 +58,14 @@ struct Attribute {
                                                             int resend_count) {
   std::vector<Attribute> attributes = otel_attributes(target);
   attributes.push_back({"error.type", std::string(to_string(failure.kind))});
+  attributes.push_back({"http.request.resend_count", std::int64_t{resend_count}});
+  return attributes;
+}
+
+/// Returns the attributes of a hedge sent to `target` (hedged): those of the target and
+/// http.request.resend_count = `resend_count` (a hedge is a resend that no failure caused: no error.type).
+[[nodiscard]] inline std::vector<Attribute> otel_attributes(const Target& target, int resend_count) {
+  std::vector<Attribute> attributes = otel_attributes(target);
   attributes.push_back({"http.request.resend_count", std::int64_t{resend_count}});
   return attributes;
 }
