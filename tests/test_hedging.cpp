@@ -9,9 +9,11 @@
 #include <llmretry/retry.hpp>
 #include <llmretry/testing.hpp>
 
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -70,6 +72,30 @@ HedgingOptions fixed(milliseconds delay, ManualClock& clock) {
   options.clock = std::ref(clock);
   return options;
 }
+
+/// One hedged call's engine through a RecordingGuard, a hedge after 300 ms on a manual clock.
+struct HedgedEngine {
+  ManualClock clock;
+  Hedging hedging{fixed(300ms, clock)};
+  RetryPolicy policy = no_jitter();
+  CallStats stats;
+  CallOptions options;
+  RecordingGuard guard;
+  std::minstd_rand rng;
+  std::optional<CallEngine<RecordingGuard&>> engine;
+
+  HedgedEngine() {
+    options.hedging = &hedging;
+    options.stats = &stats;
+  }
+
+  /// Returns the engine, once its first attempt is under way.
+  CallEngine<RecordingGuard&>& start() {
+    engine.emplace(policy, guard, options);
+    REQUIRE(engine->start().kind == Kind::attempt);
+    return *engine;
+  }
+};
 
 }  // namespace
 
@@ -138,75 +164,54 @@ TEST_CASE("HedgingOptions: a value out of range is refused, naming the field") {
 }
 
 TEST_CASE("CallEngine hedging: the hedge answers first and wins; the first request's ticket hears it lost") {
-  ManualClock clock;
-  Hedging hedging(fixed(300ms, clock));
-  const RetryPolicy policy = no_jitter();
-  CallStats stats;
-  CallOptions options;
-  options.hedging = &hedging;
-  options.stats = &stats;
-  RecordingGuard guard;
-  CallEngine engine(policy, guard, options);
-  REQUIRE(engine.start().kind == Kind::attempt);
+  HedgedEngine call;
+  auto& engine = call.start();
   REQUIRE(engine.hedge_delay() == 300ms);
-  clock.advance(300ms);
+  call.clock.advance(300ms);
   REQUIRE(engine.hedge());
   CHECK(engine.hedge_attempt().hedge);
   CHECK(engine.hedge_attempt().number == 1);
   CHECK_FALSE(engine.hedge());  // one hedge per attempt
   CHECK(engine.in_flight(false));
   CHECK(engine.in_flight(true));
-  clock.advance(100ms);
+  call.clock.advance(100ms);
   CHECK(engine.hedge_succeeded(7).kind == Kind::done);
   CHECK_FALSE(engine.in_flight(false));  // lost: cancel it, report nothing of it
   // The loser is told first, so that an observer's last word on the call is the success.
-  CHECK(guard.heard == std::vector<std::string>{"first 1 failed unknown", "hedge 1 succeeded"});
-  CHECK(guard.given_back == 0);
+  CHECK(call.guard.heard == std::vector<std::string>{"first 1 failed unknown", "hedge 1 succeeded"});
+  CHECK(call.guard.given_back == 0);
   CHECK(engine.gave_up() == nullptr);
   CHECK(engine.hedges() == 1);
-  CHECK(stats.attempts == 1);
-  CHECK(stats.hedges == 1);
-  CHECK(hedging.stats().wins == 1);
-  CHECK(hedging.stats().hedges == 1);
+  CHECK(call.stats.attempts == 1);
+  CHECK(call.stats.hedges == 1);
+  CHECK(call.hedging.stats().wins == 1);
+  CHECK(call.hedging.stats().hedges == 1);
 }
 
 TEST_CASE("CallEngine hedging: the first request answers first; the hedge lost") {
-  ManualClock clock;
-  Hedging hedging(fixed(300ms, clock));
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  RecordingGuard guard;
-  CallEngine engine(policy, guard, options);
-  REQUIRE(engine.start().kind == Kind::attempt);
+  HedgedEngine call;
+  auto& engine = call.start();
   REQUIRE(engine.hedge());
   CHECK(engine.succeeded(7).kind == Kind::done);
   CHECK_FALSE(engine.in_flight(true));
-  CHECK(guard.heard == std::vector<std::string>{"hedge 1 failed unknown", "first 1 succeeded"});
-  CHECK(hedging.stats().wins == 0);
+  CHECK(call.guard.heard == std::vector<std::string>{"hedge 1 failed unknown", "first 1 succeeded"});
+  CHECK(call.hedging.stats().wins == 0);
 }
 
 TEST_CASE("CallEngine hedging: one request fails while the other is in flight: pending, then the other decides") {
-  ManualClock clock;
-  Hedging hedging(fixed(300ms, clock));
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  RecordingGuard guard;
-  std::minstd_rand rng;
-  CallEngine engine(policy, guard, options);
-  REQUIRE(engine.start().kind == Kind::attempt);
+  HedgedEngine call;
+  auto& engine = call.start();
   REQUIRE(engine.hedge());
 
   SECTION("the first fails, the hedge succeeds") {
-    CHECK(engine.failed(unavailable, rng).kind == Kind::pending);
+    CHECK(engine.failed(unavailable, call.rng).kind == Kind::pending);
     CHECK(engine.hedge_succeeded(7).kind == Kind::done);
-    CHECK(guard.heard == std::vector<std::string>{"first 1 failed server_error", "hedge 1 succeeded"});
+    CHECK(call.guard.heard == std::vector<std::string>{"first 1 failed server_error", "hedge 1 succeeded"});
     CHECK(engine.gave_up() == nullptr);
   }
   SECTION("the hedge fails, then the first: the decision is the last failure's, a retry that may hedge again") {
-    CHECK(engine.hedge_failed(unavailable, rng).kind == Kind::pending);
-    const Step wait = engine.failed(unavailable, rng);
+    CHECK(engine.hedge_failed(unavailable, call.rng).kind == Kind::pending);
+    const Step wait = engine.failed(unavailable, call.rng);
     CHECK(wait.kind == Kind::wait);
     CHECK(wait.reason == WaitReason::backoff);
     CHECK(engine.resume().kind == Kind::attempt);
@@ -287,39 +292,26 @@ TEST_CASE("CallEngine hedging: what keeps a hedge from going") {
 }
 
 TEST_CASE("CallEngine hedging: the hedge that claims the stream first wins; the other request lost") {
-  ManualClock clock;
-  Hedging hedging(fixed(300ms, clock));
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  RecordingGuard guard;
-  std::minstd_rand rng;
-  CallEngine engine(policy, guard, options);
-  REQUIRE(engine.start().kind == Kind::attempt);
+  HedgedEngine call;
+  auto& engine = call.start();
   REQUIRE(engine.hedge());
   CHECK(engine.claim(true));
   CHECK_FALSE(engine.claim(false));
   CHECK_FALSE(engine.in_flight(false));
-  CHECK(guard.heard == std::vector<std::string>{"first 1 failed unknown"});
+  CHECK(call.guard.heard == std::vector<std::string>{"first 1 failed unknown"});
   // The stream breaks after its first event: a failure decided alone (never replayed: not retried here).
   Failure broken = Failure::of(FailureKind::stream_interrupted, Sent::maybe_processed);
-  CHECK(engine.hedge_failed(broken, rng).kind == Kind::done);
+  CHECK(engine.hedge_failed(broken, call.rng).kind == Kind::done);
   REQUIRE(engine.gave_up() != nullptr);
   CHECK(engine.gave_up()->failure.kind == FailureKind::stream_interrupted);
 }
 
 TEST_CASE("CallEngine hedging: a cancel tells both requests' tickets") {
-  ManualClock clock;
-  Hedging hedging(fixed(300ms, clock));
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  RecordingGuard guard;
-  CallEngine engine(policy, guard, options);
-  REQUIRE(engine.start().kind == Kind::attempt);
+  HedgedEngine call;
+  auto& engine = call.start();
   REQUIRE(engine.hedge());
   CHECK(engine.cancelled(Failure::timed_out(Sent::maybe_processed)).kind == Kind::done);
-  CHECK(guard.heard == std::vector<std::string>{"first 1 failed timeout", "hedge 1 failed timeout"});
+  CHECK(call.guard.heard == std::vector<std::string>{"first 1 failed timeout", "hedge 1 failed timeout"});
   CHECK(engine.gave_up()->reason == StopReason::cancelled);
 }
 
@@ -411,65 +403,62 @@ TEST_CASE("Hedging with a circuit breaker: the request that lost records nothing
   CHECK(breaker.state(clock.now()) == CircuitState::open);
 }
 
-TEST_CASE("metrics::observe: the resend counts do not depend on the order the outcomes are known in") {
-  struct Seen : metrics::Observer {
-    std::vector<std::string> events;
-    void hedged(const metrics::Target& /*target*/, int resend_count) override {
-      events.push_back(std::string("hedged ").append(std::to_string(resend_count)));
-    }
-    void retried(const metrics::Target& /*target*/, const Failure& /*failure*/, int resend_count) override {
-      events.push_back(std::string("retried ").append(std::to_string(resend_count)));
-    }
-  } seen;
+namespace {
+
+/// The events an Observer hears about hedges, resends and the end of a call, in order.
+struct SeenEvents : metrics::Observer {
+  std::vector<std::string> events;
+  void hedged(const metrics::Target& /*target*/, int resend_count) override {
+    events.push_back(std::string("hedged ").append(std::to_string(resend_count)));
+  }
+  void hedge_won(const metrics::Target& /*target*/) override { events.emplace_back("hedge_won"); }
+  void retried(const metrics::Target& /*target*/, const Failure& /*failure*/, int resend_count) override {
+    events.push_back(std::string("retried ").append(std::to_string(resend_count)));
+  }
+  void request_finished(const metrics::Target& /*target*/, std::string_view status) override {
+    events.push_back(std::string("finished ").append(status));
+  }
+};
+
+/// Runs `steps` on the engine of a hedged call observed by `seen`, then ends the call's report.
+template <class Steps>
+void observed(SeenEvents& seen, Steps steps) {
   ManualClock clock;
   Hedging hedging(fixed(300ms, clock));
   const RetryPolicy policy = no_jitter();
   CallOptions options;
   options.hedging = &hedging;
   std::minstd_rand rng;
-  {
-    CallEngine engine(policy, metrics::observe(seen, {"openai", "m"}), options);
-    REQUIRE(engine.start().kind == Kind::attempt);
+  CallEngine engine(policy, metrics::observe(seen, {"openai", "m"}), options);
+  REQUIRE(engine.start().kind == Kind::attempt);
+  steps(engine, rng);
+}
+
+}  // namespace
+
+TEST_CASE("metrics::observe: the resend counts do not depend on the order the outcomes are known in") {
+  SeenEvents seen;
+  observed(seen, [](auto& engine, auto& rng) {
     CHECK(engine.failed(unavailable, rng).kind == Kind::wait);  // attempt 1, not hedged
     REQUIRE(engine.resume().kind == Kind::attempt);
     REQUIRE(engine.hedge());
     CHECK(engine.hedge_failed(unavailable, rng).kind == Kind::pending);  // the hedge's outcome comes first
     CHECK(engine.succeeded(std::string("ok")).kind == Kind::done);
-  }
+  });
   // Request 1, request 2 (resend 1), then its hedge (resend 2), whatever was known first.
-  CHECK(seen.events == std::vector<std::string>{"hedged 2", "retried 1"});
+  CHECK(seen.events == std::vector<std::string>{"hedged 2", "retried 1", "finished success"});
 }
 
 TEST_CASE("metrics::observe counts hedges, their wins, and the resend count after them") {
-  struct Seen : metrics::Observer {
-    std::vector<std::string> events;
-    void hedged(const metrics::Target& /*target*/, int resend_count) override {
-      events.push_back(std::string("hedged ").append(std::to_string(resend_count)));
-    }
-    void hedge_won(const metrics::Target& /*target*/) override { events.emplace_back("hedge_won"); }
-    void retried(const metrics::Target& /*target*/, const Failure& /*failure*/, int resend_count) override {
-      events.push_back(std::string("retried ").append(std::to_string(resend_count)));
-    }
-    void request_finished(const metrics::Target& /*target*/, std::string_view status) override {
-      events.push_back(std::string("finished ").append(status));
-    }
-  } seen;
-  ManualClock clock;
-  Hedging hedging(fixed(300ms, clock));
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  std::minstd_rand rng;
-  {
-    CallEngine engine(policy, metrics::observe(seen, {"openai", "m"}), options);
-    REQUIRE(engine.start().kind == Kind::attempt);
+  SeenEvents seen;
+  observed(seen, [](auto& engine, auto& rng) {
     REQUIRE(engine.hedge());
     CHECK(engine.failed(unavailable, rng).kind == Kind::pending);
     CHECK(engine.hedge_failed(unavailable, rng).kind == Kind::wait);
     REQUIRE(engine.resume().kind == Kind::attempt);
     REQUIRE(engine.hedge());
     CHECK(engine.hedge_succeeded(std::string("ok")).kind == Kind::done);
-  }
+  });
   // Requests: 1, its hedge (resend 1), attempt 2 (resend 2), its hedge (resend 3), which won.
   CHECK(seen.events == std::vector<std::string>{"hedged 1", "retried 2", "hedged 3", "hedge_won", "finished success"});
 }

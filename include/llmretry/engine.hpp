@@ -77,7 +77,6 @@ namespace detail {
 struct NoCallOptions {
   static constexpr bool safe_to_repeat = true;
   static constexpr std::optional<std::chrono::steady_clock::time_point> deadline{};
-  static constexpr Hedging* hedging = nullptr;
 };
 
 /// Returns the time on `options`' clock (the real one without one).
@@ -128,6 +127,8 @@ class CallEngine {
   using Ticket = detail::ticket_t<GuardType>;
   /// True when the guard is not NoGuard: then admission may wait, refuse or begin.
   static constexpr bool guarded = !std::is_same_v<std::decay_t<Guard>, NoGuard>;
+  /// True when the call may be hedged: its options are CallOptions (CallOptions::hedging says whether it is).
+  static constexpr bool hedgeable = !std::is_same_v<Options, detail::NoCallOptions>;
 
   /// An engine for one call under `policy` (validated already, see RetryPolicy::validate; it must outlive
   /// the engine), admitted by `guard` and following `options` (which must outlive it). `tells_time_left`:
@@ -192,11 +193,11 @@ class CallEngine {
   /// Records that the attempt ended with something that is not a failure (an exception nobody
   /// recognised): its tickets (its hedge's too) learn nothing and give back what they hold. The call is over.
   void abandoned() noexcept {
-    if constexpr (guarded) {
-      ticket_.reset();
-      hedge_ticket_.reset();
+    if constexpr (guarded) ticket_.reset();
+    if constexpr (hedgeable) {
+      if constexpr (guarded) hedge_.ticket.reset();
+      hedge_.in_flight = 0;
     }
-    in_flight_ = 0;
   }
 
   /// Ends the call because its caller cancelled it, in any state but done: the guard's ticket is given
@@ -209,9 +210,10 @@ class CallEngine {
     if constexpr (guarded) {
       if (std::exchange(admitted_, false)) ticket_.reset();
       else if (auto ticket = take_ticket(false)) ticket->failed(failure);
-      if (auto ticket = take_ticket(true)) ticket->failed(failure);
+      if constexpr (hedgeable) {
+        if (auto ticket = take_ticket(true)) ticket->failed(failure);
+      }
     }
-    in_flight_ = 0;
     give_up(StopReason::cancelled, failure);
     return Step::done();
   }
@@ -221,7 +223,7 @@ class CallEngine {
   /// or the deadline comes first.
   [[nodiscard]] std::optional<std::chrono::milliseconds> hedge_delay() const {
     Hedging* const hedging_of_call = hedging();
-    if (hedging_of_call == nullptr || !options_.safe_to_repeat || hedge_closed_) return std::nullopt;
+    if (hedging_of_call == nullptr || !options_.safe_to_repeat || hedge_.closed) return std::nullopt;
     const std::optional<std::chrono::milliseconds> delay = hedging_of_call->delay();
     if (!delay || (attempt_.time_left && *delay >= *attempt_.time_left)) return std::nullopt;
     return delay;
@@ -236,31 +238,31 @@ class CallEngine {
   /// per attempt. Throws what the guard throws (the attempt goes on alone).
   [[nodiscard]] bool hedge() {
     Hedging* const hedging_of_call = hedging();
-    if (hedging_of_call == nullptr || !options_.safe_to_repeat || hedge_closed_ || in_flight_ != first_request)
+    if (hedging_of_call == nullptr || !options_.safe_to_repeat || hedge_.closed || hedge_.in_flight != first_request)
       return false;
-    hedge_closed_ = true;
-    hedge_attempt_ = attempt_;
-    hedge_attempt_.hedge = true;
+    hedge_.closed = true;
+    hedge_.attempt = attempt_;
+    hedge_.attempt.hedge = true;
     if (options_.deadline) {
-      hedge_attempt_.time_left = time_left();
-      if (*hedge_attempt_.time_left <= std::chrono::milliseconds::zero()) return false;
+      hedge_.attempt.time_left = time_left();
+      if (*hedge_.attempt.time_left <= std::chrono::milliseconds::zero()) return false;
     }
     const auto now = hedging_of_call->now();
     if (!hedging_of_call->try_hedge(now)) return false;
     Unsent unsent{hedging_of_call, now};  // gives the hedge back unless it goes
     if constexpr (guarded) {
-      auto admission = guard_.admit(std::as_const(hedge_attempt_));
+      auto admission = guard_.admit(std::as_const(hedge_.attempt));
       if (!admission.admitted() || admission.wait() > std::chrono::milliseconds::zero()) return false;
       Ticket ticket(std::move(admission.ticket()));
       if constexpr (detail::has_begin<Ticket>::value) {
-        if (detail::begin_ticket(ticket, std::as_const(hedge_attempt_), nullptr).kind() != Begin::Kind::go)
+        if (detail::begin_ticket(ticket, std::as_const(hedge_.attempt), nullptr).kind() != Begin::Kind::go)
           return false;
       }
-      hedge_ticket_.emplace(std::move(ticket));
+      hedge_.ticket.emplace(std::move(ticket));
     }
     unsent.hedging = nullptr;
-    in_flight_ |= hedge_request;
-    ++hedges_;
+    hedge_.in_flight |= hedge_request;
+    ++hedge_.sent;
     report(std::nullopt);
     return true;
   }
@@ -285,24 +287,24 @@ class CallEngine {
   [[nodiscard]] bool claim(bool hedge) {
     Hedging* const hedging_of_call = hedging();
     if (hedging_of_call == nullptr) return true;
-    if (claimed_) return claimed_by_hedge_ == hedge && (in_flight_ & request(hedge)) != 0;
-    if ((in_flight_ & request(hedge)) == 0) return false;
-    claimed_ = true;
-    claimed_by_hedge_ = hedge;
-    hedge_closed_ = true;
+    if (hedge_.claimed) return hedge_.claimed_by_hedge == hedge && (hedge_.in_flight & request(hedge)) != 0;
+    if ((hedge_.in_flight & request(hedge)) == 0) return false;
+    hedge_.claimed = true;
+    hedge_.claimed_by_hedge = hedge;
+    hedge_.closed = true;
     learn(*hedging_of_call);
-    if ((in_flight_ & request(!hedge)) != 0) lose(!hedge);
+    if ((hedge_.in_flight & request(!hedge)) != 0) lose(!hedge);
     return true;
   }
 
   /// Returns true while the outcome of the attempt's own request (the hedge's when `hedge`) is awaited:
   /// false once it lost.
-  [[nodiscard]] bool in_flight(bool hedge) const noexcept { return (in_flight_ & request(hedge)) != 0; }
+  [[nodiscard]] bool in_flight(bool hedge) const noexcept { return (hedge_.in_flight & request(hedge)) != 0; }
 
   /// Returns the hedge to send after hedge() said it goes.
-  [[nodiscard]] const Attempt& hedge_attempt() const noexcept { return hedge_attempt_; }
+  [[nodiscard]] const Attempt& hedge_attempt() const noexcept { return hedge_.attempt; }
   /// Returns how many hedges were sent.
-  [[nodiscard]] int hedges() const noexcept { return hedges_; }
+  [[nodiscard]] int hedges() const noexcept { return hedge_.sent; }
 
   /// Returns the attempt to make: its number and the time left until the deadline.
   [[nodiscard]] const Attempt& attempt() const noexcept { return attempt_; }
@@ -372,20 +374,22 @@ class CallEngine {
       }
     }
     ++made_;
-    if (Hedging* hedging_of_call = hedging()) {
-      const auto now = hedging_of_call->now();
-      if (made_ == 1) hedging_of_call->called(now);
-      started_ = now;
-      in_flight_ = first_request;
-      hedge_closed_ = false;
-      claimed_ = false;
+    if constexpr (hedgeable) {
+      if (Hedging* hedging_of_call = hedging()) {
+        const auto now = hedging_of_call->now();
+        if (made_ == 1) hedging_of_call->called(now);
+        hedge_.started = now;
+        hedge_.in_flight = first_request;
+        hedge_.closed = false;
+        hedge_.claimed = false;
+      }
     }
     // What the call spent should this attempt succeed; a failure writes it again.
     report(std::nullopt);
     return Step::attempt();
   }
 
-  /// The requests of an attempt, as bits of in_flight_.
+  /// The requests of an attempt, as bits of HedgeState::in_flight.
   static constexpr unsigned char first_request = 1;
   static constexpr unsigned char hedge_request = 2;
   [[nodiscard]] static constexpr unsigned char request(bool hedge) noexcept {
@@ -398,6 +402,8 @@ class CallEngine {
         : hedging(taken_from), at(taken_at) {}
     Unsent(const Unsent&) = delete;
     Unsent& operator=(const Unsent&) = delete;
+    Unsent(Unsent&&) = delete;
+    Unsent& operator=(Unsent&&) = delete;
     ~Unsent() {
       if (hedging != nullptr) hedging->give_back(at);
     }
@@ -412,29 +418,40 @@ class CallEngine {
   }
 
   /// A request (the hedge when `hedge`) answered: the other one, in flight, lost; its ticket learns it.
-  /// The loser is told first (an observer's last word on the call is then the success); what its ticket
-  /// throws is thrown once the winner's ticket was told.
+  /// A request (the hedge when `hedge`) answered: its ticket learns it.
   template <class... Answer>
   Step answered(bool hedge, const Answer&... answer) {
     assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::succeeded: no attempt is under way");
-    [[maybe_unused]] std::exception_ptr loser_threw;
-    if (Hedging* const hedging_of_call = hedging()) {
-      assert(in_flight(hedge) && "CallEngine::succeeded: that request is not in flight");
-      if (!claimed_) learn(*hedging_of_call);
-      if (in_flight(!hedge)) {
-#if LLMRETRY_HAS_EXCEPTIONS
-        try {
-          lose(!hedge);
-        } catch (...) {
-          loser_threw = std::current_exception();
-        }
-#else
-        lose(!hedge);
-#endif
-      }
-      in_flight_ = 0;
-      if (hedge) hedging_of_call->won();
+    if constexpr (hedgeable) {
+      if (Hedging* const hedging_of_call = hedging()) return answered_hedged(*hedging_of_call, hedge, answer...);
     }
+    if constexpr (guarded) {
+      if (auto ticket = take_ticket(hedge)) ticket->succeeded(answer...);
+    }
+    return Step::done();
+  }
+
+  /// A request of a hedged call answered: the other one, in flight, lost. The loser is told first (an
+  /// observer's last word on the call is then the success); what its ticket throws is thrown once the
+  /// winner's ticket was told.
+  template <class... Answer>
+  Step answered_hedged(Hedging& hedging_of_call, bool hedge, const Answer&... answer) {
+    assert(in_flight(hedge) && "CallEngine::succeeded: that request is not in flight");
+    [[maybe_unused]] std::exception_ptr loser_threw;
+    if (!hedge_.claimed) learn(hedging_of_call);
+    if (in_flight(!hedge)) {
+#if LLMRETRY_HAS_EXCEPTIONS
+      try {
+        lose(!hedge);
+      } catch (...) {
+        loser_threw = std::current_exception();
+      }
+#else
+      lose(!hedge);
+#endif
+    }
+    hedge_.in_flight = 0;
+    if (hedge) hedging_of_call.won();
     if constexpr (guarded) {
       if (auto ticket = take_ticket(hedge)) ticket->succeeded(answer...);
     }
@@ -448,14 +465,16 @@ class CallEngine {
   template <class Rng>
   Step failed_request(bool hedge, const Failure& failure, Rng& rng) {
     assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::failed: no attempt is under way");
-    if (hedging() != nullptr) {
-      assert(in_flight(hedge) && "CallEngine::failed: that request is not in flight");
-      in_flight_ = static_cast<unsigned char>(in_flight_ & ~request(hedge));
-      if (in_flight_ != 0) {
-        if constexpr (guarded) {
-          if (auto ticket = take_ticket(hedge)) ticket->failed(failure);
+    if constexpr (hedgeable) {
+      if (hedging() != nullptr) {
+        assert(in_flight(hedge) && "CallEngine::failed: that request is not in flight");
+        hedge_.in_flight = static_cast<unsigned char>(hedge_.in_flight & ~request(hedge));
+        if (hedge_.in_flight != 0) {
+          if constexpr (guarded) {
+            if (auto ticket = take_ticket(hedge)) ticket->failed(failure);
+          }
+          return Step::pending();
         }
-        return Step::pending();
       }
     }
     if constexpr (guarded) {
@@ -472,7 +491,7 @@ class CallEngine {
   /// The request (the hedge when `hedge`) lost: its ticket hears it (detail::tell_lost), and its outcome
   /// is awaited no more.
   void lose(bool hedge) {
-    in_flight_ = static_cast<unsigned char>(in_flight_ & ~request(hedge));
+    hedge_.in_flight = static_cast<unsigned char>(hedge_.in_flight & ~request(hedge));
     if constexpr (guarded) {
       if (auto ticket = take_ticket(hedge)) detail::tell_lost(*ticket);
     }
@@ -483,14 +502,18 @@ class CallEngine {
   /// from is not lost).
   void learn(Hedging& hedging_of_call) {
     using namespace std::chrono;
-    hedging_of_call.record(floor<milliseconds>(hedging_of_call.now() - started_));
+    hedging_of_call.record(floor<milliseconds>(hedging_of_call.now() - hedge_.started));
   }
 
   /// Returns the ticket of the attempt's request (of its hedge when `hedge`), leaving none behind: it is
   /// destroyed (and gives back what it holds) when the caller is done with it, even if telling it the
   /// outcome throws.
-  std::optional<Ticket> take_ticket(bool hedge) noexcept {
-    std::optional<Ticket>& held = hedge ? hedge_ticket_ : ticket_;
+  std::optional<Ticket> take_ticket([[maybe_unused]] bool hedge) noexcept {
+    std::optional<Ticket>* from = &ticket_;
+    if constexpr (hedgeable) {
+      if (hedge) from = &hedge_.ticket;
+    }
+    std::optional<Ticket>& held = *from;
     std::optional<Ticket> ticket;
     if (held) {
       ticket.emplace(std::move(*held));
@@ -519,12 +542,12 @@ class CallEngine {
   /// Writes what the call spent, and why it stopped (nullopt: it has not, or it succeeded).
   void report(std::optional<StopReason> stopped) {
     if constexpr (!std::is_same_v<Options, detail::NoCallOptions>) {
-      if (options_.stats != nullptr) *options_.stats = CallStats{made_, waited(), stopped, hedges_};
+      if (options_.stats != nullptr) *options_.stats = CallStats{made_, waited(), stopped, hedge_.sent};
     }
   }
 
   void give_up(StopReason reason, const Failure& failure, LimitType limit = LimitType::unknown) {
-    in_flight_ = 0;
+    if constexpr (hedgeable) hedge_.in_flight = 0;
     gave_up_.emplace(GiveUp{reason, failure, made_, waited(), limit});
     report(reason);
     if constexpr (!std::is_same_v<Options, detail::NoCallOptions>) {
@@ -537,20 +560,25 @@ class CallEngine {
   const Options& options_;
   std::optional<RetryState> state_;
   std::optional<Ticket> ticket_;
-  std::optional<Ticket> hedge_ticket_;
   std::optional<GiveUp> gave_up_;
   Attempt attempt_;
-  Attempt hedge_attempt_;
-  std::chrono::steady_clock::time_point started_{};  ///< on the hedging's clock: the attempt's start
   int made_ = 0;
-  int hedges_ = 0;
   Waker* waker_ = nullptr;
   bool tells_time_left_ = true;
-  bool admitted_ = false;        ///< the attempt was admitted and waits (for capacity or a slot) to begin
-  unsigned char in_flight_ = 0;  ///< of a hedged call: the requests whose outcome is awaited
-  bool hedge_closed_ = false;    ///< of a hedged call: the attempt may have no (more) hedge
-  bool claimed_ = false;         ///< of a hedged call: a request of the attempt streams its answer
-  bool claimed_by_hedge_ = false;
+  bool admitted_ = false;  ///< the attempt was admitted and waits (for capacity or a slot) to begin
+  /// What a hedged call keeps (CallOptions::hedging); nothing for the options of a call that passes none.
+  struct HedgeState {
+    std::optional<Ticket> ticket;                     ///< the hedge's
+    Attempt attempt;                                  ///< the hedge
+    std::chrono::steady_clock::time_point started{};  ///< on the hedging's clock: the attempt's start
+    int sent = 0;                                     ///< hedges sent
+    unsigned char in_flight = 0;                      ///< the requests whose outcome is awaited
+    bool closed = false;                              ///< the attempt may have no (more) hedge
+    bool claimed = false;                             ///< a request of the attempt streams its answer
+    bool claimed_by_hedge = false;                    ///< the hedge does
+  };
+  struct NoHedgeState {};
+  std::conditional_t<hedgeable, HedgeState, NoHedgeState> hedge_;
 };
 
 /// An lvalue guard is shared (held by reference), a temporary one moved in.

@@ -89,329 +89,223 @@ HedgingOptions after(std::chrono::milliseconds delay) {
   return options;
 }
 
+/// One hedged call (the hedge after 1 ms) on its own io_context, cancellable through `cancel`.
+struct HedgedCall {
+  boost::asio::io_context io;
+  Hedging hedging{after(1ms)};
+  Requests requests{io, {}, {}};
+  RetryPolicy policy = no_jitter();
+  CallStats stats;
+  CallOptions options;
+  boost::asio::cancellation_signal cancel;
+  Received received;
+  int completions = 0;
+
+  HedgedCall() {
+    options.hedging = &hedging;
+    options.stats = &stats;
+  }
+
+  /// Makes the call through `guard` and runs the io_context until nothing is left.
+  template <class Guard = const NoGuard>
+  void run(Guard& guard = no_guard) {
+    asio::async_call_with_retry<int>(
+        io.get_executor(), requests.attempt(), policy, guard, options,
+        boost::asio::bind_cancellation_slot(cancel.slot(), [this](std::exception_ptr e, int a) {
+          ++completions;
+          received.handler()(std::move(e), a);
+        }));
+    io.run();
+  }
+
+  /// Runs `then` on the io_context after the handlers already queued, and those they queue.
+  void soon(std::function<void()> then) {
+    boost::asio::post(io, [this, then = std::move(then)] { boost::asio::post(io, then); });
+  }
+  /// Cancels the call soon (see soon()).
+  void cancel_soon() {
+    soon([this] { cancel.emit(boost::asio::cancellation_type::terminal); });
+  }
+
+  static inline const NoGuard no_guard{};
+};
+
 }  // namespace
 
 TEST_CASE("Hedging: a first request that hangs is hedged; the hedge's answer wins and the first is cancelled",
           "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) requests.answer(1, 7);  // the hedge answers at once; the first never does
+  HedgedCall call;
+  call.requests.on_start = [&](std::size_t index) {
+    if (index == 1) call.requests.answer(1, 7);  // the hedge answers at once; the first never does
   };
-  const RetryPolicy policy = no_jitter();
-  CallStats stats;
-  CallOptions options;
-  options.hedging = &hedging;
-  options.stats = &stats;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-  io.run();
-  REQUIRE(received.called);
-  CHECK_FALSE(received.error);
-  CHECK(received.answer == 7);
-  REQUIRE(requests.started.size() == 2);
-  CHECK_FALSE(requests.started[0]->attempt.hedge);
-  CHECK(requests.started[1]->attempt.hedge);
-  CHECK(requests.started[1]->attempt.number == 1);
-  CHECK(requests.started[0]->cancelled);  // and its handler ran before the call completed: io.run() returned
-  CHECK(requests.started[0]->done);
-  CHECK(stats.attempts == 1);
-  CHECK(stats.hedges == 1);
-  CHECK(hedging.stats().wins == 1);
+  call.run();
+  REQUIRE(call.received.called);
+  CHECK_FALSE(call.received.error);
+  CHECK(call.received.answer == 7);
+  const auto& started = call.requests.started;
+  REQUIRE(started.size() == 2);
+  CHECK_FALSE(started[0]->attempt.hedge);
+  CHECK(started[1]->attempt.hedge);
+  CHECK(started[1]->attempt.number == 1);
+  CHECK(started[0]->cancelled);  // and its handler ran before the call completed: io.run() returned
+  CHECK(started[0]->done);
+  CHECK(call.stats.attempts == 1);
+  CHECK(call.stats.hedges == 1);
+  CHECK(call.hedging.stats().wins == 1);
 }
 
 TEST_CASE("Hedging: the first request answers after the hedge started; the hedge is cancelled", "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) requests.answer(0, 5);
+  HedgedCall call;
+  call.requests.on_start = [&](std::size_t index) {
+    if (index == 1) call.requests.answer(0, 5);
   };
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-  io.run();
-  REQUIRE(received.called);
-  CHECK_FALSE(received.error);
-  CHECK(received.answer == 5);
-  REQUIRE(requests.started.size() == 2);
-  CHECK(requests.started[1]->cancelled);
-  CHECK(hedging.stats().wins == 0);
-  CHECK(hedging.stats().hedges == 1);
-}
-
-TEST_CASE("Hedging: a fast first answer never starts the hedge's request", "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(std::chrono::hours{1}));
-  Requests requests{io, {}, {}};
-  requests.on_start = [&](std::size_t index) { requests.answer(index, 3); };
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-  io.run();  // returns at once: the hedge's timer was cancelled, not waited for
-  REQUIRE(received.called);
-  CHECK(received.answer == 3);
-  CHECK(requests.started.size() == 1);
-  CHECK(hedging.stats().hedges == 0);
-}
-
-TEST_CASE("Hedging: both requests fail; the call retries, and the retry is hedged again", "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) {  // the hedge of attempt 1: both fail, the hedge first
-      requests.answer(1, 0, unavailable());
-      requests.answer(0, 0, unavailable());
-    }
-    if (index == 3) requests.answer(3, 9);  // the hedge of attempt 2 answers
-  };
-  const RetryPolicy policy = no_jitter();
-  CallStats stats;
-  CallOptions options;
-  options.hedging = &hedging;
-  options.stats = &stats;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-  io.run();
-  REQUIRE(received.called);
-  CHECK_FALSE(received.error);
-  CHECK(received.answer == 9);
-  REQUIRE(requests.started.size() == 4);
-  CHECK(requests.started[2]->attempt.number == 2);
-  CHECK_FALSE(requests.started[2]->attempt.hedge);
-  CHECK(requests.started[3]->attempt.hedge);
-  CHECK(requests.started[2]->cancelled);
-  CHECK(stats.attempts == 2);
-  CHECK(stats.hedges == 2);
-}
-
-TEST_CASE("Hedging: a request that claims the stream first wins; the other is cancelled", "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  bool first_may_stream = true;
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) {
-      CHECK(requests.started[1]->attempt.claim());  // the hedge's first event
-      first_may_stream = requests.started[0]->attempt.claim();
-      requests.answer(1, 11);
-    }
-  };
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-  io.run();
-  REQUIRE(received.called);
-  CHECK(received.answer == 11);
-  CHECK_FALSE(first_may_stream);
-  CHECK(requests.started[0]->cancelled);
-}
-
-TEST_CASE("Hedging: a cancel while both requests are in flight cancels both and completes once", "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  boost::asio::cancellation_signal cancel;
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) boost::asio::post(io, [&] { cancel.emit(boost::asio::cancellation_type::terminal); });
-  };
-  const RetryPolicy policy = no_jitter();
-  CallStats stats;
-  CallOptions options;
-  options.hedging = &hedging;
-  options.stats = &stats;
-  int completions = 0;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options,
-                                   boost::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int a) {
-                                     ++completions;
-                                     received.handler()(std::move(e), a);
-                                   }));
-  io.run();
-  CHECK(completions == 1);
-  CHECK(is_cancelled(received.error));
-  REQUIRE(requests.started.size() == 2);
-  CHECK(requests.started[0]->cancelled);
-  CHECK(requests.started[1]->cancelled);
-  REQUIRE(stats.stopped);
-  CHECK(*stats.stopped == StopReason::cancelled);
-}
-
-TEST_CASE("Hedging: a cancel after the first request failed, while its hedge runs", "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  boost::asio::cancellation_signal cancel;
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) {
-      requests.answer(0, 0, unavailable());
-      boost::asio::post(io,
-                        [&] { boost::asio::post(io, [&] { cancel.emit(boost::asio::cancellation_type::terminal); }); });
-    }
-  };
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options,
-                                   boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
-  io.run();
-  REQUIRE(received.called);
-  CHECK(is_cancelled(received.error));
-  REQUIRE(requests.started.size() == 2);
-  CHECK(requests.started[1]->cancelled);
-}
-
-TEST_CASE("Hedging: a call not safe to repeat is never hedged; a GuardOn call is refused", "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-
-  SECTION("not safe to repeat") {
-    options.safe_to_repeat = false;
-    Requests requests{io, {}, {}};
-    bool answered = false;
-    requests.on_start = [&](std::size_t) {
-      // Answers well after the delay: a timer of 20 ms, longer than the hedge's 1 ms.
-      auto timer = std::make_shared<boost::asio::steady_timer>(io, 20ms);
-      timer->async_wait([&, timer](boost::system::error_code) {
-        answered = true;
-        requests.answer(0, 1);
-      });
-    };
-    Received received;
-    asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-    io.run();
-    CHECK(answered);
-    CHECK(received.answer == 1);
-    CHECK(requests.started.size() == 1);
-  }
-  SECTION("guard_on") {
-    boost::asio::thread_pool pool(1);
-    NoGuard plain;
-    auto on_pool = asio::guard_on(pool.get_executor(), plain);
-    Requests requests{io, {}, {}};
-    Received received;
-    CHECK_THROWS_AS(asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, on_pool, options,
-                                                     received.handler()),
-                    std::invalid_argument);
-  }
+  call.run();
+  CHECK_FALSE(call.received.error);
+  CHECK(call.received.answer == 5);
+  REQUIRE(call.requests.started.size() == 2);
+  CHECK(call.requests.started[1]->cancelled);
+  CHECK(call.hedging.stats().wins == 0);
+  CHECK(call.hedging.stats().hedges == 1);
 }
 
 TEST_CASE("Hedging: the hedge fails while the first request runs; the first one's answer is the call's",
           "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) {
-      requests.answer(1, 0, unavailable());
-      boost::asio::post(io, [&] { boost::asio::post(io, [&] { requests.answer(0, 4); }); });
-    }
+  HedgedCall call;
+  call.requests.on_start = [&](std::size_t index) {
+    if (index != 1) return;
+    call.requests.answer(1, 0, unavailable());
+    call.soon([&] { call.requests.answer(0, 4); });
   };
-  const RetryPolicy policy = no_jitter();
-  CallStats stats;
-  CallOptions options;
-  options.hedging = &hedging;
-  options.stats = &stats;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-  io.run();
-  REQUIRE(received.called);
-  CHECK_FALSE(received.error);
-  CHECK(received.answer == 4);
-  CHECK(requests.started.size() == 2);
-  CHECK(stats.attempts == 1);
-  CHECK(hedging.stats().wins == 0);
+  call.run();
+  CHECK_FALSE(call.received.error);
+  CHECK(call.received.answer == 4);
+  CHECK(call.requests.started.size() == 2);
+  CHECK(call.stats.attempts == 1);
+  CHECK(call.hedging.stats().wins == 0);
+}
+
+TEST_CASE("Hedging: a fast first answer never starts the hedge's request", "[asio][hedging]") {
+  HedgedCall call;
+  Hedging slow(after(std::chrono::hours{1}));
+  call.options.hedging = &slow;
+  call.requests.on_start = [&](std::size_t index) { call.requests.answer(index, 3); };
+  call.run();  // returns at once: the hedge's timer was cancelled, not waited for
+  CHECK(call.received.answer == 3);
+  CHECK(call.requests.started.size() == 1);
+  CHECK(slow.stats().hedges == 0);
+}
+
+TEST_CASE("Hedging: both requests fail; the call retries, and the retry is hedged again", "[asio][hedging]") {
+  HedgedCall call;
+  call.requests.on_start = [&](std::size_t index) {
+    if (index == 1) {  // the hedge of attempt 1: both fail, the hedge first
+      call.requests.answer(1, 0, unavailable());
+      call.requests.answer(0, 0, unavailable());
+    }
+    if (index == 3) call.requests.answer(3, 9);  // the hedge of attempt 2 answers
+  };
+  call.run();
+  CHECK_FALSE(call.received.error);
+  CHECK(call.received.answer == 9);
+  const auto& started = call.requests.started;
+  REQUIRE(started.size() == 4);
+  CHECK(started[2]->attempt.number == 2);
+  CHECK_FALSE(started[2]->attempt.hedge);
+  CHECK(started[3]->attempt.hedge);
+  CHECK(started[2]->cancelled);
+  CHECK(call.stats.attempts == 2);
+  CHECK(call.stats.hedges == 2);
+}
+
+TEST_CASE("Hedging: a request that claims the stream first wins; the other is cancelled", "[asio][hedging]") {
+  HedgedCall call;
+  bool first_may_stream = true;
+  call.requests.on_start = [&](std::size_t index) {
+    if (index != 1) return;
+    CHECK(call.requests.started[1]->attempt.claim());  // the hedge's first event
+    first_may_stream = call.requests.started[0]->attempt.claim();
+    call.requests.answer(1, 11);
+  };
+  call.run();
+  CHECK(call.received.answer == 11);
+  CHECK_FALSE(first_may_stream);
+  CHECK(call.requests.started[0]->cancelled);
+}
+
+TEST_CASE("Hedging: a cancel in each state completes the call cancelled, once, every request ended",
+          "[asio][hedging]") {
+  HedgedCall call;
+  SECTION("both requests in flight") {
+    call.requests.on_start = [&](std::size_t index) {
+      if (index == 1) call.cancel_soon();
+    };
+  }
+  SECTION("the first request failed, its hedge runs") {
+    call.requests.on_start = [&](std::size_t index) {
+      if (index != 1) return;
+      call.requests.answer(0, 0, unavailable());
+      call.cancel_soon();
+    };
+  }
+  SECTION("the hedge claimed the stream, the first request was cancelled") {
+    call.requests.on_start = [&](std::size_t index) {
+      if (index != 1) return;
+      CHECK(call.requests.started[1]->attempt.claim());  // streams, then hangs
+      call.cancel_soon();
+    };
+  }
+  call.run();
+  CHECK(call.completions == 1);
+  CHECK(is_cancelled(call.received.error));
+  REQUIRE(call.requests.started.size() == 2);
+  for (const auto& request : call.requests.started) CHECK(request->done);
+  CHECK(call.requests.started[1]->cancelled);
+  REQUIRE(call.stats.stopped);
+  CHECK(*call.stats.stopped == StopReason::cancelled);
 }
 
 TEST_CASE("Hedging: a hedge that completes with something that is not a std::exception ends the call with it",
           "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) requests.answer(1, 0, std::make_exception_ptr(42));
+  HedgedCall call;
+  call.requests.on_start = [&](std::size_t index) {
+    if (index == 1) call.requests.answer(1, 0, std::make_exception_ptr(42));
   };
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options, received.handler());
-  io.run();
-  REQUIRE(received.called);
-  REQUIRE(received.error);
-  CHECK_THROWS_AS(std::rethrow_exception(received.error), int);
-  CHECK(requests.started[0]->cancelled);  // the first one was cancelled, and ended, before the call did
+  call.run();
+  REQUIRE(call.received.error);
+  CHECK_THROWS_AS(std::rethrow_exception(call.received.error), int);
+  CHECK(call.requests.started[0]->cancelled);  // the first one was cancelled, and ended, before the call did
 }
 
-TEST_CASE("Hedging: a guard that throws when it admits the hedge keeps the hedge from going, nothing more",
-          "[asio][hedging]") {
-  struct ThrowsOnHedges {
-    NoGuard::Ticket ticket;
-    Admission<NoGuard::Ticket> admit(const Attempt& attempt) {
-      if (attempt.hedge) throw std::runtime_error("no hedge for you");
-      return Admission<NoGuard::Ticket>::go(NoGuard::Ticket{});
-    }
-  } guard;
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  auto late = std::make_shared<boost::asio::steady_timer>(io, 30ms);  // answers after the hedge's delay
-  requests.on_start = [&](std::size_t) { late->async_wait([&](boost::system::error_code) { requests.answer(0, 6); }); };
-  const RetryPolicy policy = no_jitter();
-  CallOptions options;
-  options.hedging = &hedging;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, guard, options, received.handler());
-  io.run();
-  REQUIRE(received.called);
-  CHECK_FALSE(received.error);
-  CHECK(received.answer == 6);
-  CHECK(requests.started.size() == 1);
+TEST_CASE("Hedging: what keeps a hedge from going: not safe to repeat, a guard that throws for it", "[asio][hedging]") {
+  HedgedCall call;
+  auto late = std::make_shared<boost::asio::steady_timer>(call.io, 30ms);  // answers after the hedge's delay
+  call.requests.on_start = [&](std::size_t) {
+    late->async_wait([&](boost::system::error_code) { call.requests.answer(0, 6); });
+  };
+  SECTION("not safe to repeat") {
+    call.options.safe_to_repeat = false;
+    call.run();
+  }
+  SECTION("a guard that throws when it admits the hedge") {
+    struct ThrowsOnHedges {
+      Admission<NoGuard::Ticket> admit(const Attempt& attempt) {
+        if (attempt.hedge) throw std::runtime_error("no hedge for you");
+        return Admission<NoGuard::Ticket>::go(NoGuard::Ticket{});
+      }
+    } guard;
+    call.run(guard);
+  }
+  CHECK_FALSE(call.received.error);
+  CHECK(call.received.answer == 6);
+  CHECK(call.requests.started.size() == 1);
 }
 
-TEST_CASE("Hedging: a cancel after the hedge claimed the stream cancels it; the call completes cancelled, once",
-          "[asio][hedging]") {
-  boost::asio::io_context io;
-  Hedging hedging(after(1ms));
-  Requests requests{io, {}, {}};
-  boost::asio::cancellation_signal cancel;
-  requests.on_start = [&](std::size_t index) {
-    if (index == 1) {
-      CHECK(requests.started[1]->attempt.claim());  // streams, then hangs
-      auto later = std::make_shared<boost::asio::steady_timer>(io, 10ms);
-      later->async_wait(
-          [&, later](boost::system::error_code) { cancel.emit(boost::asio::cancellation_type::terminal); });
-    }
-  };
-  const RetryPolicy policy = no_jitter();
-  CallStats stats;
-  CallOptions options;
-  options.hedging = &hedging;
-  options.stats = &stats;
-  int completions = 0;
-  Received received;
-  asio::async_call_with_retry<int>(io.get_executor(), requests.attempt(), policy, options,
-                                   boost::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int a) {
-                                     ++completions;
-                                     received.handler()(std::move(e), a);
-                                   }));
-  io.run();
-  CHECK(completions == 1);
-  CHECK(is_cancelled(received.error));
-  CHECK(requests.started[0]->cancelled);
-  CHECK(requests.started[1]->cancelled);
-  REQUIRE(stats.stopped);
-  CHECK(*stats.stopped == StopReason::cancelled);
+TEST_CASE("Hedging: a call whose guard is a GuardOn is refused", "[asio][hedging]") {
+  HedgedCall call;
+  boost::asio::thread_pool pool(1);
+  NoGuard plain;
+  auto on_pool = asio::guard_on(pool.get_executor(), plain);
+  CHECK_THROWS_AS(asio::async_call_with_retry<int>(call.io.get_executor(), call.requests.attempt(), call.policy,
+                                                   on_pool, call.options, call.received.handler()),
+                  std::invalid_argument);
 }

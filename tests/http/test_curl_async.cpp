@@ -184,35 +184,59 @@ TEST_CASE("async_call_with_retry with AsyncCall: retries on the same key, one co
   CHECK(client.connections_opened() == 1);
 }
 
+namespace {
+
+/// One hedged AsyncCall against `server`, a hedge after `delay`, with the events of its stream when streamed.
+struct HedgedAsyncCall {
+  HedgedAsyncCall(LoopbackProvider& server, std::chrono::milliseconds delay, bool streamed)
+      : hedging(options_after(delay)), call(client, chat_request(server), options_for(Provider::openai)) {
+    options.hedging = &hedging;
+    options.stats = &stats;
+    if (streamed) call.on_event([this](const llmretry::SseEvent& event) { events.push_back(event.data); });
+  }
+
+  /// Makes the call and runs the io_context until nothing is left.
+  void run() {
+    llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, options,
+                                                    received.handler());
+    io.run();
+  }
+
+  static llmretry::HedgingOptions options_after(std::chrono::milliseconds delay) {
+    llmretry::HedgingOptions hedging_options;
+    hedging_options.delay = delay;
+    hedging_options.min_per_second = 10;  // a floor: these few calls may hedge
+    return hedging_options;
+  }
+
+  boost::asio::io_context io;
+  AsyncClient client{io.get_executor()};
+  llmretry::Hedging hedging;
+  AsyncCall call;
+  llmretry::RetryPolicy policy = no_jitter(1ms);
+  llmretry::CallStats stats;
+  llmretry::CallOptions options;
+  std::vector<std::string> events;
+  Received received;
+};
+
+}  // namespace
+
 TEST_CASE("Hedging on loopback: a request that hangs is hedged, the hedge answers, the first is cancelled",
           "[curl_async][hedging]") {
   LoopbackProvider server;
   server.then(LoopbackProvider::hang(30s)).then(LoopbackProvider::chat_completion("from the hedge"));
-  boost::asio::io_context io;
-  AsyncClient client(io.get_executor());
-  AsyncCall call(client, chat_request(server), options_for(Provider::openai));
-  llmretry::HedgingOptions hedging_options;
-  hedging_options.delay = 50ms;
-  hedging_options.min_per_second = 10;  // a floor: this one call may hedge
-  llmretry::Hedging hedging(hedging_options);
-  const llmretry::RetryPolicy policy = no_jitter(1ms);
-  llmretry::CallStats stats;
-  llmretry::CallOptions call_options;
-  call_options.stats = &stats;
-  call_options.hedging = &hedging;
-  Received received;
-  llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, call_options,
-                                                  received.handler());
-  io.run();  // returns once both requests ended: the hanging one was cancelled, not waited for 30 s
-  REQUIRE_FALSE(received.error);
-  CHECK(received.answer.body.find("from the hedge") != std::string::npos);
-  CHECK(stats.attempts == 1);
-  CHECK(stats.hedges == 1);
-  CHECK(hedging.stats().wins == 1);
+  HedgedAsyncCall hedged(server, 50ms, false);
+  hedged.run();  // returns once both requests ended: the hanging one was cancelled, not waited for 30 s
+  REQUIRE_FALSE(hedged.received.error);
+  CHECK(hedged.received.answer.body.find("from the hedge") != std::string::npos);
+  CHECK(hedged.stats.attempts == 1);
+  CHECK(hedged.stats.hedges == 1);
+  CHECK(hedged.hedging.stats().wins == 1);
   const auto requests = server.requests();
   REQUIRE(requests.size() == 2);
-  CHECK(requests[0].header("Idempotency-Key") == call.idempotency_key());
-  CHECK(requests[1].header("Idempotency-Key") == call.idempotency_key());  // the provider may dedupe the hedge
+  CHECK(requests[0].header("Idempotency-Key") == hedged.call.idempotency_key());
+  CHECK(requests[1].header("Idempotency-Key") == hedged.call.idempotency_key());  // the provider may dedupe it
 }
 
 TEST_CASE("Hedging a streamed AsyncCall: the request that streams first wins, the other never reaches the handler",
@@ -221,30 +245,17 @@ TEST_CASE("Hedging a streamed AsyncCall: the request that streams first wins, th
   auto slow_stream = LoopbackProvider::stream({"slow", "first"});
   slow_stream.delay = 30s;
   server.then(slow_stream).then(LoopbackProvider::stream({"fast", "hedge"}));
-  boost::asio::io_context io;
-  AsyncClient client(io.get_executor());
-  AsyncCall call(client, chat_request(server), options_for(Provider::openai));
-  std::vector<std::string> events;
-  call.on_event([&](const llmretry::SseEvent& event) { events.push_back(event.data); });
-  llmretry::HedgingOptions hedging_options;
-  hedging_options.delay = 50ms;
-  hedging_options.min_per_second = 10;
-  llmretry::Hedging hedging(hedging_options);
-  const llmretry::RetryPolicy policy = no_jitter(1ms);
-  llmretry::CallOptions call_options;
-  call_options.hedging = &hedging;
-  Received received;
-  llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, call_options,
-                                                  received.handler());
-  io.run();
-  REQUIRE_FALSE(received.error);
+  HedgedAsyncCall hedged(server, 50ms, true);
+  hedged.run();
+  REQUIRE_FALSE(hedged.received.error);
+  const auto& events = hedged.events;
   REQUIRE(events.size() == 3);  // one stream, the hedge's, never two interleaved
   CHECK(events[0].find("fast") != std::string::npos);
   CHECK(events[1].find("hedge") != std::string::npos);
-  CHECK(call.stream().started());
-  CHECK(call.stream().delivered_events() == 3);
+  CHECK(hedged.call.stream().started());
+  CHECK(hedged.call.stream().delivered_events() == 3);
   CHECK(server.requests().size() == 2);
-  CHECK(hedging.stats().wins == 1);
+  CHECK(hedged.hedging.stats().wins == 1);
 }
 
 TEST_CASE("Hedging a streamed AsyncCall: the first request streams first, its hedge in flight is cancelled",
@@ -255,30 +266,14 @@ TEST_CASE("Hedging a streamed AsyncCall: the first request streams first, its he
   auto hedge = LoopbackProvider::stream({"never", "seen"});
   hedge.delay = 30s;
   server.then(first).then(hedge);
-  boost::asio::io_context io;
-  AsyncClient client(io.get_executor());
-  AsyncCall call(client, chat_request(server), options_for(Provider::openai));
-  std::vector<std::string> events;
-  call.on_event([&](const llmretry::SseEvent& event) { events.push_back(event.data); });
-  llmretry::HedgingOptions hedging_options;
-  hedging_options.delay = 20ms;
-  hedging_options.min_per_second = 10;
-  llmretry::Hedging hedging(hedging_options);
-  const llmretry::RetryPolicy policy = no_jitter(1ms);
-  llmretry::CallStats stats;
-  llmretry::CallOptions call_options;
-  call_options.hedging = &hedging;
-  call_options.stats = &stats;
-  Received received;
-  llmretry::asio::async_call_with_retry<Response>(io.get_executor(), std::ref(call), policy, call_options,
-                                                  received.handler());
-  io.run();  // returns without waiting 30 s for the hedge: it was cancelled when the first one streamed
-  REQUIRE_FALSE(received.error);
-  REQUIRE(events.size() == 3);
-  CHECK(events[0].find("from") != std::string::npos);
+  HedgedAsyncCall hedged(server, 20ms, true);
+  hedged.run();  // returns without waiting 30 s for the hedge: it was cancelled when the first one streamed
+  REQUIRE_FALSE(hedged.received.error);
+  REQUIRE(hedged.events.size() == 3);
+  CHECK(hedged.events[0].find("from") != std::string::npos);
   CHECK(server.requests().size() == 2);
-  CHECK(stats.hedges == 1);
-  CHECK(hedging.stats().wins == 0);
+  CHECK(hedged.stats.hedges == 1);
+  CHECK(hedged.hedging.stats().wins == 0);
 }
 
 TEST_CASE("A cancel stops the request in flight; the client serves the next one", "[curl_async]") {

@@ -239,3 +239,24 @@ TEST_CASE("redis pacing: Redis gone, attempts are refused (fail closed) and noth
     CHECK(pacing.error()->operation() == "rate limiter cancel");
   }
 }
+
+TEST_CASE("redis pacing: a hedge is admitted only while capacity is there, and reserves nothing otherwise",
+          "[redis][pacing][hedging]") {
+  Fixture f;
+  RateLimiter limiter(f.connection, "hedged", only(Dimension::requests_per_minute, 360, 2));  // 2 at once
+  auto pacing = limiter.pace(Cost{});
+  llmretry::Attempt hedge;
+  hedge.hedge = true;
+  {
+    auto first = pacing.admit(llmretry::Attempt{});
+    REQUIRE(first.admitted());
+    auto admitted = pacing.admit(hedge);  // the second of the burst: there now
+    REQUIRE(admitted.admitted());
+    CHECK(admitted.wait() == 0ms);
+    admitted.ticket().succeeded();
+    first.ticket().succeeded();
+  }
+  const auto refused = pacing.admit(hedge);  // none left now: refused, not queued
+  CHECK_FALSE(refused.admitted());
+  CHECK(f.about(wait_for(limiter, Cost{}), 10s));  // the next one every 10 s: the refusal reserved nothing
+}

@@ -485,15 +485,15 @@ class RateLimiter::Pacing {
     return Admission<Ticket>::go(Ticket{*this, *std::move(reservation)}, wait);
   }
 
+  /// Returns the last failure of Redis met by this call's admissions and settlements, or nullopt.
+  [[nodiscard]] const std::optional<RedisError>& error() const noexcept { return error_; }
+
+ private:
   /// Returns the longest wait for capacity `attempt` accepts: none for a hedge (Attempt::hedge).
   [[nodiscard]] std::optional<std::chrono::milliseconds> max_wait_of(const Attempt& attempt) const noexcept {
     return attempt.hedge ? std::chrono::milliseconds::zero() : shorter_wait(max_wait_, attempt.time_left);
   }
 
-  /// Returns the last failure of Redis met by this call's admissions and settlements, or nullopt.
-  [[nodiscard]] const std::optional<RedisError>& error() const noexcept { return error_; }
-
- private:
   /// Returns the failure of an attempt refused because Redis failed with `kind`: nothing was sent.
   static constexpr Failure redis_failure(ErrorKind kind) noexcept {
     switch (kind) {
