@@ -306,13 +306,15 @@ TEST_CASE("CallEngine hedging: the hedge that claims the stream first wins; the 
   CHECK(engine.gave_up()->failure.kind == FailureKind::stream_interrupted);
 }
 
-TEST_CASE("CallEngine hedging: a cancel tells both requests' tickets") {
+TEST_CASE("CallEngine hedging: a cancel tells both requests' tickets they lost; the record keeps its failure") {
   HedgedEngine call;
   auto& engine = call.start();
   REQUIRE(engine.hedge());
   CHECK(engine.cancelled(Failure::timed_out(Sent::maybe_processed)).kind == Kind::done);
-  CHECK(call.guard.heard == std::vector<std::string>{"first 1 failed timeout", "hedge 1 failed timeout"});
+  // RecordingGuard has no lost(): it hears an unknown failure, maybe processed (a breaker records nothing).
+  CHECK(call.guard.heard == std::vector<std::string>{"first 1 failed unknown", "hedge 1 failed unknown"});
   CHECK(engine.gave_up()->reason == StopReason::cancelled);
+  CHECK(engine.gave_up()->failure.kind == FailureKind::timeout);
 }
 
 TEST_CASE("Hedging with the built-in guards: a retry budget records nothing, a Deployment never waits") {
@@ -412,8 +414,9 @@ struct SeenEvents : metrics::Observer {
     events.push_back(std::string("hedged ").append(std::to_string(resend_count)));
   }
   void hedge_won(const metrics::Target& /*target*/) override { events.emplace_back("hedge_won"); }
-  void retried(const metrics::Target& /*target*/, const Failure& /*failure*/, int resend_count) override {
-    events.push_back(std::string("retried ").append(std::to_string(resend_count)));
+  void retried(const metrics::Target& /*target*/, const Failure& failure, int resend_count) override {
+    events.push_back(
+        std::string("retried ").append(std::to_string(resend_count)).append(" after ").append(to_string(failure.kind)));
   }
   void request_finished(const metrics::Target& /*target*/, std::string_view status) override {
     events.push_back(std::string("finished ").append(status));
@@ -442,11 +445,12 @@ TEST_CASE("metrics::observe: the resend counts do not depend on the order the ou
     CHECK(engine.failed(unavailable, rng).kind == Kind::wait);  // attempt 1, not hedged
     REQUIRE(engine.resume().kind == Kind::attempt);
     REQUIRE(engine.hedge());
-    CHECK(engine.hedge_failed(unavailable, rng).kind == Kind::pending);  // the hedge's outcome comes first
+    // The hedge's outcome comes first, a failure of its own: attempt 2's resend still follows attempt 1's.
+    CHECK(engine.hedge_failed(Failure::timed_out(Sent::maybe_processed), rng).kind == Kind::pending);
     CHECK(engine.succeeded(std::string("ok")).kind == Kind::done);
   });
   // Request 1, request 2 (resend 1), then its hedge (resend 2), whatever was known first.
-  CHECK(seen.events == std::vector<std::string>{"hedged 2", "retried 1", "finished success"});
+  CHECK(seen.events == std::vector<std::string>{"hedged 2", "retried 1 after server_error", "finished success"});
 }
 
 TEST_CASE("metrics::observe counts hedges, their wins, and the resend count after them") {
@@ -460,5 +464,17 @@ TEST_CASE("metrics::observe counts hedges, their wins, and the resend count afte
     CHECK(engine.hedge_succeeded(std::string("ok")).kind == Kind::done);
   });
   // Requests: 1, its hedge (resend 1), attempt 2 (resend 2), its hedge (resend 3), which won.
-  CHECK(seen.events == std::vector<std::string>{"hedged 1", "retried 2", "hedged 3", "hedge_won", "finished success"});
+  CHECK(seen.events == std::vector<std::string>{"hedged 1", "retried 2 after server_error", "hedged 3", "hedge_won",
+                                                "finished success"});
+}
+
+TEST_CASE("metrics::observe: the request that lost is sent, not a failure: the next resend names the real one") {
+  SeenEvents seen;
+  observed(seen, [](auto& engine, auto& rng) {
+    CHECK(engine.failed(unavailable, rng).kind == Kind::wait);
+    REQUIRE(engine.resume().kind == Kind::attempt);
+    REQUIRE(engine.hedge());
+    CHECK(engine.succeeded(std::string("ok")).kind == Kind::done);  // the hedge lost
+  });
+  CHECK(seen.events == std::vector<std::string>{"hedged 2", "retried 1 after server_error", "finished success"});
 }

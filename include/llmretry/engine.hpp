@@ -201,17 +201,18 @@ class CallEngine {
   }
 
   /// Ends the call because its caller cancelled it, in any state but done: the guard's ticket is given
-  /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot), and told
-  /// `failure` when the attempt is under way (it may have been processed: say so in `failure.sent`), its
-  /// hedge's too. gave_up() then says StopReason::cancelled with `failure`; options.on_give_up is told.
-  /// Returns done.
+  /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot); the
+  /// ticket of a request under way, its hedge's too, is told it lost (detail::tell_lost: it may have been
+  /// processed, and says nothing of the deployment's health). gave_up() then says StopReason::cancelled
+  /// with `failure` (the last failure the call saw, or one of the caller's); options.on_give_up is told.
+  /// Returns done. Throws what a ticket throws (the call is over all the same).
   Step cancelled(const Failure& failure) {
     assert(!gave_up_ && "CallEngine::cancelled: the call is over");
     if constexpr (guarded) {
       if (std::exchange(admitted_, false)) ticket_.reset();
-      else if (auto ticket = take_ticket(false)) ticket->failed(failure);
+      else if (auto ticket = take_ticket(false)) detail::tell_lost(*ticket);
       if constexpr (hedgeable) {
-        if (auto ticket = take_ticket(true)) ticket->failed(failure);
+        if (auto ticket = take_ticket(true)) detail::tell_lost(*ticket);
       }
     }
     give_up(StopReason::cancelled, failure);
@@ -293,7 +294,7 @@ class CallEngine {
     hedge_.claimed_by_hedge = hedge;
     hedge_.closed = true;
     learn(*hedging_of_call);
-    if ((hedge_.in_flight & request(!hedge)) != 0) lose(!hedge);
+    if ((hedge_.in_flight & request(!hedge)) != 0) lose(!hedge);  // what its ticket throws: the claim stands
     return true;
   }
 

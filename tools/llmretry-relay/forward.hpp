@@ -107,9 +107,9 @@ class Forwarder {
   /// set, aborts the upstream transfer within about a second once it holds true (the client went away):
   /// the call then ends as a cut stream.
   /// Nothing of an upstream key reaches the client: every header passed back, every body and every event is
-  /// redacted (in any case). A 429 or 5xx after the relay's own retries carries `x-should-retry: false`, so
-  /// that a client SDK that honours it does not multiply them; the relay's 429 for want of capacity does
-  /// not (its Retry-After says when to come back).
+  /// redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
+  /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429 for want of
+  /// capacity does not (its Retry-After says when to come back).
   Answer forward(const Chain& chain, const Incoming& in,
                  const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr,
                  const std::atomic<bool>* cancel = nullptr) const {
@@ -119,6 +119,8 @@ class Forwarder {
       redacting = [&keys, on_event](const llmretry::SseEvent& event) {
         llmretry::SseEvent told = event;
         told.data = llmretry::curl::detail::redact(std::move(told.data), keys);
+        told.event = llmretry::curl::detail::redact(std::move(told.event), keys);
+        told.id = llmretry::curl::detail::redact(std::move(told.id), keys);
         (*on_event)(told);
       };
       on_event = &redacting;
@@ -213,13 +215,19 @@ class Forwarder {
       observer_.request_finished(at, stop);
       const std::optional<llmretry::StopReason> reason = gave_up ? std::optional(gave_up->last.reason) : std::nullopt;
       Answer answer = give_up_answer(reason, failure, stop, llmretry::curl::response_of(error), at);
-      if ((answer.status == 429 || answer.status >= 500) && reason != llmretry::StopReason::no_capacity)
+      if (retried_here(answer.status) && reason != llmretry::StopReason::no_capacity)
         answer.headers.emplace_back("x-should-retry", "false");  // retried here already
       return answer;
     }
   }
 
   static constexpr const char* never_fits_code = "request_too_large_for_limit";
+
+  /// Returns true for a status the relay retries itself (408, 409, 425, 429, 5xx): when one is its answer,
+  /// it has given up on it.
+  static constexpr bool retried_here(int status) noexcept {
+    return status == 408 || status == 409 || status == 425 || status == 429 || status >= 500;
+  }
 
   /// Returns true for a request refused for a cost above a limit of its route, which never fits.
   static bool never_fits(std::optional<llmretry::StopReason> reason, const llmretry::Failure& failure) noexcept {
@@ -298,7 +306,7 @@ class Forwarder {
     }
     if (upstream != nullptr && upstream->status >= 400 && upstream->status <= 499) {
       const int status = upstream->status;
-      const bool final = status != 408 && status != 409 && status != 425 && status != 429;
+      const bool final = !retried_here(status);
       return answer_of(*upstream, final);
     }
     const std::string message = "upstream gave up (" + stop + "): " + llmretry::describe(failure);

@@ -247,6 +247,14 @@ TEST_CASE("the client's own 4xx comes back as the upstream sent it, unretried; a
   CHECK_THAT(error.at("message").get<std::string>(), llmretry_catch::contains("attempts_exhausted"));
   CHECK(gave_up->body.find(upstream_key) == std::string::npos);
   CHECK(gave_up->get_header_value("x-should-retry") == "false");  // retried here: an SDK must not retry again
+
+  ScriptedResponse timed_out;  // retried by the relay too: passed back as it is, said to be final
+  timed_out.status = 408;
+  timed_out.body = R"({"error":{"message":"request timeout","code":"timeout"}})";
+  for (int i = 0; i < 3; ++i) provider.then(timed_out);
+  const auto gave_up_408 = post(relay, "/v1/chat/completions", chat());
+  CHECK(gave_up_408->status == 408);
+  CHECK(gave_up_408->get_header_value("x-should-retry") == "false");
 }
 
 TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body or a stream: none reaches the client") {

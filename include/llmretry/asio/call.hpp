@@ -145,11 +145,25 @@ struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Exe
     engine.wake_with(&waker);
   }
 
-  /// A request of the attempt begins to stream: the first to ask wins, the other one is cancelled.
+  /// A request of the attempt begins to stream: the first to ask wins, the other one is cancelled (even
+  /// when telling its ticket it lost throws).
   bool claim(bool hedge) override {
-    const bool may = engine.claim(hedge);
-    if (may) stop_hedging(!hedge);
-    return may;
+    class StopLoser {
+     public:
+      StopLoser(CallState& state, bool winner_is_hedge) noexcept : state_(&state), loser_(!winner_is_hedge) {}
+      StopLoser(const StopLoser&) = delete;
+      StopLoser& operator=(const StopLoser&) = delete;
+      StopLoser(StopLoser&&) = delete;
+      StopLoser& operator=(StopLoser&&) = delete;
+      ~StopLoser() {
+        if (!state_->engine.in_flight(loser_)) state_->stop_hedging(loser_);
+      }
+
+     private:
+      CallState* state_;
+      bool loser_;
+    } stop_loser{*this, hedge};
+    return engine.claim(hedge);
   }
 
   /// Stops what the hedging of the attempt has under way: the hedge's timer, and the request that lost
@@ -261,10 +275,11 @@ class CallOp {
     if (std::exchange(state.parked, false)) {
       if (self.cancelled() != boost::asio::cancellation_type::none && !state.settled) {
         state.stopping = true;
-        // The request still running (the hedge) is told it may have been processed; the one that failed
-        // was told its own failure already.
-        state.settled = touch(state, Then::cancelled, [](State& s) {
-          return s.engine.cancelled(Failure::of(FailureKind::unknown, Sent::maybe_processed));
+        // The request still running (the hedge) hears it lost; the call's record keeps the failure of
+        // this attempt's own request, when it failed.
+        state.settled = touch(state, Then::cancelled, [options = options_](State& s) {
+          return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::maybe_processed)
+                                            : Failure::of(FailureKind::unknown, Sent::maybe_processed));
         });
         state.stop_hedging(true);
       }
@@ -391,6 +406,7 @@ class CallOp {
   void start_hedged(Self& self) {
     State& state = *state_;
     state.settled.reset();
+    state.error = nullptr;  // this attempt's own failure, once it has one
     state.first_out = true;
     if (const std::optional<std::chrono::milliseconds> delay = state.engine.hedge_delay(); delay && !state.stopping) {
       if (!state.hedge_timer) state.hedge_timer.emplace(state.executor);

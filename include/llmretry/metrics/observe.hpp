@@ -74,7 +74,7 @@ class ObservedCall {
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
     ~Ticket() {
-      if (call_ != nullptr) call_->last_ = Last::not_sent;
+      if (call_ != nullptr && !hedge_) call_->last_ = Last::not_sent;  // an unsent hedge leaves the call as it is
     }
 
     /// Reports the attempt sent, and the tokens `answer` used when the reader finds them.
@@ -85,6 +85,10 @@ class ObservedCall {
     /// Reports the attempt sent (unless failure.sent is Sent::not_sent), and a rate-limit hit for a 429.
     void failed(const Failure& failure) noexcept {
       if (ObservedCall* call = std::exchange(call_, nullptr)) call->failed(number_, hedge_, failure);
+    }
+    /// Reports the attempt sent; it lost to the other request of its hedged attempt, which tells the rest.
+    void lost() noexcept {
+      if (ObservedCall* call = std::exchange(call_, nullptr)) call->sent(number_, hedge_);
     }
 
    private:
@@ -152,6 +156,10 @@ class ObservedCall {
   void failed(int number, bool hedge, const Failure& failure) noexcept {
     if (failure.sent != Sent::not_sent) sent(number, hedge);
     last_ = Last::failed;
+    if (number != failed_number_) {
+      earlier_failure_ = last_failure_;
+      failed_number_ = number;
+    }
     last_failure_ = failure;
     if (failure.kind == FailureKind::rate_limited)
       tell([&](Observer& observer) { observer.rate_limited(target_, LimitType::unknown); });
@@ -165,9 +173,10 @@ class ObservedCall {
       ++hedges_;
       last_hedged_ = number;
       tell([&](Observer& observer) { observer.hedged(target_, number + hedges_ - 1); });
-    } else if (number > 1 && last_failure_) {
+    } else if (const std::optional<Failure>& before = number > failed_number_ ? last_failure_ : earlier_failure_;
+               number > 1 && before) {  // the failure of the attempt before, not one of this attempt's hedge
       const int earlier_hedges = hedges_ - (last_hedged_ == number ? 1 : 0);
-      tell([&](Observer& observer) { observer.retried(target_, *last_failure_, number - 1 + earlier_hedges); });
+      tell([&](Observer& observer) { observer.retried(target_, *before, number - 1 + earlier_hedges); });
     }
     if (const std::uint64_t tokens = estimate_ ? tokens_in(*estimate_) : 0; tokens > 0)
       tell([&](Observer& observer) { observer.tokens_reserved(target_, tokens); });
@@ -192,6 +201,8 @@ class ObservedCall {
     started_ = false;
     last_ = Last::not_sent;
     last_failure_.reset();
+    earlier_failure_.reset();
+    failed_number_ = 0;
     hedges_ = 0;
     last_hedged_ = 0;
   }
@@ -217,7 +228,9 @@ class ObservedCall {
   UsageReader read_usage_;
   bool started_ = false;
   Last last_ = Last::not_sent;
-  std::optional<Failure> last_failure_;
+  std::optional<Failure> last_failure_;     ///< the last failure of attempt failed_number_
+  std::optional<Failure> earlier_failure_;  ///< the last failure of an attempt before it
+  int failed_number_ = 0;
   int hedges_ = 0;       ///< hedges of the call reported so far
   int last_hedged_ = 0;  ///< the attempt of the last of them
 };
