@@ -418,7 +418,6 @@ class CallEngine {
     else return options_.hedging;
   }
 
-  /// A request (the hedge when `hedge`) answered: the other one, in flight, lost; its ticket learns it.
   /// A request (the hedge when `hedge`) answered: its ticket learns it.
   template <class... Answer>
   Step answered(bool hedge, const Answer&... answer) {
@@ -466,21 +465,18 @@ class CallEngine {
   template <class Rng>
   Step failed_request(bool hedge, const Failure& failure, Rng& rng) {
     assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::failed: no attempt is under way");
+    [[maybe_unused]] bool other_in_flight = false;
     if constexpr (hedgeable) {
       if (hedging() != nullptr) {
         assert(in_flight(hedge) && "CallEngine::failed: that request is not in flight");
         hedge_.in_flight = static_cast<unsigned char>(hedge_.in_flight & ~request(hedge));
-        if (hedge_.in_flight != 0) {
-          if constexpr (guarded) {
-            if (auto ticket = take_ticket(hedge)) ticket->failed(failure);
-          }
-          return Step::pending();
-        }
+        other_in_flight = hedge_.in_flight != 0;
       }
     }
     if constexpr (guarded) {
       if (auto ticket = take_ticket(hedge)) ticket->failed(failure);
     }
+    if (other_in_flight) return Step::pending();
     const Decision decision = state().next(failure, rng, options_.deadline ? time_left() : std::nullopt);
     if (!decision.retry) {
       give_up(decision.reason, failure);

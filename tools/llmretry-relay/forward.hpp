@@ -106,10 +106,10 @@ class Forwarder {
   /// event, a stream cut after it ends the call (status 502, code "stream_interrupted"). `cancel`, when
   /// set, aborts the upstream transfer within about a second once it holds true (the client went away):
   /// the call then ends as a cut stream.
-  /// Nothing of an upstream key reaches the client: every header passed back, every body and every event is
-  /// redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
-  /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429 for want of
-  /// capacity does not (its Retry-After says when to come back).
+  /// Nothing of an upstream key reaches the client: every header passed back, every body and every event
+  /// is redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
+  /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429
+  /// for want of capacity does not (its Retry-After says when to come back).
   Answer forward(const Chain& chain, const Incoming& in,
                  const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr,
                  const std::atomic<bool>* cancel = nullptr) const {

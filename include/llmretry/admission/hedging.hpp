@@ -99,7 +99,7 @@ class Hedging {
 
   /// Returns how long after an attempt begins a hedge of it may go: the fixed delay, or the learned
   /// percentile (at least min_delay); nullopt while fewer than min_samples latencies were recorded. The
-  /// percentile is computed again once samples / 64 new latencies came (each latency at first).
+  /// percentile is computed again once 1/64 of the latencies kept are new (each new one while fewer than 64).
   [[nodiscard]] std::optional<std::chrono::milliseconds> delay() const {
     if (options_.delay) return options_.delay;
     std::lock_guard<std::mutex> lock(mutex_);

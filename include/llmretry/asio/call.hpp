@@ -197,7 +197,6 @@ struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Exe
   bool stopping = false;                          ///< the caller cancelled: no hedge may start
   bool parked = false;                            ///< the operation waits on `timer` for the hedging to settle
   std::optional<Touched> settled;                 ///< how the attempt ended, once decided: carried out when quiet()
-  std::exception_ptr hedge_error;                 ///< the hedge's failure
 };
 
 /// The composed operation of async_call_with_retry: carries out the engine's steps, each wait on a timer.
@@ -420,12 +419,11 @@ class CallOp {
                                                 boost::system::error_code ended) { hedger.timer_ended(ended); }));
     }
     if (auto slot = self.get_cancellation_state().slot(); slot.is_connected()) {
-      slot.assign([weak = state.weak_from_this()](boost::asio::cancellation_type type) {
+      slot.assign([weak = state.weak_from_this()](boost::asio::cancellation_type /*terminal*/) {
         if (const auto held = weak.lock()) {
           held->stopping = true;
-          if (held->hedge_timer_out) held->hedge_timer->cancel();
-          held->first_signal.emit(type);
-          held->hedge_signal.emit(type);
+          held->stop_hedging(false);
+          held->stop_hedging(true);
         }
       });
     }
@@ -440,32 +438,50 @@ class CallOp {
   void first_answered(Self& self, std::exception_ptr error, R answer) {
     State& state = *state_;
     state.first_out = false;
-    if (!state.settled && state.engine.in_flight(false) && state.engine.gave_up() == nullptr) {
-      if (!error) {
-        state.answer.emplace(std::move(answer));
-        state.settled =
-            touch(state, Then::answer, [](State& s) { return s.engine.succeeded(std::as_const(*s.answer)); });
-      } else if (self.cancelled() != boost::asio::cancellation_type::none) {
-        state.settled = touch(state, Then::cancelled, [options = options_, error](State& s) {
-          return s.engine.cancelled(failure_of(*options, error, Sent::maybe_processed));
-        });
-      } else if (!is_std_exception(error)) {
-        state.engine.abandoned();
-        state.settled = Touched{Step::done(), std::move(error), Then::next};
-      } else {
-        state.error = std::move(error);
-        const Touched touched = touch(state, Then::next, [options = options_](State& s) {
-          return s.engine.failed(failure_of(*options, s.error, Sent::maybe_processed), s.rng);
-        });
-        if (!touched.thrown && touched.step.kind == Step::Kind::pending) {
-          park(self);  // the hedge decides
-          return;
-        }
-        state.settled = touched;
-      }
+    if (error && self.cancelled() != boost::asio::cancellation_type::none && undecided(state, false)) {
+      state.settled = touch(state, Then::cancelled, [options = options_, error](State& s) {
+        return s.engine.cancelled(failure_of(*options, error, Sent::maybe_processed));
+      });
       state.stop_hedging(true);
+    } else if (decide(state, *options_, false, std::move(error), std::move(answer)) == Step::Kind::pending) {
+      park(self);  // the hedge decides
+      return;
     }
     settle(self);
+  }
+
+  /// Returns true when request `hedge` of a hedged attempt is still the one to hear from: the attempt is
+  /// not decided, the request did not lose, the call is not over.
+  static bool undecided(const State& state, bool hedge) {
+    return !state.settled && state.engine.in_flight(hedge) && state.engine.gave_up() == nullptr;
+  }
+
+  /// Tells the engine how request `hedge` of a hedged attempt ended (`error` null: with `answer`) unless
+  /// undecided() is false, and keeps the decision in state.settled, stopping the other request when it
+  /// lost. Returns Step::Kind::pending when the other request decides, else the step decided (done when
+  /// nothing was told).
+  static Step::Kind decide(State& state, const CallOptions& options, bool hedge, std::exception_ptr error, R answer) {
+    if (!undecided(state, hedge)) return Step::Kind::done;
+    if (!error) {
+      state.answer.emplace(std::move(answer));
+      state.settled = touch(state, Then::answer, [hedge](State& s) {
+        return hedge ? s.engine.hedge_succeeded(std::as_const(*s.answer))
+                     : s.engine.succeeded(std::as_const(*s.answer));
+      });
+    } else if (!is_std_exception(error)) {  // not even a std::exception: the call ends with it
+      state.engine.abandoned();
+      state.settled = Touched{Step::done(), std::move(error), Then::next};
+    } else {
+      state.error = std::move(error);  // the call ends with the last failure's exception
+      const Touched touched = touch(state, Then::next, [&options, hedge](State& s) {
+        const Failure failure = failure_of(options, s.error, Sent::maybe_processed);
+        return hedge ? s.engine.hedge_failed(failure, s.rng) : s.engine.failed(failure, s.rng);
+      });
+      if (!touched.thrown && touched.step.kind == Step::Kind::pending) return Step::Kind::pending;
+      state.settled = touched;
+    }
+    state.stop_hedging(!hedge);
+    return state.settled->step.kind;
   }
 
   /// Carries out how the attempt ended once nothing else of it is under way; until then waits (parks).
@@ -531,29 +547,8 @@ class CallOp {
 
     /// The hedge completed: decides unless the attempt's own request did (or the hedge lost).
     void answered(std::exception_ptr error, R answer) const {
-      State& s = *state;
-      s.hedge_out = false;
-      if (!s.settled && s.engine.in_flight(true) && s.engine.gave_up() == nullptr) {
-        if (!error) {
-          s.answer.emplace(std::move(answer));
-          s.settled =
-              touch(s, Then::answer, [](State& st) { return st.engine.hedge_succeeded(std::as_const(*st.answer)); });
-          s.stop_hedging(false);
-        } else if (!is_std_exception(error)) {
-          s.engine.abandoned();
-          s.settled = Touched{Step::done(), std::move(error), Then::next};
-          s.stop_hedging(false);
-        } else {
-          s.hedge_error = std::move(error);
-          const Touched touched = touch(s, Then::next, [options = options](State& st) {
-            return st.engine.hedge_failed(failure_of(*options, st.hedge_error, Sent::maybe_processed), st.rng);
-          });
-          if (touched.thrown || touched.step.kind != Step::Kind::pending) {  // the attempt's own request failed first
-            s.error = s.hedge_error;
-            s.settled = touched;
-          }
-        }
-      }
+      state->hedge_out = false;
+      (void)decide(*state, *options, true, std::move(error), std::move(answer));  // pending: the first decides
       unpark();
     }
 
