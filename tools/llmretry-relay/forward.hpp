@@ -1,10 +1,12 @@
-// How llmretry-relay sends one request upstream: call_with_fallback over the model's chain (pacing,
-// circuit breaker and retry budget on each route), the curl adapter on the thread's session
-// (curl::perform), and the outcome turned into the answer the client gets; every event told to a
+// How llmretry-relay sends one request upstream: asio::async_call_with_fallback over the model's chain
+// (pacing, circuit breaker and retry budget on each route), the asynchronous curl client of the worker
+// that serves the request, and the outcome turned into the answer the client gets; every event told to a
 // metrics::Observer.
 #ifndef LLMRETRY_RELAY_FORWARD_HPP
 #define LLMRETRY_RELAY_FORWARD_HPP
 
+#include <llmretry/asio/fallback.hpp>
+#include <llmretry/curl/async.hpp>
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/detail/text.hpp>
 #include <llmretry/errors.hpp>
@@ -18,21 +20,23 @@
 #include <llmretry/metrics/observer.hpp>
 #include <llmretry/policy.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/system/system_error.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -82,12 +86,10 @@ inline bool passed_back(std::string_view name) noexcept {
          llmretry::detail::iequals(name, "retry-after-ms") || header_name_starts(name, "x-ratelimit-");
 }
 
-/// A stream that broke after its first event reached the client: it cannot be retried.
-struct StreamCut : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+/// What receives each event of a streamed answer.
+using OnEvent = std::function<void(const llmretry::SseEvent&)>;
 
-/// Sends requests along their chain. Thread-safe: each thread keeps its own curl session.
+/// Sends requests along their chain, asynchronously. Thread-safe: each worker passes its own client.
 class Forwarder {
  public:
   /// Tells `observer` (which must outlive it) every event. `attempt_timeout`: the most one attempt takes.
@@ -98,127 +100,187 @@ class Forwarder {
     curl_options_.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
   }
 
-  /// Returns the answer to `in` through `chain`: the upstream's when it answered (its own 4xx included),
-  /// else the relay's: 429 with Retry-After when no capacity came within the longest wait, 503 when the
-  /// circuit is open or the retry budget is spent, 504 after a timeout, 502 for any other give-up.
+  /// Sends `in` through `chain` on `client` and completes `done(Answer)` on the client's executor (the
+  /// caller's thread): the upstream's answer when it answered (its own 4xx included), else the relay's: 429
+  /// with Retry-After when no capacity came within the longest wait, 503 when the circuit is open or the
+  /// retry budget is spent, 504 after a timeout, 502 for any other give-up.
   /// With `on_event` (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
   /// and the answer's body is empty (never storable); retries and fallbacks happen only before the first
-  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted"). `cancel`, when
-  /// set, aborts the upstream transfer within about a second once it holds true (the client went away):
-  /// the call then ends as a cut stream.
+  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted"). A cancel through
+  /// `gone` (the client went away) stops the upstream call at once: it then ends as a cut stream.
   /// Nothing of an upstream key reaches the client: every header passed back, every body and every event
   /// is redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
   /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429
   /// for want of capacity does not (its Retry-After says when to come back).
-  Answer forward(const Chain& chain, const Incoming& in,
-                 const std::function<void(const llmretry::SseEvent&)>* on_event = nullptr,
-                 const std::atomic<bool>* cancel = nullptr) const {
-    const std::vector<std::string> keys = keys_of(chain);
-    std::function<void(const llmretry::SseEvent&)> redacting;
-    if (on_event != nullptr && !keys.empty()) {
-      redacting = [&keys, on_event](const llmretry::SseEvent& event) {
-        llmretry::SseEvent told = event;
-        told.data = llmretry::curl::detail::redact(std::move(told.data), keys);
-        told.event = llmretry::curl::detail::redact(std::move(told.event), keys);
-        told.id = llmretry::curl::detail::redact(std::move(told.id), keys);
-        (*on_event)(told);
-      };
-      on_event = &redacting;
-    }
-    Answer answer = forward_redacted(chain, in, on_event, cancel);
-    answer.body = llmretry::curl::detail::redact(std::move(answer.body), keys);
-    for (auto& header : answer.headers) header.second = llmretry::curl::detail::redact(std::move(header.second), keys);
-    return answer;
+  /// `chain`, `client` and this Forwarder must outlive the call.
+  template <class Done>
+  void forward(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<const Incoming> in,
+               OnEvent on_event, boost::asio::cancellation_slot gone, Done done) const {
+    auto call = std::make_shared<Forwarding>(chain, std::move(in), std::move(on_event));
+    call->options.estimate = call->in->estimate;
+    call->options.on_move = [this, raw = call.get()](const llmretry::Move& move) {
+      observer_.fell_back(target(raw->chain, move.from, *raw->in), target(raw->chain, move.to, *raw->in), move.reason);
+    };
+    call->options.on_give_up = [raw = call.get()](const llmretry::FallbackGiveUp& report) { raw->gave_up = report; };
+    const auto send = [this, call, &client](const llmretry::Route& route, const llmretry::Attempt& attempt,
+                                            auto handler) {
+      call->current = &route;
+      const llmretry::curl::Request& request = call->request_for(route);
+      const bool streamed = static_cast<bool>(call->events);
+      client.async_perform(request, curl_options_, {}, streamed ? &call->events : nullptr,
+                           streamed ? &call->stream : nullptr, attempt.time_left, std::move(handler));
+    };
+    llmretry::asio::async_call_with_fallback<llmretry::curl::Response>(
+        client.get_executor(), chain.fallback_chain, send, policy_, call->options,
+        llmretry::route_guards([this, raw = call.get()](const llmretry::Route& route) {
+          return Reporting{&observer_, target(route, *raw->in), raw->in->estimate.tokens(), std::nullopt};
+        }),
+        boost::asio::bind_cancellation_slot(
+            gone, [this, call, done = std::move(done)](std::exception_ptr error,
+                                                       llmretry::Routed<llmretry::curl::Response> routed) mutable {
+              Answer answer = answer_to(*call, std::move(error), std::move(routed));
+              answer.body = llmretry::curl::detail::redact(std::move(answer.body), call->keys);
+              for (auto& header : answer.headers)
+                header.second = llmretry::curl::detail::redact(std::move(header.second), call->keys);
+              done(std::move(answer));
+            }));
   }
 
  private:
-  /// forward() before the redaction.
-  Answer forward_redacted(const Chain& chain, const Incoming& in,
-                          const std::function<void(const llmretry::SseEvent&)>* on_event,
-                          const std::atomic<bool>* cancel) const {
-    std::optional<llmretry::curl::Options> cancellable;
-    if (cancel != nullptr) {
-      cancellable.emplace(curl_options_);
-      cancellable->cancel = cancel;
+  /// What one forwarded request keeps until its answer.
+  struct Forwarding {
+    Forwarding(const Chain& chain_in, std::shared_ptr<const Incoming> in_in, OnEvent on_event)
+        : chain(chain_in), in(std::move(in_in)), keys(keys_of(chain_in)), requests(chain_in.upstreams.size()) {
+      if (on_event && !keys.empty()) {
+        events = [this, on_event = std::move(on_event)](const llmretry::SseEvent& event) {
+          llmretry::SseEvent told = event;
+          told.data = llmretry::curl::detail::redact(std::move(told.data), keys);
+          told.event = llmretry::curl::detail::redact(std::move(told.event), keys);
+          told.id = llmretry::curl::detail::redact(std::move(told.id), keys);
+          on_event(told);
+        };
+      } else {
+        events = std::move(on_event);
+      }
     }
-    const llmretry::curl::Options& curl_options = cancellable ? *cancellable : curl_options_;
-    const llmretry::metrics::Queue queue{"interactive", task_type(in.path)};
-    const llmretry::Route* current = &chain.fallback_chain.routes().front();
-    std::optional<llmretry::FallbackGiveUp> gave_up;
-    llmretry::StreamGuard stream;
 
+    /// Returns the request sent on `route`, made the first time.
+    const llmretry::curl::Request& request_for(const llmretry::Route& route) {
+      const std::size_t index = static_cast<std::size_t>(&route - chain.fallback_chain.routes().data());
+      auto& request = requests[index];
+      if (!request) {
+        const Upstream& upstream = chain.upstream_of(route);
+        request.emplace(llmretry::curl::Request{"POST",
+                                                llmretry::resolve_url(upstream.base_url, in->path),
+                                                {{"Content-Type", "application/json"}},
+                                                body_for(upstream, *in)});
+        if (!upstream.api_key.empty()) request->headers.emplace_back("Authorization", "Bearer " + upstream.api_key);
+        if (!in->idempotency_key.empty()) request->headers.emplace_back("Idempotency-Key", in->idempotency_key);
+        if (events) request->headers.emplace_back("Accept", "text/event-stream");
+      }
+      return *request;
+    }
+
+    const Chain& chain;
+    std::shared_ptr<const Incoming> in;
+    std::vector<std::string> keys;  ///< the upstreams' keys, redacted from what goes back
+    OnEvent events;                 ///< the client's receiver of events, behind the redaction; empty: not streamed
+    llmretry::StreamGuard stream;
+    std::vector<std::optional<llmretry::curl::Request>> requests;  ///< per route, made when first sent there
+    const llmretry::Route* current = nullptr;                      ///< the route of the last attempt
     llmretry::FallbackOptions options;
-    options.estimate = in.estimate;
-    options.on_move = [&](const llmretry::Move& move) {
-      observer_.fell_back(target(chain, move.from, in), target(chain, move.to, in), move.reason);
-    };
-    options.on_give_up = [&](const llmretry::FallbackGiveUp& report) { gave_up = report; };
-    const auto sleep = [&](std::chrono::milliseconds wait, llmretry::WaitReason reason) {
-      const bool waiting_for_capacity = reason == llmretry::WaitReason::capacity;
-      if (waiting_for_capacity) observer_.queue_entered(queue);
-      std::this_thread::sleep_for(wait);
-      if (waiting_for_capacity) observer_.queue_left(queue, wait);
-    };
-    const auto call = [&](const llmretry::Route& route, const llmretry::Attempt& attempt) {
-      current = &route;
-      const Upstream& upstream = chain.upstream_of(route);
-      observer_.tokens_reserved(target(route, in), static_cast<std::uint64_t>(in.estimate.tokens()));
-      llmretry::curl::Request request{"POST",
-                                      llmretry::resolve_url(upstream.base_url, in.path),
-                                      {{"Content-Type", "application/json"}},
-                                      body_for(upstream, in)};
-      if (!upstream.api_key.empty()) request.headers.emplace_back("Authorization", "Bearer " + upstream.api_key);
-      if (!in.idempotency_key.empty()) request.headers.emplace_back("Idempotency-Key", in.idempotency_key);
-      if (on_event != nullptr) request.headers.emplace_back("Accept", "text/event-stream");
-      const auto send = [&] {
-        return llmretry::curl::perform(request, curl_options, {}, on_event, on_event != nullptr ? &stream : nullptr,
-                                       attempt.time_left);
-      };
-      try {
-        return send();
-      } catch (const llmretry::StreamInterrupted& error) {
-        throw StreamCut(error.what());  // not a provider error: neither retried nor moved to a fallback
-      } catch (const llmretry::ProviderError& error) {
-        if (cancel != nullptr && *cancel) throw StreamCut("the client went away");
-        if (error.failure().kind == llmretry::FailureKind::rate_limited)
-          observer_.rate_limited(target(route, in), llmretry::metrics::LimitType::unknown);
-        throw;
+    std::optional<llmretry::FallbackGiveUp> gave_up;
+  };
+
+  /// The relay's guard on each route: reports each attempt sent (tokens reserved), each retry (with the
+  /// failure before it) and each rate-limit hit to the observer.
+  struct Reporting {
+    llmretry::metrics::Observer* observer;
+    llmretry::metrics::Target target;
+    std::int64_t tokens;
+    std::optional<llmretry::Failure> last;  ///< the failure of the attempt before
+
+    struct Ticket {
+      Reporting* owner;
+      template <class... Answer>
+      void succeeded(const Answer&... /*answer*/) const noexcept {}
+      void failed(const llmretry::Failure& failure) const noexcept {
+        owner->last = failure;
+        if (failure.kind == llmretry::FailureKind::rate_limited)
+          tell([&] { owner->observer->rate_limited(owner->target, llmretry::metrics::LimitType::unknown); });
       }
     };
-    const auto on_retry = [&](int attempt, const llmretry::Failure& failure, std::chrono::milliseconds) {
-      observer_.retried(target(*current, in), failure, attempt);
-    };
 
-    try {
-      auto routed = llmretry::call_with_fallback(chain.fallback_chain, call, policy_, options, on_retry, sleep);
-      const llmretry::metrics::Target answered = target(chain, routed.route, in);
+    llmretry::Admission<Ticket> admit(const llmretry::Attempt& attempt) noexcept {
+      if (last && attempt.number > 1) tell([&] { observer->retried(target, *last, attempt.number - 1); });
+      tell([&] { observer->tokens_reserved(target, static_cast<std::uint64_t>(std::max<std::int64_t>(0, tokens))); });
+      return llmretry::Admission<Ticket>::go(Ticket{this});
+    }
+
+    /// Tells the observer, dropping what it throws: reporting never changes what a call does.
+    template <class Tell>
+    static void tell(Tell&& telling) noexcept {
+      try {
+        telling();
+      } catch (...) {}
+    }
+  };
+
+  /// Returns the answer to the client once the call through the chain ended with `error` or `routed`.
+  Answer answer_to(const Forwarding& call, std::exception_ptr error,
+                   llmretry::Routed<llmretry::curl::Response> routed) const {
+    const Incoming& in = *call.in;
+    if (!error) {
+      const llmretry::metrics::Target answered = target(call.chain, routed.route, in);
       if (const auto usage = llmretry::json::usage_of(routed.answer.body))
         observer_.tokens_used(answered, static_cast<std::uint64_t>(usage->tokens()));
       observer_.request_finished(answered, "success");
-      return answer_of(std::move(routed.answer), on_event == nullptr);
-    } catch (const StreamCut&) {
-      observer_.request_finished(target(*current, in), "stream_interrupted");
-      Answer answer;
-      answer.status = 502;
-      answer.body =
-          error_body({502, "the upstream's stream broke after it had begun", "upstream_error", "stream_interrupted"});
-      answer.headers.emplace_back("x-should-retry", "false");
-      return answer;
-    } catch (const std::exception& error) {
-      const llmretry::metrics::Target at = gave_up ? target(chain, gave_up->route, in) : target(*current, in);
-      const llmretry::Failure failure =
-          gave_up ? gave_up->last.failure : llmretry::failure_of(error).value_or(llmretry::Failure{});
-      const std::string stop = !gave_up ? "failed"
-                               : never_fits(gave_up->last.reason, gave_up->last.failure)
-                                   ? never_fits_code
-                                   : llmretry::to_string(gave_up->last.reason);
-      observer_.request_finished(at, stop);
-      const std::optional<llmretry::StopReason> reason = gave_up ? std::optional(gave_up->last.reason) : std::nullopt;
-      Answer answer = give_up_answer(reason, failure, stop, llmretry::curl::response_of(error), at);
-      if (retried_here(answer.status) && reason != llmretry::StopReason::no_capacity)
-        answer.headers.emplace_back("x-should-retry", "false");  // retried here already
-      return answer;
+      return answer_of(std::move(routed.answer), !call.events);
     }
+    const llmretry::Route& current =
+        call.current != nullptr ? *call.current : call.chain.fallback_chain.routes().front();
+    try {
+      std::rethrow_exception(error);
+    } catch (const llmretry::StreamInterrupted&) {
+      return cut(call, current);
+    } catch (const boost::system::system_error& cancelled) {
+      if (cancelled.code() == boost::asio::error::operation_aborted) return cut(call, current);
+      return gave_up_answer(call, cancelled, current);
+    } catch (const std::exception& failed) {
+      return gave_up_answer(call, failed, current);
+    } catch (...) {
+      return gave_up_answer(call, std::runtime_error("unknown failure"), current);
+    }
+  }
+
+  /// The answer to a stream that broke after it had begun, or whose client went away.
+  Answer cut(const Forwarding& call, const llmretry::Route& current) const {
+    observer_.request_finished(target(current, *call.in), "stream_interrupted");
+    Answer answer;
+    answer.status = 502;
+    answer.body =
+        error_body({502, "the upstream's stream broke after it had begun", "upstream_error", "stream_interrupted"});
+    answer.headers.emplace_back("x-should-retry", "false");
+    return answer;
+  }
+
+  /// The answer to a call that gave up with `error` (the last route's exception).
+  Answer gave_up_answer(const Forwarding& call, const std::exception& error, const llmretry::Route& current) const {
+    const Incoming& in = *call.in;
+    const auto& gave_up = call.gave_up;
+    const llmretry::metrics::Target at = gave_up ? target(call.chain, gave_up->route, in) : target(current, in);
+    const llmretry::Failure failure =
+        gave_up ? gave_up->last.failure : llmretry::failure_of(error).value_or(llmretry::Failure{});
+    const std::string stop = !gave_up ? "failed"
+                             : never_fits(gave_up->last.reason, gave_up->last.failure)
+                                 ? never_fits_code
+                                 : llmretry::to_string(gave_up->last.reason);
+    observer_.request_finished(at, stop);
+    const std::optional<llmretry::StopReason> reason = gave_up ? std::optional(gave_up->last.reason) : std::nullopt;
+    Answer answer = give_up_answer(reason, failure, stop, llmretry::curl::response_of(error), at);
+    if (retried_here(answer.status) && reason != llmretry::StopReason::no_capacity)
+      answer.headers.emplace_back("x-should-retry", "false");  // retried here already
+    return answer;
   }
 
   static constexpr const char* never_fits_code = "request_too_large_for_limit";

@@ -9,8 +9,9 @@
 #include <llmretry/redis/rate_limiter.hpp>
 #endif
 
-#include <httplib.h>
 #include <CLI/CLI.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <pthread.h>
 #include <csignal>
@@ -32,6 +33,7 @@
 #include "common/program.hpp"
 #include "config.hpp"
 #include "forward.hpp"
+#include "front.hpp"
 #include "routes.hpp"
 #include "security.hpp"
 #include "server.hpp"
@@ -67,7 +69,11 @@ struct Options {
   std::string redis;
   std::string config;
   std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
-  std::size_t threads = relay::ServerSettings{}.threads;
+  std::size_t threads = std::max(1U, std::thread::hardware_concurrency());
+  std::size_t max_connections = relay::FrontLimits{}.max_connections;
+  std::size_t max_requests = relay::ServerSettings{}.max_requests;
+  std::int64_t request_timeout_ms = relay::FrontLimits{}.request_timeout.count();
+  std::int64_t grace_ms = 30'000;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -97,9 +103,20 @@ Options parse(int argc, char** argv) {
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
   app.add_option("--config", options.config,
                  "JSON model table: per model its upstream, key variable, limits, fallback");
-  app.add_option("--threads", options.threads, "requests served at once (for tests)")
-      ->check(CLI::Range(std::size_t{2}, std::size_t{100'000}))
-      ->group("");  // hidden: the default suits every deployment
+  app.add_option("--threads", options.threads, "event-loop threads (default: one per core)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
+  app.add_option("--max-connections", options.max_connections,
+                 "client connections open at once; one more is answered 503 and closed (default 10000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}));
+  app.add_option("--max-requests", options.max_requests,
+                 "requests in the relay's hands at once; one more is answered 503 with Retry-After (default 10000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}));
+  app.add_option("--request-timeout", options.request_timeout_ms,
+                 "the most a client may take to send a whole request, in ms; a slower one is cut (default 10000)")
+      ->check(CLI::Range(std::int64_t{10}, std::int64_t{3'600'000}));
+  app.add_option("--grace", options.grace_ms,
+                 "after SIGTERM, the most the requests in flight are given to finish, in ms (default 30000)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
   std::int64_t lease_ms = options.idempotency_lease.count();
   app.add_option("--idempotency-lease", lease_ms, "the idempotency claims' lease in ms (for tests)")
       ->check(CLI::Range(std::int64_t{30}, std::int64_t{86'400'000}))
@@ -174,8 +191,11 @@ class RedisState {
 int run(const Options& options) {
   const auto [host, port] = listen_address(options.listen);
   relay::ServerSettings settings;
-  settings.max_request_body = options.max_body;
-  settings.threads = options.threads;
+  settings.max_requests = options.max_requests;
+  relay::FrontLimits limits;
+  limits.max_body = options.max_body;
+  limits.max_connections = options.max_connections;
+  limits.request_timeout = std::chrono::milliseconds{options.request_timeout_ms};
   settings.client_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
   if (!relay::is_loopback(host) && settings.client_key.empty())
     throw UsageError("--listen " + options.listen +
@@ -189,6 +209,7 @@ int run(const Options& options) {
   settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
   if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
+  settings.remote_store = redis.has_value();
   const relay::ShareLimits share = redis ? redis->share_limits() : relay::ShareLimits{};
   std::optional<relay::Routes> routes;
   try {
@@ -212,10 +233,17 @@ int run(const Options& options) {
 
   llmretry::metrics::Registry registry;
   const relay::Forwarder forwarder(registry, std::chrono::minutes{10});
-  relay::Server relay_server(
-      *routes, forwarder, idempotency, registry,
-      {[&registry] { return registry.prometheus_text(); }, std::string(llmretry::metrics::prometheus_content_type)},
-      settings);
+  const relay::Front* serving = nullptr;  // set once the front exists
+  const relay::Server* answering = nullptr;
+  relay::Server server(*routes, forwarder, idempotency, registry,
+                       {[&registry, &serving, &answering] {
+                          std::string text = registry.prometheus_text();
+                          if (serving != nullptr && answering != nullptr)
+                            text += relay::front_metrics(serving->stats(), answering->requests_in_flight());
+                          return text;
+                        },
+                        std::string(llmretry::metrics::prometheus_content_type)},
+                       settings);
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -223,23 +251,29 @@ int run(const Options& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: they inherit it
 
-  httplib::Server server;
-  relay_server.install(server);
-  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    std::cerr << "llmretry-relay: cannot listen on " << options.listen << '\n';
+  relay::Front front(server, limits, options.threads);
+  serving = &front;
+  answering = &server;
+  server.attach(front);
+  unsigned short bound = 0;
+  try {
+    boost::asio::io_context resolving;
+    boost::asio::ip::tcp::resolver resolver(resolving);
+    const auto found = resolver.resolve(host, std::to_string(port), boost::asio::ip::resolver_base::numeric_service);
+    bound = front.listen(found.begin()->endpoint());
+  } catch (const boost::system::system_error& error) {
+    std::cerr << "llmretry-relay: cannot listen on " << options.listen << ": " << error.code().message() << '\n';
     return 1;
   }
-  relay_server.deepen_listen_queue();
-  std::thread serving([&server] { server.listen_after_bind(); });
-  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  front.run();
   const bool ipv6 = host.find(':') != std::string::npos;
   std::printf("listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host.c_str(), ipv6 ? "]" : "", bound);
   std::fflush(stdout);
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  server.stop();  // stops accepting; the requests in flight end first
-  serving.join();
+  // Stops accepting; the requests in flight end first, within the grace period.
+  front.drain(std::chrono::milliseconds{options.grace_ms},
+              [](std::chrono::milliseconds wait) { std::this_thread::sleep_for(wait); });
   return 0;
 }
 

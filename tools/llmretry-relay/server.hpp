@@ -1,8 +1,10 @@
-// The HTTP side of llmretry-relay on cpp-httplib: the routes, the client key, the checks of each request,
-// the Idempotency-Key deduplication, /healthz and /metrics.
+// What llmretry-relay does with each request the front received: the client key, the routes, the checks of
+// each request, the Idempotency-Key deduplication, /healthz and /metrics; the upstream call on the worker's
+// asynchronous client.
 #ifndef LLMRETRY_RELAY_SERVER_HPP
 #define LLMRETRY_RELAY_SERVER_HPP
 
+#include <llmretry/curl/async.hpp>
 #include <llmretry/http/idempotency.hpp>
 #include <llmretry/json/canonical.hpp>
 #include <llmretry/json/estimate.hpp>
@@ -10,24 +12,29 @@
 #include <llmretry/store/fingerprint.hpp>
 #include <llmretry/store/idempotency_store.hpp>
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include "common/lease_renewer.hpp"
 #include "errors.hpp"
 #include "forward.hpp"
+#include "front.hpp"
 #include "model_labels.hpp"
 #include "routes.hpp"
 #include "security.hpp"
@@ -35,17 +42,20 @@
 
 namespace relay {
 
-/// How the server treats its clients.
+/// How the relay treats its clients.
 struct ServerSettings {
-  std::size_t max_request_body = std::size_t{1} << 20;  ///< larger request bodies are answered 413
   std::string client_key;  ///< required as "Authorization: Bearer ..." on every route but /healthz; empty: none
-  std::chrono::seconds io_timeout{10};  ///< the most a client may take to send a request or read an answer
-  std::size_t threads = 512;            ///< requests served at once (each waits for its upstream)
+  /// API requests in the relay's hands at once (received, not yet answered); one more is answered 503 with
+  /// a Retry-After computed from how long requests have lately taken.
+  std::size_t max_requests = 10'000;
   /// The lease of the idempotency store's claims: a claimed key is renewed every third of it while its
   /// request is in flight.
   std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
   /// The largest answer kept under its Idempotency-Key; a larger one frees the key instead.
   std::size_t max_stored_answer = std::size_t{1} << 20;
+  /// The idempotency store makes network round trips (Redis): its calls run on a pool of threads, never on
+  /// a worker.
+  bool remote_store = false;
 };
 
 /// The text of /metrics and its content type.
@@ -54,8 +64,8 @@ struct MetricsPage {
   std::string content_type;
 };
 
-/// Serves the relay's routes on an httplib::Server. Every reference must outlive the server.
-class Server {
+/// Serves the relay's routes behind a Front. Every reference must outlive it.
+class Server final : public Service {
  public:
   Server(const Routes& routes, const Forwarder& forwarder, llmretry::store::IdempotencyStore& idempotency,
          llmretry::metrics::Observer& observer, MetricsPage metrics, ServerSettings settings)
@@ -64,270 +74,319 @@ class Server {
         idempotency_(idempotency),
         observer_(observer),
         metrics_(std::move(metrics)),
-        settings_(std::move(settings)) {}
-
-  /// Makes the listen queue of the server set up by install, once bound, as long as the system allows
-  /// (cpp-httplib asks for 5): hundreds of clients connecting at once are not made to wait a SYN retry.
-  void deepen_listen_queue() const {
-    if (listening_ != INVALID_SOCKET) ::listen(listening_, SOMAXCONN);
+        settings_(std::move(settings)) {
+    if (settings_.remote_store) store_pool_.emplace(8);
+  }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  Server(Server&&) = delete;
+  Server& operator=(Server&&) = delete;
+  ~Server() override {
+    if (store_pool_) store_pool_->join();
   }
 
-  /// Sets up `server`: its thread pool, timeouts, body limit, and handlers.
-  void install(httplib::Server& server) {
-    const std::size_t threads = settings_.threads;
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    server.set_read_timeout(settings_.io_timeout);
-    server.set_write_timeout(settings_.io_timeout);
-    server.set_keep_alive_max_count(100'000);
-    server.set_keep_alive_timeout(5);
-    server.set_payload_max_length(settings_.max_request_body);
-    server.set_tcp_nodelay(true);  // each answer goes out at once, never held back to wait for an ACK
-    server.set_socket_options([this](socket_t socket) {
-      httplib::default_socket_options(socket);
-      listening_ = socket;
-    });
-    server.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-      if (settings_.client_key.empty() || request.path == "/healthz")
-        return httplib::Server::HandlerResponse::Unhandled;
-      if (authorized(request.get_header_value("Authorization"), settings_.client_key))
-        return httplib::Server::HandlerResponse::Unhandled;
-      reply(response, {401, "missing or wrong client key: send Authorization: Bearer <LLMRETRY_RELAY_CLIENT_KEY>",
-                       "invalid_request_error", "invalid_api_key"});
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    server.set_error_handler(
-        httplib::Server::HandlerWithResponse([this](const httplib::Request&, httplib::Response& response) {
-          if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          if (response.status == 413)
-            reply(response,
-                  {413, "the body is larger than " + std::to_string(settings_.max_request_body) + " bytes (--max-body)",
-                   "invalid_request_error", "body_too_large"});
-          else if (response.status == 404)
-            reply(response, {404, "unknown route", "invalid_request_error", "unknown_url"});
-          else reply(response, {response.status, "malformed HTTP request", "invalid_request_error", "bad_request"});
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    server.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
-      // What the exception says stays in the relay: it may quote the request.
-      response.headers.clear();
-      reply(response, {500, "the relay failed to answer this request", "server_error", "internal_error"});
-    });
-    const auto handler = [this](const httplib::Request& request, httplib::Response& response) {
-      handle(request, response);
-    };
-    server.Get(".*", handler);
-    server.Post(".*", handler);
-    server.Put(".*", handler);
-    server.Patch(".*", handler);
-    server.Delete(".*", handler);
-    server.Options(".*", handler);
+  /// Gives each worker of `front` its upstream client. Before the front runs.
+  void attach(Front& front) {
+    for (auto& worker : front.workers()) {
+      auto client = std::make_shared<llmretry::curl::AsyncClient>(worker->context().get_executor());
+      clients_.push_back(client.get());
+      worker->local = std::move(client);
+    }
   }
 
- private:
-  static void reply(httplib::Response& response, const ErrorReply& error) {
-    response.status = error.status;
-    response.set_content(error_body(error), json_content_type);
-  }
+  /// Returns the API requests in the relay's hands now.
+  [[nodiscard]] std::size_t requests_in_flight() const noexcept { return in_flight_; }
 
-  static void wrong_method(httplib::Response& response, const char* allowed) {
-    response.set_header("Allow", allowed);
-    reply(response,
-          {405, std::string("method not allowed: use ") + allowed, "invalid_request_error", "method_not_allowed"});
-  }
-
-  void handle(const httplib::Request& request, httplib::Response& response) {
-    const std::string& path = request.path;
+  std::optional<Reply> check(const RequestHead& head, std::optional<std::uint64_t> /*body_bytes*/) override {
+    const std::string_view path = path_of(head);
     if (path == "/healthz") {
-      if (request.method != "GET" && request.method != "HEAD") return wrong_method(response, "GET");
-      response.set_content("ok\n", "text/plain");
-      return;
+      if (head.method() != http::verb::get && head.method() != http::verb::head) return wrong_method("GET");
+      return std::nullopt;
     }
+    if (!settings_.client_key.empty() && !authorized(head[http::field::authorization], settings_.client_key))
+      return reply_of({401, "missing or wrong client key: send Authorization: Bearer <LLMRETRY_RELAY_CLIENT_KEY>",
+                       "invalid_request_error", "invalid_api_key"});
     if (path == "/metrics") {
-      if (request.method != "GET") return wrong_method(response, "GET");
-      response.set_content(metrics_.text(), metrics_.content_type.c_str());
-      return;
+      if (head.method() != http::verb::get) return wrong_method("GET");
+      return std::nullopt;
     }
-    if (path == "/v1/chat/completions" || path == "/v1/responses" || path == "/v1/embeddings") {
-      if (request.method != "POST") return wrong_method(response, "POST");
-      return serve_api_request(request, response);
+    if (is_api(path)) {
+      if (head.method() != http::verb::post) return wrong_method("POST");
+      return std::nullopt;
     }
-    reply(response, {404,
-                     "unknown route " + path +
-                         " (the relay serves POST /v1/chat/completions, /v1/responses, "
-                         "/v1/embeddings, GET /healthz, /metrics)",
+    return reply_of({404,
+                     "unknown route " + std::string(path) +
+                         " (the relay serves POST /v1/chat/completions, /v1/responses, /v1/embeddings, GET /healthz, "
+                         "/metrics)",
                      "invalid_request_error", "unknown_url"});
   }
 
-  /// Returns how many requests may wait for their upstream at once: all the threads but a few kept to
-  /// refuse the others at once, and to answer /healthz and /metrics.
-  [[nodiscard]] std::size_t max_forwarding() const noexcept {
-    const std::size_t threads = settings_.threads;
-    return threads > 64 ? threads - 32 : std::max<std::size_t>(1, threads / 2);
+  void serve(Request request, std::shared_ptr<Exchange> exchange) override {
+    const std::string_view path = path_of(request.head);
+    if (path == "/healthz") return exchange->send({200, {{"Content-Type", "text/plain"}}, "ok\n"});
+    if (path == "/metrics") return exchange->send({200, {{"Content-Type", metrics_.content_type}}, metrics_.text()});
+    if (in_flight_ >= settings_.max_requests) {
+      Incoming in;
+      in.path = std::string(path);
+      Reply busy = refusal(in, {503,
+                                "the relay holds as many requests as it serves (--max-requests); retry after " +
+                                    std::to_string(retry_after_seconds()) + " s",
+                                "service_unavailable", "relay_busy"});
+      busy.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds()));
+      return exchange->send(std::move(busy));
+    }
+    ++in_flight_;
+    auto held = std::make_shared<InFlight>(*this, std::move(exchange));
+    check_and_send(std::move(request), std::move(held));
   }
 
-  /// Counts down `count` when it goes out of scope.
-  class Leaving {
+ private:
+  /// One API request in the relay's hands: answered once through its exchange, then counted out (its
+  /// duration taught to the Retry-After of refusals).
+  class InFlight {
    public:
-    explicit Leaving(std::atomic<std::size_t>& count) noexcept : count_(count) {}
-    Leaving(const Leaving&) = delete;
-    Leaving& operator=(const Leaving&) = delete;
-    Leaving(Leaving&&) = delete;
-    Leaving& operator=(Leaving&&) = delete;
-    ~Leaving() { --count_; }
+    InFlight(Server& server, std::shared_ptr<Exchange> exchange)
+        : server_(server), exchange_(std::move(exchange)), since_(std::chrono::steady_clock::now()) {}
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    InFlight(InFlight&&) = delete;
+    InFlight& operator=(InFlight&&) = delete;
+    ~InFlight() {
+      server_.learn_duration(std::chrono::steady_clock::now() - since_);
+      --server_.in_flight_;
+    }
+    Exchange& exchange() noexcept { return *exchange_; }
 
    private:
-    std::atomic<std::size_t>& count_;
+    Server& server_;
+    std::shared_ptr<Exchange> exchange_;
+    std::chrono::steady_clock::time_point since_;
   };
+  using Held = std::shared_ptr<InFlight>;
 
-  /// Answers as check_and_send, or 503 with Retry-After at once while max_forwarding() requests are
-  /// already in the relay's hands (a streamed one until its first event).
-  void serve_api_request(const httplib::Request& request, httplib::Response& response) {
-    if (forwarding_.fetch_add(1) >= max_forwarding()) {
-      --forwarding_;
-      Incoming in;
-      in.path = request.path;
-      response.set_header("Retry-After", "1");
-      return refuse(response, in,
-                    {503, "the relay is serving as many requests as it can; retry after 1 s", "service_unavailable",
-                     "relay_busy"});
-    }
-    const Leaving leaving(forwarding_);
-    check_and_send(request, response);
+  static bool is_api(std::string_view path) noexcept {
+    return path == "/v1/chat/completions" || path == "/v1/responses" || path == "/v1/embeddings";
+  }
+
+  /// Returns the path of the request's target, without its query.
+  static std::string_view path_of(const RequestHead& head) noexcept {
+    const std::string_view target(head.target().data(), head.target().size());
+    return target.substr(0, target.find('?'));
+  }
+
+  static Reply wrong_method(const char* allowed) {
+    Reply reply = reply_of(
+        {405, std::string("method not allowed: use ") + allowed, "invalid_request_error", "method_not_allowed"});
+    reply.headers.emplace_back("Allow", allowed);
+    return reply;
+  }
+
+  /// Returns the Retry-After of a refusal for want of room: how long requests lately took, 1 to 60 s.
+  [[nodiscard]] std::int64_t retry_after_seconds() const noexcept {
+    const double seconds = std::ceil(typical_seconds_.load(std::memory_order_relaxed));
+    return static_cast<std::int64_t>(std::clamp(seconds, 1.0, 60.0));
+  }
+
+  /// Folds `took` into the typical duration of a request (a moving average).
+  void learn_duration(std::chrono::steady_clock::duration took) noexcept {
+    const double seconds = std::chrono::duration<double>(took).count();
+    double typical = typical_seconds_.load(std::memory_order_relaxed);
+    while (!typical_seconds_.compare_exchange_weak(typical, typical + (seconds - typical) / 16,
+                                                   std::memory_order_relaxed)) {}
   }
 
   /// Checks the request, then answers it from the idempotency store or sends it upstream.
-  void check_and_send(const httplib::Request& request, httplib::Response& response) {
-    Incoming in;
-    in.path = request.path;
+  void check_and_send(Request request, Held held) {
+    auto in = std::make_shared<Incoming>();
+    in->path = std::string(path_of(request.head));
+    const auto refuse = [&](const ErrorReply& error) { held->exchange().send(refusal(*in, error)); };
     if (llmretry::json::nested_deeper_than(request.body, max_json_depth))
       return refuse(
-          response, in,
           bad_request("the body nests arrays and objects deeper than " + std::to_string(max_json_depth) + " levels",
                       "invalid_body"));
     try {
-      in.json = nlohmann::json::parse(request.body);
+      in->json = nlohmann::json::parse(request.body);
     } catch (const nlohmann::json::exception& error) {  // a syntax error, or a number out of range (1e400)
-      return refuse(response, in,
-                    bad_request(std::string("the body is not valid JSON: ") + error.what(), "invalid_json"));
+      return refuse(bad_request(std::string("the body is not valid JSON: ") + error.what(), "invalid_json"));
     }
-    if (!in.json.is_object())
-      return refuse(response, in, bad_request("the body must be a JSON object", "invalid_body"));
-    const auto model = in.json.find("model");
-    if (model == in.json.end()) return refuse(response, in, bad_request("model: missing", "missing_model"));
+    if (!in->json.is_object()) return refuse(bad_request("the body must be a JSON object", "invalid_body"));
+    const auto model = in->json.find("model");
+    if (model == in->json.end()) return refuse(bad_request("model: missing", "missing_model"));
     if (!model->is_string() || model->get_ref<const std::string&>().empty())
-      return refuse(response, in, bad_request("model: must be a non-empty string", "invalid_model"));
-    in.model = model->get<std::string>();
-    const Chain* chain = routes_.chain_for(in.model);
-    in.model_label = !routes_.has_model_table() ? model_labels_.of(in.model) : chain != nullptr ? in.model : "unknown";
-    const auto stream = in.json.find("stream");
-    if (stream != in.json.end() && !stream->is_boolean() && !stream->is_null())
-      return refuse(response, in, bad_request("stream: must be true or false", "invalid_stream"));
-    const bool streamed = stream != in.json.end() && *stream == true;
-    if (request.has_header("Idempotency-Key")) {
-      in.idempotency_key = request.get_header_value("Idempotency-Key");
-      if (!is_header_token(in.idempotency_key))
-        return refuse(
-            response, in,
-            bad_request("Idempotency-Key: must be 1 to 255 visible ASCII characters", "invalid_idempotency_key"));
+      return refuse(bad_request("model: must be a non-empty string", "invalid_model"));
+    in->model = model->get<std::string>();
+    const Chain* chain = routes_.chain_for(in->model);
+    in->model_label = !routes_.has_model_table() ? model_labels_.of(in->model)
+                      : chain != nullptr         ? in->model
+                                                 : "unknown";
+    const auto stream = in->json.find("stream");
+    if (stream != in->json.end() && !stream->is_boolean() && !stream->is_null())
+      return refuse(bad_request("stream: must be true or false", "invalid_stream"));
+    const bool streamed = stream != in->json.end() && *stream == true;
+    const auto keys = request.head.equal_range("Idempotency-Key");
+    if (keys.first != keys.second) {
+      in->idempotency_key = std::string(keys.first->value());
+      if (std::next(keys.first) != keys.second || !is_header_token(in->idempotency_key))
+        return refuse(bad_request("Idempotency-Key: must be sent once, 1 to 255 visible ASCII characters",
+                                  "invalid_idempotency_key"));
     }
     if (chain == nullptr)
-      return refuse(response, in,
-                    {404, "model \"" + in.model + "\" is not in the relay's model table", "invalid_request_error",
+      return refuse({404, "model \"" + in->model + "\" is not in the relay's model table", "invalid_request_error",
                      "model_not_found"});
-    in.body = request.body;
-    in.estimate = llmretry::json::estimate_of(in.json, in.body);
-    if (in.idempotency_key.empty()) {
-      if (streamed)
-        return send_streamed(response, [this, chain, in = std::move(in)](const StreamPipe::OnEvent* on_event,
-                                                                         const std::atomic<bool>* cancel) {
-          return forwarder_.forward(*chain, in, on_event, cancel);
-        });
-      return send(response, forwarder_.forward(*chain, in));
-    }
-    deduplicated(response, *chain, std::move(in), streamed);
+    in->body = std::move(request.body);
+    in->estimate = llmretry::json::estimate_of(in->json, in->body);
+    llmretry::curl::AsyncClient& client = *clients_.at(request.worker);
+    if (in->idempotency_key.empty()) return send(client, *chain, std::move(in), streamed, std::move(held), {});
+    deduplicated(client, *chain, std::move(in), streamed, std::move(held));
   }
 
-  /// Answers a streamed request: its events as they arrive, or the whole answer when the call ended
+  /// What happens once the upstream call ended, before the answer goes out (the Idempotency-Key's
+  /// completion); it calls its argument when done.
+  using AfterCall = std::function<void(const Answer& answer, std::function<void()> then)>;
+
+  /// Sends `in` upstream and answers: its events as they arrive, or the whole answer when the call ended
   /// before any (an error, or an upstream that did not stream). A stream that breaks after it began ends
   /// with an in-band error event, `data: {"error": {...}}` (code stream_interrupted), which the OpenAI SDKs
-  /// raise as an error, instead of a silent close. `call` runs on the pipe's thread.
-  static void send_streamed(httplib::Response& response, StreamPipe::Call call) {
-    auto pipe = std::make_shared<StreamPipe>(std::move(call));
-    if (auto answer = pipe->first()) return send(response, std::move(*answer));
-    response.status = 200;
-    response.set_header("Cache-Control", "no-cache");
-    response.set_chunked_content_provider("text/event-stream", [pipe](std::size_t /*offset*/, httplib::DataSink& sink) {
-      std::optional<Answer> failed;
-      while (auto text = pipe->next(failed)) {
-        if (!sink.write(text->data(), text->size())) {
-          pipe->cancel();
-          return false;
+  /// raise as an error, instead of a silent close.
+  void send(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<const Incoming> in, bool streamed,
+            Held held, AfterCall after) {
+    auto started = std::make_shared<bool>(false);
+    OnEvent on_event;
+    if (streamed)
+      on_event = [held, started](const llmretry::SseEvent& event) {
+        if (!*started) {
+          *started = true;
+          held->exchange().start(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
         }
-      }
-      if (failed) {
-        const std::string event = "data: " + failed->body + "\n\n";
-        if (!sink.write(event.data(), event.size())) return false;
-      }
-      sink.done();
-      return true;
-    });
+        held->exchange().write(sse_text(event));
+      };
+    forwarder_.forward(client, chain, std::move(in), std::move(on_event), held->exchange().gone(),
+                       [held, started, after = std::move(after)](Answer answer) mutable {
+                         auto answered = std::make_shared<Answer>(std::move(answer));
+                         auto reply = [held, started, answered] {
+                           if (!*started) return held->exchange().send(client_reply(std::move(*answered)));
+                           const bool failed = answered->status < 200 || answered->status > 299;
+                           held->exchange().finish(failed ? "data: " + answered->body + "\n\n" : std::string());
+                         };
+                         if (after) return after(*answered, std::move(reply));
+                         reply();
+                       });
   }
 
   /// Answers a request with an Idempotency-Key: the stored answer of a completed one, 409 while the
   /// first is in flight, 422 when the key was used with another payload; else forwards it, its lease
-  /// renewed until the call returns, then stores a final answer or frees the key (a streamed answer is
-  /// never stored: the key is freed once the upstream call has ended, the client gone or not).
-  void deduplicated(httplib::Response& response, const Chain& chain, Incoming in, bool streamed) {
-    const std::string fingerprint = llmretry::store::fingerprint(in.path + '\n' + llmretry::json::canonical(in.body));
-    const std::string token = llmretry::new_idempotency_key();
-    const std::string key = store_key(in.idempotency_key);
-    llmretry::store::ClaimResult claim;
-    try {
-      claim = idempotency_.claim(key, fingerprint, token);
-    } catch (const std::exception& error) {
-      return refuse(response, in,
-                    {503, std::string("the idempotency store failed: ") + error.what(), "service_unavailable",
-                     "idempotency_store_unavailable"});
-    }
-    const char* task = task_type(in.path);
-    switch (claim.status) {
-      case llmretry::store::ClaimStatus::completed:
-        observer_.duplicate_suppressed(task);
-        observer_.request_finished({"relay", in.model_label}, "replayed");
-        response.status = claim.response->status;
-        response.set_header("Idempotent-Replayed", "true");
-        response.set_content(claim.response->body, json_content_type);
-        return;
-      case llmretry::store::ClaimStatus::in_flight:
-        observer_.duplicate_suppressed(task);
-        response.set_header("Retry-After", "1");
-        return refuse(response, in,
-                      {409, "a request with this Idempotency-Key is in flight; retry after it ends",
-                       "invalid_request_error", "idempotency_key_in_flight"});
-      case llmretry::store::ClaimStatus::mismatch:
-        return refuse(response, in,
-                      {422, "this Idempotency-Key was used with another request body or route", "invalid_request_error",
-                       "idempotency_key_reused"});
-      case llmretry::store::ClaimStatus::claimed: break;
-    }
-    auto call = [this, &chain, in = std::move(in), key, token, streamed](const StreamPipe::OnEvent* on_event,
-                                                                         const std::atomic<bool>* cancel) {
-      Answer answer;
-      {
-        const llmretry_tools::LeaseRenewer renewer(idempotency_, key, token, settings_.idempotency_lease / 3);
-        answer = forwarder_.forward(chain, in, on_event, cancel);
-      }
+  /// renewed until the call ends, then stores a final answer or frees the key (a streamed answer is never
+  /// stored: the key is freed once the upstream call has ended, the client gone or not).
+  void deduplicated(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<Incoming> in,
+                    bool streamed, Held held) {
+    auto claim = std::make_shared<Claim>();
+    claim->key = store_key(in->idempotency_key);
+    claim->token = llmretry::new_idempotency_key();
+    const std::string fingerprint = llmretry::store::fingerprint(in->path + '\n' + llmretry::json::canonical(in->body));
+    auto executor = client.get_executor();
+    on_store(
+        executor, [this, claim, fingerprint] { return idempotency_.claim(claim->key, fingerprint, claim->token); },
+        [this, &client, &chain, in, streamed, held, claim, executor](std::exception_ptr error,
+                                                                     llmretry::store::ClaimResult result) mutable {
+          if (error) {
+            std::string what = "unknown error";
+            try {
+              std::rethrow_exception(error);
+            } catch (const std::exception& failed) {
+              what = failed.what();
+            } catch (...) {}
+            return held->exchange().send(refusal(*in, {503, "the idempotency store failed: " + what,
+                                                       "service_unavailable", "idempotency_store_unavailable"}));
+          }
+          const char* task = task_type(in->path);
+          switch (result.status) {
+            case llmretry::store::ClaimStatus::completed: {
+              observer_.duplicate_suppressed(task);
+              observer_.request_finished({"relay", in->model_label}, "replayed");
+              Reply replayed{result.response->status,
+                             {{"Content-Type", json_content_type}, {"Idempotent-Replayed", "true"}},
+                             std::move(result.response->body)};
+              return held->exchange().send(std::move(replayed));
+            }
+            case llmretry::store::ClaimStatus::in_flight: {
+              observer_.duplicate_suppressed(task);
+              Reply busy = refusal(*in, {409, "a request with this Idempotency-Key is in flight; retry after it ends",
+                                         "invalid_request_error", "idempotency_key_in_flight"});
+              busy.headers.emplace_back("Retry-After", "1");
+              return held->exchange().send(std::move(busy));
+            }
+            case llmretry::store::ClaimStatus::mismatch:
+              return held->exchange().send(refusal(*in, {422,
+                                                         "this Idempotency-Key was used with another request body or "
+                                                         "route",
+                                                         "invalid_request_error", "idempotency_key_reused"}));
+            case llmretry::store::ClaimStatus::claimed: break;
+          }
+          renew_later(executor, claim);
+          send(client, chain, std::move(in), streamed, std::move(held),
+               [this, claim, streamed, executor](const Answer& answer, std::function<void()> then) {
+                 claim->renewal.reset();  // cancels the renewal's timer
+                 const bool store = !streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer;
+                 llmretry::store::StoredResponse stored{answer.status, store ? answer.body : std::string()};
+                 on_store(
+                     executor,
+                     [this, claim, store, stored = std::move(stored)] {
+                       return store ? idempotency_.complete(claim->key, claim->token, stored)
+                                    : idempotency_.release(claim->key, claim->token);
+                     },
+                     // Whatever the store said, the answer goes to the client; a key left claimed frees itself
+                     // when its lease ends.
+                     [then = std::move(then)](std::exception_ptr, bool) { then(); });
+               });
+        });
+  }
+
+  /// A claimed Idempotency-Key, and the timer that renews its lease.
+  struct Claim {
+    std::string key;
+    std::string token;
+    std::unique_ptr<boost::asio::steady_timer> renewal;
+  };
+
+  /// Renews `claim`'s lease every third of it while its timer lives (a renewal that fails is tried again
+  /// at the next turn; once the lease is lost, renewing stops).
+  void renew_later(const boost::asio::any_io_executor& executor, const std::shared_ptr<Claim>& claim) {
+    if (!claim->renewal) claim->renewal = std::make_unique<boost::asio::steady_timer>(executor);
+    claim->renewal->expires_after(settings_.idempotency_lease / 3);
+    claim->renewal->async_wait([this, weak = std::weak_ptr<Claim>(claim), executor](boost::system::error_code error) {
+      auto held = weak.lock();
+      if (error || !held || !held->renewal) return;
+      on_store(
+          executor, [this, held] { return idempotency_.renew(held->key, held->token); },
+          [this, weak, executor](std::exception_ptr failed, bool renewed) {
+            auto again = weak.lock();
+            if (again && again->renewal && (failed || renewed)) renew_later(executor, again);
+          });
+    });
+  }
+
+  /// Calls `call` on the store (on the store's pool when it is remote), then `then(error, result)` on
+  /// `executor`.
+  template <class Call, class Then>
+  void on_store(const boost::asio::any_io_executor& executor, Call call, Then then) {
+    using Result = decltype(call());
+    auto run = [call = std::move(call)]() mutable -> std::pair<std::exception_ptr, Result> {
       try {
-        if (!streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer)
-          (void)idempotency_.complete(key, token, {answer.status, answer.body});
-        else (void)idempotency_.release(key, token);
-      } catch (const std::exception&) {
-        // The answer goes to the client anyway; the key stays claimed until its lease ends.
+        return {nullptr, call()};
+      } catch (...) {
+        return {std::current_exception(), Result{}};
       }
-      return answer;
     };
-    if (streamed) return send_streamed(response, std::move(call));
-    send(response, call(nullptr, nullptr));
+    if (!store_pool_) {
+      auto [error, result] = run();
+      return then(std::move(error), std::move(result));
+    }
+    boost::asio::post(*store_pool_, [run = std::move(run), then = std::move(then), executor]() mutable {
+      auto done = std::make_shared<std::pair<std::exception_ptr, Result>>(run());
+      boost::asio::post(executor, [then = std::move(then), done]() mutable {
+        then(std::move(done->first), std::move(done->second));
+      });
+    });
   }
 
   /// Returns the key under which the client's Idempotency-Key `key` is stored: a hash of it with the
@@ -339,21 +398,23 @@ class Server {
     return llmretry::store::fingerprint(scope.append(key));
   }
 
-  /// Answers `error`, told to the observer as a request that ended with its code.
-  void refuse(httplib::Response& response, const Incoming& in, const ErrorReply& error) {
+  /// Returns `error` as a reply, told to the observer as a request that ended with its code.
+  Reply refusal(const Incoming& in, const ErrorReply& error) {
     observer_.request_finished({"relay", in.model_label},
                                error.status == 409 || error.status == 422 ? error.code : "rejected");
-    reply(response, error);
+    return reply_of(error);
   }
 
-  static void send(httplib::Response& response, Answer answer) {
-    response.status = answer.status;
+  /// Returns the upstream's (or the relay's) answer as the client gets it.
+  static Reply client_reply(Answer answer) {
+    Reply reply{answer.status, {}, std::move(answer.body)};
     std::string content_type = json_content_type;
     for (auto& [name, value] : answer.headers) {
-      if (!llmretry::detail::iequals(name, "content-type")) response.set_header(name, value);
+      if (!llmretry::detail::iequals(name, "content-type")) reply.headers.emplace_back(name, std::move(value));
       else if (value != "application/json") content_type = std::move(value);
     }
-    response.set_content(answer.body, content_type);
+    reply.headers.emplace_back("Content-Type", std::move(content_type));
+    return reply;
   }
 
   const Routes& routes_;
@@ -363,8 +424,10 @@ class Server {
   MetricsPage metrics_;
   ServerSettings settings_;
   ModelLabels model_labels_;
-  std::atomic<std::size_t> forwarding_{0};  ///< requests in serve_api_request() now
-  socket_t listening_ = INVALID_SOCKET;     ///< the listening socket, once bound
+  std::vector<llmretry::curl::AsyncClient*> clients_;  ///< per worker
+  std::optional<boost::asio::thread_pool> store_pool_;
+  std::atomic<std::size_t> in_flight_{0};
+  std::atomic<double> typical_seconds_{1.0};
 };
 
 }  // namespace relay

@@ -50,19 +50,13 @@ std::filesystem::path work_dir(const std::string& name) {
   return dir;
 }
 
-/// The requests a relay started by the tests serves at once, unless a test sets --threads: more than the
-/// 16 concurrent clients of the busiest case can hold (the relay keeps half of a small pool for requests
-/// waiting upstream), far fewer than the 512 threads of a relay in production, which each case would start.
-constexpr const char* test_threads = "48";
-
-/// llmretry-relay as a child process: started with `arguments` (and --threads test_threads unless they set
-/// it) and OPENAI_API_KEY set to upstream_key (and `environment` added), its stdout and stderr in files.
-/// Once it prints its address, port() is set.
+/// llmretry-relay as a child process: started with `arguments` and OPENAI_API_KEY set to upstream_key (and
+/// `environment` added), its stdout and stderr in files. Once it prints its address, port() is set.
 class Relay : public llmretry_test::ChildProcess {
  public:
   Relay(const std::string& name, const std::vector<std::string>& arguments,
         const std::vector<std::string>& environment = {})
-      : ChildProcess(LLMRETRY_RELAY_PROGRAM, with_threads(arguments), work_dir(name), {"OPENAI_", "LLMRETRY_RELAY_"},
+      : ChildProcess(LLMRETRY_RELAY_PROGRAM, arguments, work_dir(name), {"OPENAI_", "LLMRETRY_RELAY_"},
                      with_upstream_key(environment)) {}
 
   /// Waits until the relay prints "listening on http://127.0.0.1:PORT" (at most 10 s, scaled). Returns *this.
@@ -96,11 +90,6 @@ class Relay : public llmretry_test::ChildProcess {
   }
 
  private:
-  static std::vector<std::string> with_threads(std::vector<std::string> arguments) {
-    if (std::find(arguments.begin(), arguments.end(), "--threads") == arguments.end())
-      arguments.insert(arguments.end(), {"--threads", test_threads});
-    return arguments;
-  }
   static std::vector<std::string> with_upstream_key(std::vector<std::string> environment) {
     environment.insert(environment.begin(), std::string("OPENAI_API_KEY=") + upstream_key);
     return environment;
@@ -581,13 +570,12 @@ TEST_CASE("a request whose cost exceeds a limit is a 400, not a rate-limit hit: 
   CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
 }
 
-TEST_CASE("past the requests it can hold, the relay answers 503 with Retry-After at once, not a queue") {
+TEST_CASE("past --max-requests, the relay answers 503 with a computed Retry-After at once, not a queue") {
   std::optional<LoopbackProvider> provider(std::in_place);
   ScriptedResponse held = LoopbackProvider::chat_completion("held");
   held.delay = 60s;
   provider->then(held).then(held);
-  // 4 threads: 2 may forward, the others refuse at once.
-  Relay relay("busy", {"--listen", "127.0.0.1:0", "--upstream", provider->base_url(), "--threads", "4"});
+  Relay relay("busy", {"--listen", "127.0.0.1:0", "--upstream", provider->base_url(), "--max-requests", "2"});
   relay.started();
   std::vector<int> held_statuses(2);
   std::vector<std::thread> clients;
@@ -599,7 +587,7 @@ TEST_CASE("past the requests it can hold, the relay answers 503 with Retry-After
   while (provider->request_count() < 2) std::this_thread::sleep_for(1ms);
   const auto refused = post(relay, "/v1/chat/completions", chat());
   CHECK(refused->status == 503);
-  CHECK(refused->get_header_value("Retry-After") == "1");
+  CHECK(refused->get_header_value("Retry-After") == "1");  // no request has ended yet: the initial guess
   CHECK(error_of(refused->body).at("code") == "relay_busy");
   CHECK(relay.client().Get("/healthz")->status == 200);
   provider.reset();  // the held answers go out now
