@@ -80,6 +80,12 @@ class ChildProcess {
     waitpid(pid_, &status, 0);
   }
 
+  /// Sends `signal` without waiting. REQUIREs that it was running.
+  void signal(int signal) {
+    REQUIRE(pid_ != 0);
+    ::kill(pid_, signal);
+  }
+
   /// Sends `signal` (none when 0), then waits for it to end. Returns its exit status (-1 when a signal
   /// ended it). REQUIREs that it was running.
   int wait(int signal = 0) {

@@ -350,7 +350,12 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     if (auto bad = front_detail::malformed(head, limits_.max_header_fields)) return refuse_unread(reply_of(*bad));
     std::optional<std::uint64_t> length;
     if (const auto declared = head_parser_->content_length(); declared && !head_parser_->chunked()) length = *declared;
-    if (auto refusal = service_.check(head, length)) return refuse_unread(std::move(*refusal));
+    if (auto refusal = service_.check(head, length)) {
+      if (!head_parser_->is_done()) return refuse_unread(std::move(*refusal));
+      phase_ = Phase::answering;  // nothing left to read: the connection may serve the next request
+      head_parser_.reset();
+      return send(std::move(*refusal));
+    }
     body_parser_.emplace(std::move(*head_parser_));
     head_parser_.reset();
     body_parser_->body_limit(limits_.max_body);
@@ -410,13 +415,14 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
         reply_of({400, "malformed HTTP request: " + error.message(), "invalid_request_error", "bad_request"}));
   }
 
-  /// Answers `reply` to a request whose body (if any) is left unread, then closes the connection.
+  /// Answers `reply` to a request whose rest is left unread, then closes the connection (lingering).
   void refuse_unread(Reply reply) {
     if (reply.status == 400 || reply.status == 413 || reply.status == 415 || reply.status == 417 || reply.status == 431)
       ++stats_.malformed_requests;
     head_parser_.reset();
     body_parser_.reset();
     keep_alive_ = false;
+    unread_ = true;
     phase_ = Phase::answering;
     send(std::move(reply));
   }
@@ -427,8 +433,29 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
       if (error == boost::beast::error::timeout) ++stats_.slow_readers_cut;
       return close();
     }
+    if (unread_) return linger();
     if (!keep_alive()) return close();
     next_request();
+  }
+
+  /// Closes a connection whose client may still be sending: stops sending, then reads and drops what
+  /// comes for a short while (at most linger_bytes), so that the answer is not lost to a reset.
+  void linger() {
+    static constexpr std::size_t linger_bytes = std::size_t{256} << 10;
+    static constexpr std::chrono::seconds linger_time{1};
+    boost::beast::error_code ignored;
+    stream_.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(linger_time);
+    drop(linger_bytes);
+  }
+
+  void drop(std::size_t left) {
+    buffer_.clear();
+    stream_.async_read_some(buffer_.prepare(std::min<std::size_t>(4096, buffer_.max_size())),
+                            [self = shared_from_this(), left](boost::beast::error_code error, std::size_t bytes) {
+                              if (error || bytes >= left) return self->close();
+                              self->drop(left - bytes);
+                            });
   }
 
   void write_next() {
@@ -493,6 +520,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   Phase phase_ = Phase::idle;
   bool keep_alive_ = true;
   bool draining_ = false;
+  bool unread_ = false;  ///< the client's request was not read whole: the connection ends lingering
   // A streamed answer.
   std::deque<std::string> pieces_;
   std::size_t backlog_ = 0;

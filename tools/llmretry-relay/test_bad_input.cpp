@@ -1,0 +1,263 @@
+// What an attacker or a broken client sends llmretry-relay: bodies past the limit whatever their framing,
+// header floods, slow senders, pipelined requests, conflicting framing, control characters, thousands of
+// idle connections, SIGTERM with stalled clients. Each is refused or cut with memory bounded, and the relay
+// serves the others meanwhile and after.
+#include "test_support.hpp"
+
+using namespace relay_test;
+
+namespace {
+
+/// Returns the start of a request to `path`, its header lines `fields` (each ending in CRLF) and the blank
+/// line.
+std::string head(const std::string& fields, const std::string& method = "POST",
+                 const std::string& path = "/v1/chat/completions") {
+  return method + " " + path + " HTTP/1.1\r\nHost: relay\r\n" + fields + "\r\n";
+}
+
+/// Returns the statuses of the answers in `raw`, in order.
+std::vector<int> statuses(const std::string& raw) {
+  std::vector<int> found;
+  for (auto at = raw.find("HTTP/1.1 "); at != std::string::npos; at = raw.find("HTTP/1.1 ", at + 1))
+    found.push_back(std::stoi(raw.substr(at + 9, 3)));
+  return found;
+}
+
+/// Returns the status of the only answer to `request`, sent on a connection of its own (0: none came).
+int status_of(const Relay& relay, const std::string& request) {
+  const int fd = send_raw(relay.port(), request);
+  const std::string answer = read_raw(fd);
+  ::close(fd);
+  const auto found = statuses(answer);
+  return found.empty() ? 0 : found.front();
+}
+
+/// Returns the value of the series `series` (name and labels) in the relay's /metrics.
+long metric(const Relay& relay, const std::string& series) {
+  const auto page = relay.client().Get("/metrics");
+  REQUIRE(page);
+  const auto at = page->body.find("\n" + series + " ");
+  REQUIRE(at != std::string::npos);
+  return std::stol(page->body.substr(at + series.size() + 2));
+}
+
+/// Sends `bytes` on `fd` in pieces until all went or the relay stopped reading (closed or reset).
+void send_until_refused(int fd, const std::string& bytes) {
+  for (std::size_t sent = 0; sent < bytes.size();) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, std::min<std::size_t>(bytes.size() - sent, 65536), MSG_NOSIGNAL);
+    if (n <= 0) return;
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("request bodies past --max-body are answered 413 at once, whatever their framing; encoded ones 415") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  // A minute to send a request: an answer that came only at the deadline would not come within read_raw's 5 s.
+  Relay relay("body_limits", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--max-body", "4096",
+                              "--request-timeout", "60000"});
+  relay.started();
+
+  CHECK(status_of(relay, head("Content-Type: application/json\r\nContent-Length: 99999999999\r\n")) == 413);
+  CHECK(status_of(relay, head("Content-Length: -1\r\n")) == 400);
+  CHECK(status_of(relay, head("Content-Length: 1x\r\n")) == 400);
+  // A chunked body: refused as soon as it passes 4096 bytes, the rest never read.
+  std::string chunked = head("Transfer-Encoding: chunked\r\n");
+  for (int i = 0; i < 3; ++i) chunked += "800\r\n" + std::string(0x800, 'a') + "\r\n";
+  CHECK(status_of(relay, chunked) == 413);
+  // A 64 MiB chunked body, sent as fast as the relay takes it: it takes 4 KiB and a little more.
+  {
+    const int fd = send_raw(relay.port(), head("Transfer-Encoding: chunked\r\n"));
+    std::string body;
+    for (int i = 0; i < 1024; ++i) body += "10000\r\n" + std::string(0x10000, 'b') + "\r\n";
+    send_until_refused(fd, body);
+    CHECK(statuses(read_raw(fd)) == std::vector<int>{413});
+    ::close(fd);
+  }
+  // A compressed body is refused before a byte of it is read: it could inflate to anything.
+  CHECK(status_of(relay, head("Content-Encoding: gzip\r\nContent-Length: 1000\r\n")) == 415);
+  CHECK(status_of(relay, head("Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n")) == 415);
+  CHECK(status_of(relay, head("Content-Encoding: identity\r\nContent-Length: 2\r\n") + "{}") == 400);  // read: no model
+
+  CHECK(provider.request_count() == 0);
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  CHECK(relay.stop() == 0);
+}
+
+TEST_CASE("header floods are answered 431 before the client key is checked, and memory stays bounded") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("header_flood", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()},
+              {"LLMRETRY_RELAY_CLIENT_KEY=client-key"});
+  relay.started();
+  // 8 clients at once, each sending 16 MB of short header lines (each far below any line limit).
+  std::string flood = head("");
+  flood.resize(flood.size() - 2);  // without the blank line: the header never ends
+  for (int i = 0; i < 2'000'000; ++i) flood += "X-A: b\r\n";
+  std::vector<std::string> answers(8);
+  std::vector<std::thread> clients;
+  for (auto& answer : answers)
+    clients.emplace_back([&] {
+      const int fd = connect_raw(relay.port());
+      send_until_refused(fd, flood);
+      answer = read_raw(fd);
+      ::close(fd);
+    });
+  for (auto& client : clients) client.join();
+  for (const auto& answer : answers) CHECK(statuses(answer) == std::vector<int>{431});
+  // Few lines, but more of them than the relay accepts.
+  std::string many;
+  for (int i = 0; i < 200; ++i) many += "X-" + std::to_string(i) + ": b\r\n";
+  CHECK(status_of(relay, head(many + "Content-Length: 0\r\n")) == 431);
+
+  CHECK(relay.client().Get("/healthz")->status == 200);
+  const auto unauthorized = post(relay, "/v1/chat/completions", chat());
+  CHECK(unauthorized->status == 401);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer client-key"}})->status == 200);
+  CHECK(relay.stop() == 0);
+  CHECK(relay.max_rss_kib() < 100 * 1024);  // the floods cost 128 MB to send: none of it was kept
+}
+
+TEST_CASE("slow senders are cut after --request-timeout, and the others are served meanwhile") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("slow_senders", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--threads", "1",
+                               "--request-timeout", "500"});
+  relay.started();
+  // 200 connections that send half a request header and stall; one that sends a byte every 100 ms.
+  std::vector<int> stalled;
+  for (int i = 0; i < 200; ++i) stalled.push_back(send_raw(relay.port(), "POST /v1/chat/completions HTTP/1.1\r\nHo"));
+  const std::string request = head("Content-Length: 2\r\n") + "{}";
+  const int trickling = connect_raw(relay.port());
+  std::atomic<bool> cut{false};
+  std::thread trickle([&] {
+    for (const char c : request) {
+      if (::send(trickling, &c, 1, MSG_NOSIGNAL) != 1) {
+        cut = true;
+        return;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  // Meanwhile, a client that sends its request at once is served, and so is /healthz.
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  CHECK(relay.client().Get("/healthz")->status == 200);
+  for (const int fd : stalled) {
+    CHECK(read_raw(fd).empty());  // closed without an answer
+    ::close(fd);
+  }
+  trickle.join();
+  CHECK(cut);
+  ::close(trickling);
+  CHECK(metric(relay, "llm_relay_clients_cut_total{reason=\"slow_request\"}") >= 201);
+  CHECK(provider.request_count() == 1);
+  CHECK(relay.stop() == 0);
+}
+
+TEST_CASE("SIGTERM with stalled and idle clients: the request in flight is answered, the relay exits at once") {
+  LoopbackProvider provider;
+  serve_freely(provider, 300ms);
+  Relay relay("sigterm_stalled", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  std::vector<int> connections;
+  for (int i = 0; i < 50; ++i) connections.push_back(send_raw(relay.port(), "POST /v1/chat/completions HTTP/1.1\r\n"));
+  for (int i = 0; i < 50; ++i) connections.push_back(connect_raw(relay.port()));  // idle
+  int status = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
+    status = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
+  relay.signal(SIGTERM);
+  // The default grace period is 30 s: the relay does not wait for clients that send nothing.
+  CHECK(relay.wait_for(llmretry_test::scaled(10s)) == std::optional<int>(0));
+  client.join();
+  CHECK(status == 200);
+  for (const int fd : connections) ::close(fd);
+}
+
+TEST_CASE("pipelined requests are all answered, in order, on their connection") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("pipelining", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const std::string body = chat();
+  const std::string post_chat =
+      head("Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n") + body;
+  const std::string requests = post_chat + head("", "GET", "/healthz") + post_chat + head("", "GET", "/nowhere") +
+                               post_chat + head("Connection: close\r\n", "GET", "/healthz");
+  const int fd = send_raw(relay.port(), requests);
+  const std::string answers = read_raw(fd);
+  ::close(fd);
+  CHECK(statuses(answers) == std::vector<int>{200, 200, 200, 404, 200, 200});
+  CHECK(provider.request_count() == 3);
+}
+
+TEST_CASE("conflicting framing and control characters are answered 400, and nothing reaches the upstream") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("framing", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const std::string body = chat();
+  const std::string length = "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  CHECK(status_of(relay, head(length + "Content-Length: 3\r\n") + body) == 400);
+  CHECK(status_of(relay, head(length + length) + body) == 400);
+  CHECK(status_of(relay, head(length + "Transfer-Encoding: chunked\r\n") + body) == 400);
+  CHECK(status_of(relay, head("Transfer-Encoding: gzip, chunked\r\n") + "0\r\n\r\n") == 400);
+  CHECK(status_of(relay, head(length + std::string("Idempotency-Key: ab\0c\r\n", 22)) + body) == 400);
+  CHECK(status_of(relay, head(length + "Idempotency-Key: a\r\nX-Bare: lf\nIdempotency-Key: b\r\n") + body) == 400);
+  CHECK(status_of(relay, head(length + "Idempotency-Key: a\r\nIdempotency-Key: b\r\n") + body) == 400);
+  CHECK(status_of(relay, head(length + "Expect: teapot\r\n") + body) == 417);
+  CHECK(status_of(relay, "POST /v1/chat/completions HTTP/1.1\r\n Host: folded\r\n\r\n") == 400);
+  CHECK(provider.request_count() == 0);
+  // A body without Content-Type (curl -d sends one of its own, others none) is read as the JSON it is.
+  const std::string big = chat("loopback", std::string(10'000, 'x'));
+  CHECK(status_of(relay, head("Connection: close\r\nContent-Length: " + std::to_string(big.size()) + "\r\n") + big) ==
+        200);
+  CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("2,000 idle connections cost the relay a socket each: a request meanwhile is served") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("idle", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--threads", "1"});
+  relay.started();
+  std::vector<int> idle;
+  for (int i = 0; i < 2000; ++i) idle.push_back(connect_raw(relay.port()));
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  CHECK(metric(relay, "llm_relay_connections") >= 2000);
+  for (const int fd : idle) ::close(fd);
+  CHECK(relay.stop() == 0);
+}
+
+TEST_CASE("--max-connections: one more connection is answered 503 with Retry-After, and the others served") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("max_connections",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--max-connections", "3"});
+  relay.started();
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(connect_raw(relay.port()));
+  while (true) {  // until the relay has accepted the three (a connection is accepted after its handshake)
+    const int fd = send_raw(relay.port(), head("", "GET", "/healthz"));
+    const std::string answer = read_raw(fd);
+    ::close(fd);
+    if (statuses(answer) == std::vector<int>{503}) {
+      CHECK_THAT(answer, llmretry_catch::contains("Retry-After: 1"));
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  ::close(idle.back());
+  idle.pop_back();
+  bool served = false;
+  for (int i = 0; i < 1000 && !served; ++i) {  // once the relay saw the connection go
+    const auto answer = relay.client().Get("/healthz");
+    served = answer && answer->status == 200;
+    if (!served) std::this_thread::sleep_for(5ms);
+  }
+  CHECK(served);
+  for (const int fd : idle) ::close(fd);
+}
