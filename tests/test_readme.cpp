@@ -17,6 +17,13 @@
 
 #include <nlohmann/json.hpp>
 
+#if defined(LLMRETRY_README_PROMETHEUS_CPP)
+#include <llmretry/prometheus_cpp.hpp>
+
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#endif
+
 #if defined(LLMRETRY_README_ASYNC)
 #include <llmretry/asio.hpp>
 #include <llmretry/curl/async.hpp>
@@ -254,6 +261,31 @@ TEST_CASE("README: metrics", "[readme]") {
   CHECK_THAT(text, contains("llm_tokens_reserved_total{provider=\"openai\",model=\"gpt-4o-mini\"} 305\n"));
   CHECK_THAT(text, contains("llm_tokens_used_total{provider=\"openai\",model=\"gpt-4o-mini\"} 42\n"));
 }
+
+#if defined(LLMRETRY_README_PROMETHEUS_CPP)
+namespace metrics_prometheus_cpp {
+
+// Stand-ins for the application: its policy (short waits), and its client, which answers 503 once.
+using metrics::policy;
+int completions = 0;
+metrics::Answer complete(const std::string& /*prompt*/) {
+  if (++completions == 1) throw llmretry::ProviderError("overloaded", 503);
+  return {"hello"};
+}
+
+#include "readme/metrics_prometheus_cpp.inc"
+
+}  // namespace metrics_prometheus_cpp
+
+TEST_CASE("docs/metrics.md: the metrics in an application's prometheus-cpp registry", "[readme]") {
+  using llmretry_catch::contains;
+  CHECK(metrics_prometheus_cpp::answer("hi") == "hello");
+  const std::string text = prometheus::TextSerializer().Serialize(metrics_prometheus_cpp::registry->Collect());
+  CHECK_THAT(text, contains("llm_requests_total{model=\"gpt-5.5\",provider=\"openai\",status=\"success\"} 1\n"));
+  CHECK_THAT(text,
+             contains("llm_retries_total{error_type=\"server_error\",model=\"gpt-5.5\",provider=\"openai\"} 1\n"));
+}
+#endif
 
 #if defined(LLMRETRY_README_HTTP)
 namespace front_door {

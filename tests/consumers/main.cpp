@@ -1,10 +1,16 @@
 // What a user's program does with llmretry, whichever way the project brought it in: retry a call that is
 // rate limited twice, and check that the headers are the version the build expects. With
-// LLMRETRY_CONSUMER_CURL (the project linked llmretry::curl), it also prepares a request of the libcurl adapter.
+// LLMRETRY_CONSUMER_CURL (the project linked llmretry::curl), it also prepares a request of the libcurl adapter;
+// with LLMRETRY_CONSUMER_PROMETHEUS_CPP (llmretry::prometheus_cpp), it counts the call in a prometheus::Registry.
 #include <llmretry/llmretry.hpp>
 #include <llmretry/testing.hpp>
 #ifdef LLMRETRY_CONSUMER_CURL
 #include <llmretry/curl/curl.hpp>
+#endif
+#ifdef LLMRETRY_CONSUMER_PROMETHEUS_CPP
+#include <llmretry/prometheus_cpp.hpp>
+
+#include <prometheus/registry.h>
 #endif
 
 #include <cstdio>
@@ -35,6 +41,14 @@ int main() {
   options.connect_timeout = std::chrono::milliseconds{500};
   ok = ok && request.method == "POST" && options.timeout > options.connect_timeout;
   std::printf("llmretry::curl: %s %s\n", request.method.c_str(), request.url.c_str());
+#endif
+#ifdef LLMRETRY_CONSUMER_PROMETHEUS_CPP
+  prometheus::Registry registry;
+  llmretry::prometheus_cpp::Families families(registry);
+  families.request_finished({"openai", "gpt-5.5"}, "success");
+  const std::size_t collected = registry.Collect().size();
+  ok = ok && collected == 1;
+  std::printf("llmretry::prometheus_cpp: %zu family collected\n", collected);
 #endif
   std::printf("llmretry %s: %d calls, %lld ms waited: %s\n", LLMRETRY_CONSUMER_HEADER_VERSION, provider.calls(),
               static_cast<long long>(sleep.total().count()), ok ? "ok" : "FAILED");

@@ -53,6 +53,25 @@ namespace detail {
   return length;
 }
 
+/// Calls `append(piece)` for each piece of `text` in order: a well-formed UTF-8 sequence as it is, or
+/// U+FFFD in place of a byte that does not start one.
+template <class Append>
+void each_utf8_sequence(std::string_view text, Append&& append) {
+  while (!text.empty()) {
+    const std::size_t length = utf8_sequence_length(text);
+    append(length == 0 ? std::string_view("\xEF\xBF\xBD") : text.substr(0, length));
+    text.remove_prefix(length == 0 ? 1 : length);
+  }
+}
+
+/// Returns `text` as well-formed UTF-8: each byte that is not part of it replaced by U+FFFD.
+[[nodiscard]] inline std::string valid_utf8(std::string_view text) {
+  std::string valid;
+  valid.reserve(text.size());
+  each_utf8_sequence(text, [&](std::string_view piece) { valid += piece; });
+  return valid;
+}
+
 }  // namespace detail
 
 /// Returns `value` escaped for a label value between double quotes: backslash, double quote and line feed
@@ -61,20 +80,12 @@ namespace detail {
 [[nodiscard]] inline std::string escape_label_value(std::string_view value) {
   std::string escaped;
   escaped.reserve(value.size());
-  while (!value.empty()) {
-    const std::size_t length = detail::utf8_sequence_length(value);
-    if (length == 0) {
-      escaped += "\xEF\xBF\xBD";
-      value.remove_prefix(1);
-      continue;
-    }
-    const char c = value.front();
-    if (c == '\\') escaped += "\\\\";
-    else if (c == '"') escaped += "\\\"";
-    else if (c == '\n') escaped += "\\n";
-    else escaped.append(value.data(), length);
-    value.remove_prefix(length);
-  }
+  detail::each_utf8_sequence(value, [&](std::string_view piece) {
+    if (piece == "\\") escaped += "\\\\";
+    else if (piece == "\"") escaped += "\\\"";
+    else if (piece == "\n") escaped += "\\n";
+    else escaped += piece;
+  });
   return escaped;
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "../detail/config.hpp"
+#include "../detail/metric_families.hpp"
 #include "../failure.hpp"
 #include "../version.hpp"
 #include "../vocabulary.hpp"
@@ -118,7 +118,7 @@ class Registry : public Observer {
   /// Returns the default bounds of the queue-wait buckets, in seconds: 0.01 to 120, for waits from a
   /// free slot to minutes of waiting for a per-minute limit.
   [[nodiscard]] static std::vector<double> default_queue_wait_buckets() {
-    return {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+    return llmretry::detail::default_queue_wait_buckets();
   }
 
   /// Counts with the default queue-wait buckets.
@@ -127,20 +127,8 @@ class Registry : public Observer {
   /// +Inf is always added. Throws std::invalid_argument naming the bound that is not finite, is negative,
   /// or is not above the one before.
   explicit Registry(std::vector<double> queue_wait_buckets)
-      : queue_wait_buckets_(std::move(queue_wait_buckets)),
-        queue_waits_(detail::Observations{std::vector<std::uint64_t>(queue_wait_buckets_.size() + 1), 0, 0}) {
-    for (std::size_t i = 0; i < queue_wait_buckets_.size(); ++i) {
-      const double bound = queue_wait_buckets_[i];
-      const std::string at = "Registry: queue_wait_buckets[" + std::to_string(i) + "] is " + format_value(bound);
-      if (!std::isfinite(bound))
-        llmretry::detail::throw_invalid_argument((at + ": bounds must be finite (+Inf is always added)").c_str());
-      if (bound < 0) llmretry::detail::throw_invalid_argument((at + ": a wait is never negative").c_str());
-      if (i > 0 && bound <= queue_wait_buckets_[i - 1])
-        llmretry::detail::throw_invalid_argument(
-            (at + ": bounds must increase (the one before is " + format_value(queue_wait_buckets_[i - 1]) + ")")
-                .c_str());
-    }
-  }
+      : queue_wait_buckets_(llmretry::detail::checked_queue_wait_buckets(std::move(queue_wait_buckets), "Registry")),
+        queue_waits_(detail::Observations{std::vector<std::uint64_t>(queue_wait_buckets_.size() + 1), 0, 0}) {}
 
   /// Returns the upper bounds of the queue-wait buckets, in seconds, without +Inf.
   [[nodiscard]] const std::vector<double>& queue_wait_buckets() const noexcept { return queue_wait_buckets_; }
@@ -182,7 +170,7 @@ class Registry : public Observer {
   /// (a negative or NaN wait counts as 0).
   void queue_left(const Queue& queue, std::chrono::duration<double> waited) override {
     queue_depth_.update({queue.priority, queue.task_type}, [](std::int64_t& depth) { --depth; });
-    const double seconds = waited.count() > 0 ? waited.count() : 0.0;  // NaN compares false
+    const double seconds = llmretry::detail::observed_wait(waited);
     queue_waits_.update({queue.priority, queue.task_type}, [&](detail::Observations& observations) {
       const auto bucket = std::lower_bound(queue_wait_buckets_.begin(), queue_wait_buckets_.end(), seconds) -
                           queue_wait_buckets_.begin();
@@ -206,30 +194,23 @@ class Registry : public Observer {
   /// values (byte order). Histogram buckets are cumulative, up to le="+Inf", then _sum and _count. Each
   /// family is read under its own lock: the families are not one snapshot taken at a single instant.
   [[nodiscard]] std::string prometheus_text() const {
+    namespace families = llmretry::detail::metric_families;
     std::string out;
-    write_counter(out, "llm_requests_total", "Requests that ended, by status: success, or why they stopped.",
-                  {"provider", "model", "status"}, requests_);
-    write_counter(out, "llm_tokens_reserved_total", "Tokens reserved (estimated) for the attempts sent.",
-                  {"provider", "model"}, tokens_reserved_);
-    write_counter(out, "llm_tokens_used_total", "Tokens the successful answers reported as used.",
-                  {"provider", "model"}, tokens_used_);
-    write_counter(out, "llm_retries_total", "Attempts sent again, by the error of the attempt before.",
-                  {"provider", "model", "error_type"}, retries_);
-    write_counter(out, "llm_hedges_total", "Hedges sent: second requests of attempts still in flight.",
-                  {"provider", "model"}, hedges_);
-    write_counter(out, "llm_hedge_wins_total", "Hedges whose answer came first.", {"provider", "model"}, hedge_wins_);
-    append_family(out, "llm_queue_depth", "Requests waiting in a queue.", "gauge");
+    write_counter(out, families::requests, requests_);
+    write_counter(out, families::tokens_reserved, tokens_reserved_);
+    write_counter(out, families::tokens_used, tokens_used_);
+    write_counter(out, families::retries, retries_);
+    write_counter(out, families::hedges, hedges_);
+    write_counter(out, families::hedge_wins, hedge_wins_);
+    append_family(out, families::queue_depth.name, families::queue_depth.help, "gauge");
     queue_depth_.each([&](const auto& labels, std::int64_t depth) {
-      append_sample(out, "llm_queue_depth", labelled({"priority", "task_type"}, labels), std::to_string(depth));
+      append_sample(out, families::queue_depth.name, labelled(families::queue_depth.labels, labels),
+                    std::to_string(depth));
     });
     write_queue_waits(out);
-    write_counter(out, "llm_rate_limit_hits_total", "Rate limits that requests ran into, by the limit.",
-                  {"provider", "model", "limit_type"}, rate_limit_hits_);
-    write_counter(out, "llm_fallbacks_total", "Calls moved from one provider to another, by reason.",
-                  {"from_provider", "to_provider", "reason"}, fallbacks_);
-    write_counter(out, "llm_duplicate_suppressed_total",
-                  "Duplicate requests answered from a stored result or refused instead of being sent again.",
-                  {"task_type"}, duplicates_);
+    write_counter(out, families::rate_limit_hits, rate_limit_hits_);
+    write_counter(out, families::fallbacks, fallbacks_);
+    write_counter(out, families::duplicates, duplicates_);
     return out;
   }
 
@@ -246,31 +227,32 @@ class Registry : public Observer {
   }
 
   template <std::size_t N>
-  static void write_counter(std::string& out, std::string_view name, std::string_view help,
-                            const std::array<std::string_view, N>& label_names, const Counter<N>& family) {
-    append_family(out, name, help, "counter");
-    family.each([&](const auto& labels, std::uint64_t count) {
-      append_sample(out, name, labelled(label_names, labels), std::to_string(count));
+  static void write_counter(std::string& out, const llmretry::detail::MetricFamily<N>& family,
+                            const Counter<N>& series) {
+    append_family(out, family.name, family.help, "counter");
+    series.each([&](const auto& labels, std::uint64_t count) {
+      append_sample(out, family.name, labelled(family.labels, labels), std::to_string(count));
     });
   }
 
   void write_queue_waits(std::string& out) const {
-    append_family(out, "llm_queue_wait_seconds", "Time requests waited in a queue before leaving it.", "histogram");
+    const auto& family = llmretry::detail::metric_families::queue_wait;
+    append_family(out, family.name, family.help, "histogram");
+    const std::string bucket = std::string(family.name) + "_bucket";
+    const std::string sum = std::string(family.name) + "_sum";
+    const std::string count = std::string(family.name) + "_count";
     queue_waits_.each([&](const auto& labels, const detail::Observations& observations) {
-      const std::string_view priority = labels[0];
-      const std::string_view task_type = labels[1];
+      const Label priority{family.labels[0], labels[0]};
+      const Label task_type{family.labels[1], labels[1]};
       std::uint64_t cumulative = 0;
       for (std::size_t i = 0; i <= queue_wait_buckets_.size(); ++i) {
         cumulative += observations.in_bucket[i];
         const std::string le =
             i < queue_wait_buckets_.size() ? format_value(queue_wait_buckets_[i]) : std::string("+Inf");
-        append_sample(out, "llm_queue_wait_seconds_bucket",
-                      {{"priority", priority}, {"task_type", task_type}, {"le", le}}, std::to_string(cumulative));
+        append_sample(out, bucket, {priority, task_type, {"le", le}}, std::to_string(cumulative));
       }
-      append_sample(out, "llm_queue_wait_seconds_sum", {{"priority", priority}, {"task_type", task_type}},
-                    format_value(observations.sum));
-      append_sample(out, "llm_queue_wait_seconds_count", {{"priority", priority}, {"task_type", task_type}},
-                    std::to_string(observations.count));
+      append_sample(out, sum, {priority, task_type}, format_value(observations.sum));
+      append_sample(out, count, {priority, task_type}, std::to_string(observations.count));
     });
   }
 
