@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "errors.hpp"
+
 namespace relay {
 
 /// A problem with the config file: what() names the file, the model and the field.
@@ -24,8 +26,9 @@ class ConfigError : public std::runtime_error {
 
 /// One row of the model table.
 struct ModelRow {
-  std::string upstream;     ///< the base URL; empty: the relay's --upstream
-  std::string api_key_env;  ///< the environment variable holding the key; empty: OPENAI_API_KEY
+  Format format = Format::openai;  ///< the API the upstream speaks, and the routes that reach the model
+  std::string upstream;            ///< the base URL; empty: the relay's --upstream (or --anthropic-upstream)
+  std::string api_key_env;  ///< the environment variable holding the key; empty: OPENAI_API_KEY (ANTHROPIC_API_KEY)
   std::optional<std::int64_t> rpm;
   std::optional<std::int64_t> tpm;
   std::optional<int> concurrency;
@@ -62,8 +65,9 @@ inline std::string optional_string(const nlohmann::json& row, const char* field,
 
 /// Returns the model table of the JSON `text` read from `file`, such as
 /// {"models": {"deepseek-chat": {"upstream": "https://...", "api_key_env": "DEEPSEEK_KEY", "rpm": 600,
-/// "fallback": "gemini-flash"}}}. Throws ConfigError naming the file, the model and the field: not JSON,
-/// an unknown field, a field of the wrong type or out of range, a fallback naming no model, a cycle.
+/// "fallback": "gemini-flash"}, "claude-sonnet-4-5": {"format": "anthropic"}}}. Throws ConfigError naming the
+/// file, the model and the field: not JSON, an unknown field, a field of the wrong type or out of range, a
+/// fallback naming no model or one of another format, a cycle.
 inline ModelTable parse_config(const std::string& text, const std::string& file) {
   const auto document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) throw ConfigError(file + ": not JSON");
@@ -79,12 +83,17 @@ inline ModelTable parse_config(const std::string& text, const std::string& file)
     const std::string at = file + ": models." + name + ".";
     if (!row.is_object()) throw ConfigError(file + ": models." + name + ": must be an object");
     for (const auto& field : row.items()) {
-      static const std::set<std::string> known{"upstream", "api_key_env", "rpm", "tpm", "concurrency", "fallback"};
+      static const std::set<std::string> known{"format", "upstream",    "api_key_env", "rpm",
+                                               "tpm",    "concurrency", "fallback"};
       if (known.count(field.key()) == 0)
         throw ConfigError(at + field.key() +
-                          ": unknown field (expected upstream, api_key_env, rpm, tpm, concurrency, fallback)");
+                          ": unknown field (expected format, upstream, api_key_env, rpm, tpm, concurrency, fallback)");
     }
     ModelRow parsed;
+    const std::string format = detail::optional_string(row, "format", at);
+    if (format == "anthropic") parsed.format = Format::anthropic;
+    else if (!format.empty() && format != "openai")
+      throw ConfigError(at + "format: must be \"openai\" or \"anthropic\"");
     parsed.upstream = detail::optional_string(row, "upstream", at);
     parsed.api_key_env = detail::optional_string(row, "api_key_env", at);
     parsed.rpm = detail::bounded_number(row, "rpm", 1, 1'000'000'000, at);
@@ -97,6 +106,9 @@ inline ModelTable parse_config(const std::string& text, const std::string& file)
   for (const auto& [name, row] : table) {
     if (!row.fallback.empty() && table.count(row.fallback) == 0)
       throw ConfigError(file + ": models." + name + ".fallback: \"" + row.fallback + "\" is not a model of the table");
+    if (!row.fallback.empty() && table.at(row.fallback).format != row.format)
+      throw ConfigError(file + ": models." + name + ".fallback: \"" + row.fallback + "\" speaks " +
+                        to_string(table.at(row.fallback).format) + ", \"" + name + "\" " + to_string(row.format));
   }
   for (const auto& [name, row] : table) {
     std::set<std::string> seen{name};

@@ -23,9 +23,40 @@ struct ErrorReply {
   std::string code;     ///< a snake_case word, such as "invalid_json" or a stop reason
 };
 
-/// Returns the OpenAI-style body {"error": {"message": ..., "type": ..., "code": ...}} of `reply`.
-inline std::string error_body(const ErrorReply& reply) {
-  const nlohmann::json body = {{"error", {{"message", reply.message}, {"type", reply.type}, {"code", reply.code}}}};
+/// The API a client and an upstream speak: OpenAI's (POST /v1/chat/completions, /v1/responses,
+/// /v1/embeddings; "Authorization: Bearer KEY") or Anthropic's (POST /v1/messages; "x-api-key: KEY",
+/// "anthropic-version").
+enum class Format { openai, anthropic };
+
+/// Returns "openai" or "anthropic".
+inline const char* to_string(Format format) noexcept { return format == Format::anthropic ? "anthropic" : "openai"; }
+
+/// Returns the Anthropic error type of a relay answer with `status`, such as "rate_limit_error".
+inline const char* anthropic_error_type(int status) noexcept {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503:
+    case 529: return "overloaded_error";
+    default: return status < 500 ? "invalid_request_error" : "api_error";
+  }
+}
+
+/// Returns the error body of `reply` in `format`: OpenAI's {"error": {"message", "type", "code"}}, or
+/// Anthropic's {"type": "error", "error": {"type", "message", "code"}} (its type from the status).
+inline std::string error_body(const ErrorReply& reply, Format format = Format::openai) {
+  const nlohmann::json body =
+      format == Format::anthropic
+          ? nlohmann::json{{"type", "error"},
+                           {"error",
+                            {{"type", anthropic_error_type(reply.status)},
+                             {"message", reply.message},
+                             {"code", reply.code}}}}
+          : nlohmann::json{{"error", {{"message", reply.message}, {"type", reply.type}, {"code", reply.code}}}};
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

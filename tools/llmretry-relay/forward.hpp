@@ -47,13 +47,16 @@ namespace relay {
 
 /// A checked request to forward.
 struct Incoming {
-  std::string path;             ///< such as "/v1/chat/completions"
-  std::string body;             ///< as received
-  nlohmann::json json;          ///< the body parsed: an object whose "model" is a string
-  std::string model;            ///< the body's "model"
-  std::string model_label;      ///< its value in the metrics' model label (bounded: see ModelLabels)
-  std::string idempotency_key;  ///< sent upstream as Idempotency-Key; empty: none
-  llmretry::Cost estimate;      ///< reserved on each route's Deployment
+  Format format = Format::openai;  ///< the API the client speaks (its route's)
+  std::string anthropic_version;   ///< the client's anthropic-version, sent upstream (Anthropic's API)
+  std::string anthropic_beta;      ///< the client's anthropic-beta, sent upstream when set (Anthropic's API)
+  std::string path;                ///< such as "/v1/chat/completions"
+  std::string body;                ///< as received
+  nlohmann::json json;             ///< the body parsed: an object whose "model" is a string
+  std::string model;               ///< the body's "model"
+  std::string model_label;         ///< its value in the metrics' model label (bounded: see ModelLabels)
+  std::string idempotency_key;     ///< sent upstream as Idempotency-Key; empty: none
+  llmretry::Cost estimate;         ///< reserved on each route's Deployment
 };
 
 /// What the client gets.
@@ -64,11 +67,12 @@ struct Answer {
   bool storable = false;  ///< a final answer, kept under the request's Idempotency-Key (see README)
 };
 
-/// Returns the label task_type of a route's path: "chat", "responses", "embeddings" (or "other").
+/// Returns the label task_type of a route's path: "chat", "responses", "embeddings", "messages" (or "other").
 inline const char* task_type(std::string_view path) noexcept {
   if (path == "/v1/chat/completions") return "chat";
   if (path == "/v1/responses") return "responses";
   if (path == "/v1/embeddings") return "embeddings";
+  if (path == "/v1/messages") return "messages";
   return "other";
 }
 
@@ -78,12 +82,13 @@ inline bool header_name_starts(std::string_view name, std::string_view prefix) n
 }
 
 /// Returns true for an upstream response header passed back to the client: Content-Type, X-Request-Id,
-/// OpenAI-Processing-Ms, the rate-limit headers (x-ratelimit-*, Retry-After, retry-after-ms). Hop-by-hop
-/// headers, cookies and the rest stay behind.
+/// Request-Id (Anthropic's), OpenAI-Processing-Ms, the rate-limit headers (x-ratelimit-*,
+/// anthropic-ratelimit-*, Retry-After, retry-after-ms). Hop-by-hop headers, cookies and the rest stay behind.
 inline bool passed_back(std::string_view name) noexcept {
   return llmretry::detail::iequals(name, "content-type") || llmretry::detail::iequals(name, "x-request-id") ||
-         llmretry::detail::iequals(name, "openai-processing-ms") || llmretry::detail::iequals(name, "retry-after") ||
-         llmretry::detail::iequals(name, "retry-after-ms") || header_name_starts(name, "x-ratelimit-");
+         llmretry::detail::iequals(name, "request-id") || llmretry::detail::iequals(name, "openai-processing-ms") ||
+         llmretry::detail::iequals(name, "retry-after") || llmretry::detail::iequals(name, "retry-after-ms") ||
+         header_name_starts(name, "x-ratelimit-") || header_name_starts(name, "anthropic-ratelimit-");
 }
 
 /// What receives each event of a streamed answer.
@@ -94,10 +99,14 @@ class Forwarder {
  public:
   /// Tells `observer` (which must outlive it) every event. `attempt_timeout`: the most one attempt takes.
   Forwarder(llmretry::metrics::Observer& observer, std::chrono::milliseconds attempt_timeout) : observer_(observer) {
-    curl_options_.timeout = attempt_timeout;
-    curl_options_.connect_timeout = std::chrono::milliseconds{5000};
-    curl_options_.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
-    curl_options_.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
+    for (const Format format : {Format::openai, Format::anthropic}) {
+      llmretry::curl::Options& options = curl_options_[static_cast<std::size_t>(format)];
+      options.provider = format == Format::anthropic ? llmretry::Provider::anthropic : llmretry::Provider::openai;
+      options.timeout = attempt_timeout;
+      options.connect_timeout = std::chrono::milliseconds{5000};
+      options.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
+      options.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
+    }
   }
 
   /// Sends `in` through `chain` on `client` and completes `done(Answer)` on the client's executor (the
@@ -127,8 +136,9 @@ class Forwarder {
       call->current = &route;
       const llmretry::curl::Request& request = call->request_for(route);
       const bool streamed = static_cast<bool>(call->events);
-      client.async_perform(request, curl_options_, {}, streamed ? &call->events : nullptr,
-                           streamed ? &call->stream : nullptr, attempt.time_left, std::move(handler));
+      client.async_perform(request, curl_options_[static_cast<std::size_t>(call->chain.upstream_of(route).format)], {},
+                           streamed ? &call->events : nullptr, streamed ? &call->stream : nullptr, attempt.time_left,
+                           std::move(handler));
     };
     llmretry::asio::async_call_with_fallback<llmretry::curl::Response>(
         client.get_executor(), chain.fallback_chain, send, policy_, call->options,
@@ -174,7 +184,14 @@ class Forwarder {
                                                 llmretry::resolve_url(upstream.base_url, in->path),
                                                 {{"Content-Type", "application/json"}},
                                                 body_for(upstream, *in)});
-        if (!upstream.api_key.empty()) request->headers.emplace_back("Authorization", "Bearer " + upstream.api_key);
+        if (upstream.format == Format::anthropic) {
+          if (!upstream.api_key.empty()) request->headers.emplace_back("x-api-key", upstream.api_key);
+          request->headers.emplace_back("anthropic-version",
+                                        in->anthropic_version.empty() ? "2023-06-01" : in->anthropic_version);
+          if (!in->anthropic_beta.empty()) request->headers.emplace_back("anthropic-beta", in->anthropic_beta);
+        } else if (!upstream.api_key.empty()) {
+          request->headers.emplace_back("Authorization", "Bearer " + upstream.api_key);
+        }
         if (!in->idempotency_key.empty()) request->headers.emplace_back("Idempotency-Key", in->idempotency_key);
         if (events) request->headers.emplace_back("Accept", "text/event-stream");
       }
@@ -259,7 +276,8 @@ class Forwarder {
     Answer answer;
     answer.status = 502;
     answer.body =
-        error_body({502, "the upstream's stream broke after it had begun", "upstream_error", "stream_interrupted"});
+        error_body({502, "the upstream's stream broke after it had begun", "upstream_error", "stream_interrupted"},
+                   call.in->format);
     answer.headers.emplace_back("x-should-retry", "false");
     return answer;
   }
@@ -277,7 +295,7 @@ class Forwarder {
                                  : llmretry::to_string(gave_up->last.reason);
     observer_.request_finished(at, stop);
     const std::optional<llmretry::StopReason> reason = gave_up ? std::optional(gave_up->last.reason) : std::nullopt;
-    Answer answer = give_up_answer(reason, failure, stop, llmretry::curl::response_of(error), at);
+    Answer answer = give_up_answer(reason, failure, stop, llmretry::curl::response_of(error), at, in.format);
     if (retried_here(answer.status) && reason != llmretry::StopReason::no_capacity)
       answer.headers.emplace_back("x-should-retry", "false");  // retried here already
     return answer;
@@ -335,22 +353,24 @@ class Forwarder {
 
   Answer give_up_answer(std::optional<llmretry::StopReason> reason, const llmretry::Failure& failure,
                         const std::string& stop, const llmretry::curl::Response* upstream,
-                        const llmretry::metrics::Target& at) const {
+                        const llmretry::metrics::Target& at, Format format) const {
     using llmretry::StopReason;
     const auto refuse = [&](int status, const std::string& message, const char* type) {
       Answer answer;
       answer.status = status;
-      answer.body = error_body({status, message, type, stop});
+      answer.body = error_body({status, message, type, stop}, format);
       answer.headers.emplace_back("Content-Type", json_content_type);
       return answer;
     };
     if (never_fits(reason, failure)) {
       Answer answer;  // waiting does not help: not a rate-limit hit
       answer.status = 400;
-      answer.body = error_body(bad_request(
-          "the request's estimated cost (its max_tokens and input) exceeds a limit of the relay (--tpm, --rpm, "
-          "or its model's): it can never be sent",
-          never_fits_code));
+      answer.body = error_body(
+          bad_request(
+              "the request's estimated cost (its max_tokens and input) exceeds a limit of the relay (--tpm, --rpm, "
+              "or its model's): it can never be sent",
+              never_fits_code),
+          format);
       answer.headers.emplace_back("Content-Type", json_content_type);
       return answer;
     }
@@ -383,7 +403,7 @@ class Forwarder {
 
   llmretry::metrics::Observer& observer_;
   llmretry::RetryPolicy policy_ = llmretry::RetryPolicy::interactive();
-  llmretry::curl::Options curl_options_;
+  llmretry::curl::Options curl_options_[2];  ///< by Format
 };
 
 }  // namespace relay

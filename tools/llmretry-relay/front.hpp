@@ -114,9 +114,9 @@ struct Reply {
   std::string body;
 };
 
-/// Returns an answer of the relay's own with `error`'s status and body.
-inline Reply reply_of(const ErrorReply& error) {
-  return {error.status, {{"Content-Type", json_content_type}}, error_body(error)};
+/// Returns an answer of the relay's own with `error`'s status and body in `format`.
+inline Reply reply_of(const ErrorReply& error, Format format = Format::openai) {
+  return {error.status, {{"Content-Type", json_content_type}}, error_body(error, format)};
 }
 
 /// The answer to one request, written by the relay on the request's worker (its thread only). Holds the

@@ -14,6 +14,7 @@
 #include <boost/system/system_error.hpp>
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -48,7 +49,8 @@ using llmretry_tools::UsageError;
 
 constexpr const char* description =
     R"(Serves POST /v1/chat/completions, /v1/responses and /v1/embeddings on --listen and sends each
-request to --upstream (default OPENAI_BASE_URL, else https://api.openai.com/v1) with OPENAI_API_KEY: paced
+request to --upstream (default OPENAI_BASE_URL, else https://api.openai.com/v1) with OPENAI_API_KEY, and
+POST /v1/messages to --anthropic-upstream with ANTHROPIC_API_KEY (or per model, --config): paced
 under --rpm/--tpm (or the limits the upstream's headers announce), retried (RetryPolicy::interactive()),
 moved to the --fallback URLs in order when the upstream fails or has no capacity, and answered 429 with
 Retry-After when no capacity comes within --max-wait. A request with an Idempotency-Key is sent once: a
@@ -56,13 +58,15 @@ duplicate gets the stored answer (Idempotent-Replayed: true), 409 while the firs
 another body. GET /healthz answers "ok", GET /metrics the Prometheus metrics.)";
 
 constexpr const char* footer = R"(
-Environment: OPENAI_BASE_URL, OPENAI_API_KEY (never printed); LLMRETRY_RELAY_CLIENT_KEY, required to
-listen on an address other than loopback: clients then send Authorization: Bearer <it>.
+Environment: OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY (keys never printed);
+LLMRETRY_RELAY_CLIENT_KEY, required to listen on an address other than loopback: clients then send
+Authorization: Bearer <it> (or x-api-key: <it>).
 Exit status: 0 stopped by SIGINT or SIGTERM, 1 failed to serve, 2 bad usage or configuration.)";
 
 struct Options {
   std::string listen = "127.0.0.1:8080";
   std::string upstream;
+  std::string anthropic_upstream;
   std::vector<std::string> fallbacks;
   relay::Pace pace;
   std::size_t max_body = std::size_t{1} << 20;
@@ -84,6 +88,9 @@ Options parse(int argc, char** argv) {
   std::int64_t max_wait_ms = options.pace.max_wait.count();
   app.add_option("--listen", options.listen, "HOST:PORT to serve on (default 127.0.0.1:8080; port 0: any free one)");
   app.add_option("--upstream", options.upstream, "base URL of the provider (default OPENAI_BASE_URL)");
+  app.add_option("--anthropic-upstream", options.anthropic_upstream,
+                 "base URL of the provider of POST /v1/messages (default ANTHROPIC_BASE_URL, else "
+                 "https://api.anthropic.com when ANTHROPIC_API_KEY is set; else /v1/messages is not served)");
   app.add_option("--fallback", options.fallbacks,
                  "base URL to try when the upstream fails (repeatable, in order); it receives OPENAI_API_KEY too");
   app.add_option("--rpm", options.pace.rpm, "requests per minute, enforced per second (default: learned)")
@@ -203,6 +210,10 @@ int run(const Options& options) {
   std::string upstream = options.upstream;
   if (upstream.empty()) upstream = environment("OPENAI_BASE_URL");
   if (upstream.empty()) upstream = "https://api.openai.com/v1";
+  std::string anthropic_upstream = options.anthropic_upstream;
+  if (anthropic_upstream.empty()) anthropic_upstream = environment("ANTHROPIC_BASE_URL");
+  if (anthropic_upstream.empty() && !environment("ANTHROPIC_API_KEY").empty())
+    anthropic_upstream = "https://api.anthropic.com";
   const relay::Environment env = [](const std::string& name) { return environment(name); };
   llmretry::store::IdempotencyOptions idempotency_options;
   idempotency_options.lease = options.idempotency_lease;
@@ -216,10 +227,10 @@ int run(const Options& options) {
     if (options.config.empty()) {
       if (environment("OPENAI_API_KEY").empty() && upstream.find("api.openai.com") != std::string::npos)
         throw UsageError("OPENAI_API_KEY is not set");
-      routes.emplace(upstream, options.fallbacks, options.pace, env, share);
+      routes.emplace(upstream, options.fallbacks, options.pace, env, share, anthropic_upstream);
     } else {
       if (!options.fallbacks.empty()) throw UsageError("--fallback: with --config, each model names its fallback");
-      routes.emplace(relay::read_config(options.config), upstream, options.pace, env, share);
+      routes.emplace(relay::read_config(options.config), upstream, options.pace, env, share, anthropic_upstream);
     }
   } catch (const relay::ConfigError& error) {
     throw UsageError(error.what());
@@ -277,11 +288,21 @@ int run(const Options& options) {
   return 0;
 }
 
+/// Raises the limit of open files to the most the system allows this process: each client connection and
+/// each upstream request holds a descriptor.
+void allow_open_files() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == files.rlim_max) return;
+  files.rlim_cur = files.rlim_max;
+  static_cast<void>(setrlimit(RLIMIT_NOFILE, &files));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // A write to a peer that went away (hiredis writes without MSG_NOSIGNAL) must fail, not kill the relay:
   // ignored before any thread starts, which all inherit it.
   std::signal(SIGPIPE, SIG_IGN);
+  allow_open_files();
   return llmretry_tools::run_main("llmretry-relay", [&] { return run(parse(argc, argv)); });
 }

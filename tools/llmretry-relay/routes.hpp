@@ -48,18 +48,20 @@ using ShareLimits = std::function<std::shared_ptr<llmretry::SharedPacing>(
 
 /// One upstream: where its requests go, with which key, and what guards them.
 struct Upstream {
-  std::string name;      ///< the route's name: the model of the table, or "upstream", "fallback-1"...
-  std::string base_url;  ///< such as "https://api.openai.com/v1"
-  std::string api_key;   ///< sent as "Authorization: Bearer ..."; empty: none. Never printed
-  std::string model;     ///< the model the body is sent with; empty: the client's own
+  std::string name;  ///< the route's name: the model of the table, or "upstream", "fallback-1", "anthropic"...
+  Format format = Format::openai;  ///< the API it speaks
+  std::string base_url;            ///< such as "https://api.openai.com/v1"
+  std::string api_key;             ///< sent as "Authorization: Bearer ..."; empty: none. Never printed
+  std::string model;               ///< the model the body is sent with; empty: the client's own
   std::unique_ptr<llmretry::Deployment> deployment;
   std::unique_ptr<llmretry::CircuitBreaker> breaker;
 };
 
-/// A fallback chain and the upstream of each of its routes (same order).
+/// A fallback chain and the upstream of each of its routes (same order), all speaking one format.
 struct Chain {
   llmretry::FallbackChain fallback_chain;
   std::vector<const Upstream*> upstreams;
+  Format format = Format::openai;
 
   /// Returns the upstream of `route`, one of fallback_chain.routes().
   const Upstream& upstream_of(const llmretry::Route& route) const {
@@ -79,41 +81,58 @@ using Environment = std::function<std::string(const std::string& name)>;
 /// The upstreams and the chain each model goes through. Thread-safe once built (the guards are).
 class Routes {
  public:
-  /// Every model goes to `upstream`, then to the `fallbacks` in order, all with the key in
-  /// OPENAI_API_KEY and the same pacing.
+  /// Every model of OpenAI's API goes to `upstream`, then to the `fallbacks` in order, all with the key in
+  /// OPENAI_API_KEY and the same pacing; every model of Anthropic's to `anthropic_upstream` with the key in
+  /// ANTHROPIC_API_KEY (empty: Anthropic's API is not served).
   /// `share`: shares each upstream's pacing (its limits, configured or learned) with other relays (empty:
   /// none).
   Routes(const std::string& upstream, const std::vector<std::string>& fallbacks, const Pace& pace,
-         const Environment& environment, const ShareLimits& share = {})
-      : share_(share) {
+         const Environment& environment, const ShareLimits& share = {}, const std::string& anthropic_upstream = {})
+      : share_(share), table_(false) {
     const std::string key = environment("OPENAI_API_KEY");
     std::vector<llmretry::Route> routes;
     std::vector<const Upstream*> used;
     for (std::size_t i = 0; i <= fallbacks.size(); ++i) {
       const std::string name = i == 0 ? "upstream" : "fallback-" + std::to_string(i);
-      const Upstream& added = add(upstream_named(name, i == 0 ? upstream : fallbacks[i - 1], key, {}, pace));
+      const Upstream& added =
+          add(upstream_named(name, Format::openai, i == 0 ? upstream : fallbacks[i - 1], key, {}, pace));
       routes.push_back(route_to(added, i == 0));
       used.push_back(&added);
     }
-    any_model_.emplace(Chain{llmretry::FallbackChain(std::move(routes)), std::move(used)});
+    any_model_.emplace(Format::openai,
+                       Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), Format::openai});
+    if (!anthropic_upstream.empty()) {
+      const Upstream& added = add(upstream_named("anthropic", Format::anthropic, anthropic_upstream,
+                                                 environment("ANTHROPIC_API_KEY"), {}, pace));
+      any_model_.emplace(Format::anthropic,
+                         Chain{llmretry::FallbackChain({route_to(added, true)}), {&added}, Format::anthropic});
+    }
   }
 
-  /// Each model of `table` goes to its row's upstream (`upstream` when the row names none), then along its
-  /// fallbacks; `pace` gives what a row does not. Throws SetupError when a row's key variable is not set.
+  /// Each model of `table` goes to its row's upstream (`upstream`, or `anthropic_upstream` for a model of
+  /// Anthropic's API, when the row names none), then along its fallbacks; `pace` gives what a row does not.
+  /// Throws SetupError when a row's key variable is not set, or an Anthropic row has no upstream.
   Routes(const ModelTable& table, const std::string& upstream, const Pace& pace, const Environment& environment,
-         const ShareLimits& share = {})
-      : share_(share) {
+         const ShareLimits& share = {}, const std::string& anthropic_upstream = {})
+      : share_(share), table_(true) {
     std::map<std::string, const Upstream*> by_name;
     for (const auto& [name, row] : table) {
       Pace row_pace = pace;
       if (row.rpm) row_pace.rpm = row.rpm;
       if (row.tpm) row_pace.tpm = row.tpm;
       if (row.concurrency) row_pace.concurrency = row.concurrency;
-      const std::string variable = row.api_key_env.empty() ? "OPENAI_API_KEY" : row.api_key_env;
+      const bool anthropic = row.format == Format::anthropic;
+      const std::string variable = !row.api_key_env.empty() ? row.api_key_env
+                                   : anthropic              ? "ANTHROPIC_API_KEY"
+                                                            : "OPENAI_API_KEY";
       const std::string key = environment(variable);
       if (!row.api_key_env.empty() && key.empty())
         throw SetupError("models." + name + ".api_key_env: the variable " + variable + " is not set");
-      by_name[name] = &add(upstream_named(name, row.upstream.empty() ? upstream : row.upstream, key, name, row_pace));
+      const std::string base_url = !row.upstream.empty() ? row.upstream : anthropic ? anthropic_upstream : upstream;
+      if (base_url.empty())
+        throw SetupError("models." + name +
+                         ".upstream: a model of Anthropic's API needs its upstream (or --anthropic-upstream)");
+      by_name[name] = &add(upstream_named(name, row.format, base_url, key, name, row_pace));
     }
     for (const auto& [name, row] : table) {
       std::vector<llmretry::Route> routes;
@@ -122,28 +141,34 @@ class Routes {
         routes.push_back(route_to(*by_name.at(next), routes.empty()));
         used.push_back(by_name.at(next));
       }
-      by_model_.emplace(name, Chain{llmretry::FallbackChain(std::move(routes)), std::move(used)});
+      by_model_.emplace(name, Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), row.format});
     }
   }
 
-  /// Returns the chain of `model`, or nullptr when the model table has no such model.
-  [[nodiscard]] const Chain* chain_for(std::string_view model) const {
-    if (any_model_) return &*any_model_;
+  /// Returns the chain of `model` for a request in `format`: without a model table the one chain of that
+  /// format (nullptr when that API is not served); with one, the model's chain (nullptr when the table has
+  /// no such model; the chain may speak another format: the caller says so).
+  [[nodiscard]] const Chain* chain_for(std::string_view model, Format format) const {
+    if (!table_) {
+      const auto found = any_model_.find(format);
+      return found != any_model_.end() ? &found->second : nullptr;
+    }
     const auto found = by_model_.find(model);
     return found != by_model_.end() ? &found->second : nullptr;
   }
 
   /// Returns true when a model table lists the models served, false when every model is.
-  [[nodiscard]] bool has_model_table() const noexcept { return !any_model_; }
+  [[nodiscard]] bool has_model_table() const noexcept { return table_; }
 
   /// Returns every upstream, in the order they were made.
   [[nodiscard]] const std::vector<std::unique_ptr<Upstream>>& upstreams() const noexcept { return upstreams_; }
 
  private:
-  std::unique_ptr<Upstream> upstream_named(const std::string& name, const std::string& base_url, const std::string& key,
-                                           const std::string& model, const Pace& pace) const {
+  std::unique_ptr<Upstream> upstream_named(const std::string& name, Format format, const std::string& base_url,
+                                           const std::string& key, const std::string& model, const Pace& pace) const {
     auto upstream = std::make_unique<Upstream>();
     upstream->name = name;
+    upstream->format = format;
     upstream->base_url = base_url;
     upstream->api_key = key;
     upstream->model = model;
@@ -188,8 +213,9 @@ class Routes {
   ShareLimits share_;
   llmretry::RetryBudget budget_;
   std::vector<std::unique_ptr<Upstream>> upstreams_;
+  bool table_;  ///< a model table lists the models served
   std::map<std::string, Chain, std::less<>> by_model_;
-  std::optional<Chain> any_model_;
+  std::map<Format, Chain> any_model_;  ///< without a model table: the one chain of each format served
 };
 
 }  // namespace relay

@@ -103,9 +103,13 @@ class Server final : public Service {
       if (head.method() != http::verb::get && head.method() != http::verb::head) return wrong_method("GET");
       return std::nullopt;
     }
-    if (!settings_.client_key.empty() && !authorized(head[http::field::authorization], settings_.client_key))
-      return reply_of({401, "missing or wrong client key: send Authorization: Bearer <LLMRETRY_RELAY_CLIENT_KEY>",
-                       "invalid_request_error", "invalid_api_key"});
+    if (!settings_.client_key.empty() && !authorized(head[http::field::authorization], settings_.client_key) &&
+        !equal_in_constant_time(head["x-api-key"], settings_.client_key))
+      return reply_of({401,
+                       "missing or wrong client key: send Authorization: Bearer <LLMRETRY_RELAY_CLIENT_KEY> (or "
+                       "x-api-key: <LLMRETRY_RELAY_CLIENT_KEY>)",
+                       "invalid_request_error", "invalid_api_key"},
+                      format_of(path));
     if (path == "/metrics") {
       if (head.method() != http::verb::get) return wrong_method("GET");
       return std::nullopt;
@@ -116,8 +120,8 @@ class Server final : public Service {
     }
     return reply_of({404,
                      "unknown route " + std::string(path) +
-                         " (the relay serves POST /v1/chat/completions, /v1/responses, /v1/embeddings, GET /healthz, "
-                         "/metrics)",
+                         " (the relay serves POST /v1/chat/completions, /v1/responses, /v1/embeddings, /v1/messages, "
+                         "GET /healthz, /metrics)",
                      "invalid_request_error", "unknown_url"});
   }
 
@@ -128,6 +132,7 @@ class Server final : public Service {
     if (in_flight_ >= settings_.max_requests) {
       Incoming in;
       in.path = std::string(path);
+      in.format = format_of(path);
       Reply busy = refusal(in, {503,
                                 "the relay holds as many requests as it serves (--max-requests); retry after " +
                                     std::to_string(retry_after_seconds()) + " s",
@@ -165,7 +170,13 @@ class Server final : public Service {
   using Held = std::shared_ptr<InFlight>;
 
   static bool is_api(std::string_view path) noexcept {
-    return path == "/v1/chat/completions" || path == "/v1/responses" || path == "/v1/embeddings";
+    return path == "/v1/chat/completions" || path == "/v1/responses" || path == "/v1/embeddings" ||
+           path == "/v1/messages";
+  }
+
+  /// Returns the API a route speaks: Anthropic's for /v1/messages, else OpenAI's.
+  static Format format_of(std::string_view path) noexcept {
+    return path == "/v1/messages" ? Format::anthropic : Format::openai;
   }
 
   /// Returns the path of the request's target, without its query.
@@ -199,6 +210,7 @@ class Server final : public Service {
   void check_and_send(Request request, Held held) {
     auto in = std::make_shared<Incoming>();
     in->path = std::string(path_of(request.head));
+    in->format = format_of(in->path);
     const auto refuse = [&](const ErrorReply& error) { held->exchange().send(refusal(*in, error)); };
     if (llmretry::json::nested_deeper_than(request.body, max_json_depth))
       return refuse(
@@ -215,7 +227,7 @@ class Server final : public Service {
     if (!model->is_string() || model->get_ref<const std::string&>().empty())
       return refuse(bad_request("model: must be a non-empty string", "invalid_model"));
     in->model = model->get<std::string>();
-    const Chain* chain = routes_.chain_for(in->model);
+    const Chain* chain = routes_.chain_for(in->model, in->format);
     in->model_label = !routes_.has_model_table() ? model_labels_.of(in->model)
                       : chain != nullptr         ? in->model
                                                  : "unknown";
@@ -230,9 +242,29 @@ class Server final : public Service {
         return refuse(bad_request("Idempotency-Key: must be sent once, 1 to 255 visible ASCII characters",
                                   "invalid_idempotency_key"));
     }
+    if (chain == nullptr && !routes_.has_model_table())
+      return refuse({404, "the relay has no upstream for Anthropic's API: start it with --anthropic-upstream",
+                     "invalid_request_error", "unknown_url"});
     if (chain == nullptr)
       return refuse({404, "model \"" + in->model + "\" is not in the relay's model table", "invalid_request_error",
                      "model_not_found"});
+    if (chain->format != in->format)
+      return refuse({404,
+                     "model \"" + in->model + "\" speaks " + to_string(chain->format) + "'s API, not " +
+                         to_string(in->format) + "'s: send it to " +
+                         (chain->format == Format::anthropic ? "/v1/messages" : "/v1/chat/completions"),
+                     "invalid_request_error", "model_not_found"});
+    if (in->format == Format::anthropic) {
+      for (const auto& [field, into] :
+           {std::pair{"anthropic-version", &in->anthropic_version}, std::pair{"anthropic-beta", &in->anthropic_beta}}) {
+        const auto found = request.head.equal_range(field);
+        if (found.first == found.second) continue;
+        *into = std::string(found.first->value());
+        if (std::next(found.first) != found.second || into->size() > 255)
+          return refuse(
+              bad_request(std::string(field) + ": must be sent once, at most 255 characters", "invalid_header"));
+      }
+    }
     in->body = std::move(request.body);
     in->estimate = llmretry::json::estimate_of(in->json, in->body);
     llmretry::curl::AsyncClient& client = *clients_.at(request.worker);
@@ -246,11 +278,12 @@ class Server final : public Service {
 
   /// Sends `in` upstream and answers: its events as they arrive, or the whole answer when the call ended
   /// before any (an error, or an upstream that did not stream). A stream that breaks after it began ends
-  /// with an in-band error event, `data: {"error": {...}}` (code stream_interrupted), which the OpenAI SDKs
-  /// raise as an error, instead of a silent close.
+  /// with an in-band error event (code stream_interrupted), which the SDKs raise as an error, instead of a
+  /// silent close: `data: {"error": {...}}` for OpenAI's API, `event: error` for Anthropic's.
   void send(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<const Incoming> in, bool streamed,
             Held held, AfterCall after) {
     auto started = std::make_shared<bool>(false);
+    const Format format = in->format;
     OnEvent on_event;
     if (streamed)
       on_event = [held, started](const llmretry::SseEvent& event) {
@@ -261,12 +294,15 @@ class Server final : public Service {
         held->exchange().write(sse_text(event));
       };
     forwarder_.forward(client, chain, std::move(in), std::move(on_event), held->exchange().gone(),
-                       [held, started, after = std::move(after)](Answer answer) mutable {
+                       [held, started, format, after = std::move(after)](Answer answer) mutable {
                          auto answered = std::make_shared<Answer>(std::move(answer));
-                         auto reply = [held, started, answered] {
+                         auto reply = [held, started, format, answered] {
                            if (!*started) return held->exchange().send(client_reply(std::move(*answered)));
                            const bool failed = answered->status < 200 || answered->status > 299;
-                           held->exchange().finish(failed ? "data: " + answered->body + "\n\n" : std::string());
+                           // The in-band error event each API's clients raise: OpenAI's data-only one,
+                           // Anthropic's `event: error`.
+                           const char* event = format == Format::anthropic ? "event: error\ndata: " : "data: ";
+                           held->exchange().finish(failed ? event + answered->body + "\n\n" : std::string());
                          };
                          if (after) return after(*answered, std::move(reply));
                          reply();
@@ -402,7 +438,7 @@ class Server final : public Service {
   Reply refusal(const Incoming& in, const ErrorReply& error) {
     observer_.request_finished({"relay", in.model_label},
                                error.status == 409 || error.status == 422 ? error.code : "rejected");
-    return reply_of(error);
+    return reply_of(error, in.format);
   }
 
   /// Returns the upstream's (or the relay's) answer as the client gets it.

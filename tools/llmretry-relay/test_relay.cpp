@@ -868,3 +868,98 @@ TEST_CASE("a streamed /v1/responses answer, which ends at event: response.comple
                             "event: response.completed\ndata: {\"response\":{\"status\":\"completed\"}}\n\n");
   CHECK(provider.request_count() == 1);
 }
+
+namespace {
+
+/// The Anthropic key the relay is given: it must never come out of the relay.
+constexpr const char* anthropic_key = "sk-ant-upstream-secret-51c2";
+
+/// Returns an Anthropic Messages request body for `model`.
+std::string message(const std::string& model = "claude-loopback", bool stream = false) {
+  return nlohmann::json{{"model", model},
+                        {"max_tokens", 10},
+                        {"stream", stream},
+                        {"messages", {{{"role", "user"}, {"content", "Hello"}}}}}
+      .dump();
+}
+
+}  // namespace
+
+TEST_CASE("POST /v1/messages goes to --anthropic-upstream with x-api-key and anthropic-version, answers pass back") {
+  LoopbackProvider provider;
+  ScriptedResponse answer;
+  answer.body =
+      R"({"id":"msg_1","type":"message","role":"assistant","model":"claude-loopback","content":[)"
+      R"({"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":3}})";
+  answer.headers = {
+      {"anthropic-ratelimit-requests-remaining", "49"}, {"request-id", "req_1"}, {"x-echo", anthropic_key}};
+  provider.then(answer);
+  Relay relay(
+      "anthropic",
+      {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--anthropic-upstream", provider.base_url()},
+      {std::string("ANTHROPIC_API_KEY=") + anthropic_key});
+  relay.started();
+  const auto answered = post(relay, "/v1/messages", message(),
+                             {{"anthropic-version", "2023-06-01"}, {"anthropic-beta", "tools-2024-04-04"}});
+  CHECK(answered->status == 200);
+  CHECK(nlohmann::json::parse(answered->body).at("type") == "message");
+  CHECK(answered->get_header_value("anthropic-ratelimit-requests-remaining") == "49");
+  CHECK(answered->get_header_value("request-id") == "req_1");
+  CHECK_FALSE(answered->has_header("x-echo"));
+  REQUIRE(provider.request_count() == 1);
+  const auto received = provider.requests().back();
+  CHECK(received.path == "/v1/messages");
+  CHECK(received.header("x-api-key") == std::optional<std::string>(anthropic_key));
+  CHECK(received.header("anthropic-version") == std::optional<std::string>("2023-06-01"));
+  CHECK(received.header("anthropic-beta") == std::optional<std::string>("tools-2024-04-04"));
+  CHECK_FALSE(received.header("Authorization").has_value());
+
+  // Streamed: Anthropic's events, to message_stop, reach the client whole.
+  serve_freely(provider);
+  auto streamed = post(relay, "/v1/messages", message("claude-loopback", true), {{"anthropic-version", "2023-06-01"}});
+  CHECK(streamed->status == 200);
+  CHECK_THAT(streamed->get_header_value("Content-Type"), llmretry_catch::contains("text/event-stream"));
+  CHECK_THAT(streamed->body, llmretry_catch::contains("event: message_stop"));
+
+  // The relay's own errors on /v1/messages are Anthropic's shape, which its SDK reads.
+  const auto broken = post(relay, "/v1/messages", "{", {{"anthropic-version", "2023-06-01"}});
+  CHECK(broken->status == 400);
+  const auto body = nlohmann::json::parse(broken->body);
+  CHECK(body.at("type") == "error");
+  CHECK(body.at("error").at("type") == "invalid_request_error");
+  CHECK(relay.stop() == 0);
+  CHECK(relay.out().find(anthropic_key) == std::string::npos);
+  CHECK(relay.err().find(anthropic_key) == std::string::npos);
+}
+
+TEST_CASE("without an Anthropic upstream /v1/messages is a 404 that says how to serve it") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("no_anthropic", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const auto refused = post(relay, "/v1/messages", message());
+  CHECK(refused->status == 404);
+  CHECK_THAT(refused->body, llmretry_catch::contains("--anthropic-upstream"));
+  CHECK(provider.request_count() == 0);
+}
+
+TEST_CASE("a model table says which API each model speaks: the other route is refused") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const auto dir = work_dir("formats_config");
+  const auto config = dir / "models.json";
+  std::ofstream(config) << R"({"models": {"gpt-loopback": {}, "claude-loopback": {"format": "anthropic", "upstream": ")"
+                        << provider.base_url() << R"("}}})";
+  Relay relay("formats", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--config", config.string()},
+              {std::string("ANTHROPIC_API_KEY=") + anthropic_key});
+  relay.started();
+  CHECK(post(relay, "/v1/messages", message("claude-loopback"))->status == 200);
+  CHECK(provider.requests().back().header("x-api-key") == std::optional<std::string>(anthropic_key));
+  CHECK(post(relay, "/v1/chat/completions", chat("gpt-loopback"))->status == 200);
+  CHECK(provider.requests().back().header("Authorization") ==
+        std::optional<std::string>(std::string("Bearer ") + upstream_key));
+  const auto crossed = post(relay, "/v1/chat/completions", chat("claude-loopback"));
+  CHECK(crossed->status == 404);
+  CHECK_THAT(crossed->body, llmretry_catch::contains("/v1/messages"));
+  CHECK(provider.request_count() == 2);
+}

@@ -59,7 +59,7 @@ class Relay : public llmretry_test::ChildProcess {
  public:
   Relay(const std::string& name, const std::vector<std::string>& arguments,
         const std::vector<std::string>& environment = {})
-      : ChildProcess(LLMRETRY_RELAY_PROGRAM, arguments, work_dir(name), {"OPENAI_", "LLMRETRY_RELAY_"},
+      : ChildProcess(LLMRETRY_RELAY_PROGRAM, arguments, work_dir(name), {"OPENAI_", "ANTHROPIC_", "LLMRETRY_RELAY_"},
                      with_upstream_key(environment)) {}
 
   /// Waits until the relay prints "listening on http://127.0.0.1:PORT" (at most 10 s, scaled). Returns *this.
