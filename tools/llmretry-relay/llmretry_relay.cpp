@@ -78,6 +78,7 @@ struct Options {
   std::size_t max_requests = relay::ServerSettings{}.max_requests;
   std::int64_t request_timeout_ms = relay::FrontLimits{}.request_timeout.count();
   std::int64_t grace_ms = 30'000;
+  std::int64_t coalesce_wait_ms = 0;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -121,6 +122,10 @@ Options parse(int argc, char** argv) {
   app.add_option("--request-timeout", options.request_timeout_ms,
                  "the most a client may take to send a whole request, in ms; a slower one is cut (default 10000)")
       ->check(CLI::Range(std::int64_t{10}, std::int64_t{3'600'000}));
+  app.add_option("--coalesce-wait", options.coalesce_wait_ms,
+                 "how long, in ms, a duplicate of a request in flight (same Idempotency-Key and body) waits for "
+                 "the first's answer instead of an immediate 409 (default 0: 409 at once)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{600'000}));
   app.add_option("--grace", options.grace_ms,
                  "after SIGTERM, the most the requests in flight are given to finish, in ms (default 30000)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
@@ -199,6 +204,7 @@ int run(const Options& options) {
   const auto [host, port] = listen_address(options.listen);
   relay::ServerSettings settings;
   settings.max_requests = options.max_requests;
+  settings.coalesce_wait = std::chrono::milliseconds{options.coalesce_wait_ms};
   relay::FrontLimits limits;
   limits.max_body = options.max_body;
   limits.max_connections = options.max_connections;

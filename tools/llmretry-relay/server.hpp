@@ -53,6 +53,10 @@ struct ServerSettings {
   std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
   /// The largest answer kept under its Idempotency-Key; a larger one frees the key instead.
   std::size_t max_stored_answer = std::size_t{1} << 20;
+  /// How long a duplicate of a request in flight (same Idempotency-Key, same body) waits for the first's
+  /// answer before it is answered 409; zero: 409 at once. The first's stored answer is replayed to it; when
+  /// the first stored none (a stream, a failure), the duplicate is sent itself.
+  std::chrono::milliseconds coalesce_wait{0};
   /// The idempotency store makes network round trips (Redis): its calls run on a pool of threads, never on
   /// a worker.
   bool remote_store = false;
@@ -315,15 +319,53 @@ class Server final : public Service {
   /// stored: the key is freed once the upstream call has ended, the client gone or not).
   void deduplicated(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<Incoming> in,
                     bool streamed, Held held) {
-    auto claim = std::make_shared<Claim>();
-    claim->key = store_key(in->idempotency_key);
-    claim->token = llmretry::new_idempotency_key();
-    const std::string fingerprint = llmretry::store::fingerprint(in->path + '\n' + llmretry::json::canonical(in->body));
-    auto executor = client.get_executor();
+    auto duplicate = std::make_shared<Keyed>(Keyed{&client, &chain, std::move(in), streamed, std::move(held),
+                                                   std::make_shared<Claim>(), {}, client.get_executor(), {}, false});
+    duplicate->claim->key = store_key(duplicate->in->idempotency_key);
+    duplicate->claim->token = llmretry::new_idempotency_key();
+    duplicate->fingerprint =
+        llmretry::store::fingerprint(duplicate->in->path + '\n' + llmretry::json::canonical(duplicate->in->body));
+    duplicate->wait_until = std::chrono::steady_clock::now() + settings_.coalesce_wait;
+    claim_key(std::move(duplicate));
+  }
+
+  /// A claimed Idempotency-Key, and the timer that renews its lease.
+  struct Claim {
+    std::string key;
+    std::string token;
+    std::unique_ptr<boost::asio::steady_timer> renewal;
+  };
+
+  /// A request with an Idempotency-Key, until its key is claimed (or its answer found).
+  struct Keyed {
+    llmretry::curl::AsyncClient* client;
+    const Chain* chain;
+    std::shared_ptr<Incoming> in;
+    bool streamed;
+    Held held;
+    std::shared_ptr<Claim> claim;
+    std::string fingerprint;
+    boost::asio::any_io_executor executor;
+    std::chrono::steady_clock::time_point wait_until;  ///< while the first is in flight, ask again until then
+    bool counted;                                      ///< told the observer as a duplicate already
+  };
+
+  /// How often a duplicate that waits for the first's answer asks the store again.
+  static constexpr std::chrono::milliseconds coalesce_poll{25};
+
+  /// Claims the key of `keyed`, then answers as deduplicated says; a duplicate of a request in flight asks
+  /// again every coalesce_poll until ServerSettings::coalesce_wait has passed.
+  void claim_key(std::shared_ptr<Keyed> keyed) {
     on_store(
-        executor, [this, claim, fingerprint] { return idempotency_.claim(claim->key, fingerprint, claim->token); },
-        [this, &client, &chain, in, streamed, held, claim, executor](std::exception_ptr error,
-                                                                     llmretry::store::ClaimResult result) mutable {
+        keyed->executor,
+        [this, claim = keyed->claim, fingerprint = keyed->fingerprint] {
+          return idempotency_.claim(claim->key, fingerprint, claim->token);
+        },
+        [this, keyed](std::exception_ptr error, llmretry::store::ClaimResult result) mutable {
+          auto& in = keyed->in;
+          auto& held = keyed->held;
+          auto& claim = keyed->claim;
+          const auto& executor = keyed->executor;
           if (error) {
             std::string what = "unknown error";
             try {
@@ -335,9 +377,12 @@ class Server final : public Service {
                                                        "service_unavailable", "idempotency_store_unavailable"}));
           }
           const char* task = task_type(in->path);
+          const auto count_duplicate = [&] {
+            if (!std::exchange(keyed->counted, true)) observer_.duplicate_suppressed(task);
+          };
           switch (result.status) {
             case llmretry::store::ClaimStatus::completed: {
-              observer_.duplicate_suppressed(task);
+              count_duplicate();
               observer_.request_finished({"relay", in->model_label}, "replayed");
               Reply replayed{result.response->status,
                              {{"Content-Type", json_content_type}, {"Idempotent-Replayed", "true"}},
@@ -345,8 +390,18 @@ class Server final : public Service {
               return held->exchange().send(std::move(replayed));
             }
             case llmretry::store::ClaimStatus::in_flight: {
-              observer_.duplicate_suppressed(task);
-              Reply busy = refusal(*in, {409, "a request with this Idempotency-Key is in flight; retry after it ends",
+              count_duplicate();
+              if (std::chrono::steady_clock::now() + coalesce_poll <= keyed->wait_until) {
+                auto timer = std::make_shared<boost::asio::steady_timer>(executor, coalesce_poll);
+                timer->async_wait([this, keyed, timer](boost::system::error_code) { claim_key(keyed); });
+                return;
+              }
+              Reply busy = refusal(*in, {409,
+                                         settings_.coalesce_wait.count() > 0
+                                             ? "a request with this Idempotency-Key is still in flight after " +
+                                                   std::to_string(settings_.coalesce_wait.count()) +
+                                                   " ms (--coalesce-wait); retry after it ends"
+                                             : "a request with this Idempotency-Key is in flight; retry after it ends",
                                          "invalid_request_error", "idempotency_key_in_flight"});
               busy.headers.emplace_back("Retry-After", "1");
               return held->exchange().send(std::move(busy));
@@ -358,6 +413,9 @@ class Server final : public Service {
                                                          "invalid_request_error", "idempotency_key_reused"}));
             case llmretry::store::ClaimStatus::claimed: break;
           }
+          auto& client = *keyed->client;
+          const Chain& chain = *keyed->chain;
+          const bool streamed = keyed->streamed;
           renew_later(executor, claim);
           send(client, chain, std::move(in), streamed, std::move(held),
                [this, claim, streamed, executor](const Answer& answer, std::function<void()> then) {
@@ -376,13 +434,6 @@ class Server final : public Service {
                });
         });
   }
-
-  /// A claimed Idempotency-Key, and the timer that renews its lease.
-  struct Claim {
-    std::string key;
-    std::string token;
-    std::unique_ptr<boost::asio::steady_timer> renewal;
-  };
 
   /// Renews `claim`'s lease every third of it while its timer lives (a renewal that fails is tried again
   /// at the next turn; once the lease is lost, renewing stops).

@@ -211,6 +211,45 @@ TEST_CASE("16 concurrent requests with one Idempotency-Key reach the upstream on
   CHECK(provider.request_count() == 1);
 }
 
+TEST_CASE("--coalesce-wait: duplicates of a request in flight wait for its answer instead of a 409") {
+  LoopbackProvider provider;
+  serve_freely(provider, 400ms);
+  Relay relay("coalesce", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "10000"});
+  relay.started();
+  std::vector<int> statuses(8);
+  std::vector<std::string> replayed(8);
+  std::vector<std::thread> clients;
+  for (std::size_t i = 0; i < statuses.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto result =
+          relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "shared"}}, chat(), "application/json");
+      statuses[i] = result ? result->status : -1;
+      replayed[i] = result ? result->get_header_value("Idempotent-Replayed") : "";
+    });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
+  // Another body under the same key is refused at once, not made to wait.
+  CHECK(post(relay, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", "shared"}})->status ==
+        422);
+  for (auto& client : clients) client.join();
+  CHECK(statuses == std::vector<int>(8, 200));
+  CHECK(std::count(replayed.begin(), replayed.end(), "true") == 7);
+  CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("--coalesce-wait shorter than the first request: the duplicate gets 409 once it has waited") {
+  LoopbackProvider provider;
+  serve_freely(provider, 2s);
+  Relay relay("coalesce_short", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "200"});
+  relay.started();
+  std::thread first([&] { relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "k"}}, chat(), "application/json"); });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
+  const auto duplicate = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "k"}});
+  CHECK(duplicate->status == 409);
+  CHECK_THAT(error_of(duplicate->body).at("message").get<std::string>(), llmretry_catch::contains("--coalesce-wait"));
+  first.join();
+  CHECK(provider.request_count() == 1);
+}
+
 TEST_CASE("a give-up on 5xx frees the Idempotency-Key: the client's retry is sent again") {
   LoopbackProvider provider;
   for (int i = 0; i < 3; ++i) provider.then(LoopbackProvider::service_unavailable());
