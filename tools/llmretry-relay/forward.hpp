@@ -47,16 +47,17 @@ namespace relay {
 
 /// A checked request to forward.
 struct Incoming {
-  Format format = Format::openai;  ///< the API the client speaks (its route's)
-  std::string anthropic_version;   ///< the client's anthropic-version, sent upstream (Anthropic's API)
-  std::string anthropic_beta;      ///< the client's anthropic-beta, sent upstream when set (Anthropic's API)
-  std::string path;                ///< such as "/v1/chat/completions"
-  std::string body;                ///< as received
-  nlohmann::json json;             ///< the body parsed: an object whose "model" is a string
-  std::string model;               ///< the body's "model"
-  std::string model_label;         ///< its value in the metrics' model label (bounded: see ModelLabels)
-  std::string idempotency_key;     ///< sent upstream as Idempotency-Key; empty: none
-  llmretry::Cost estimate;         ///< reserved on each route's Deployment
+  Format format = Format::openai;        ///< the API the client speaks (its route's)
+  std::string anthropic_version;         ///< the client's anthropic-version, sent upstream (Anthropic's API)
+  std::string anthropic_beta;            ///< the client's anthropic-beta, sent upstream when set (Anthropic's API)
+  std::string path;                      ///< such as "/v1/chat/completions"
+  std::string body;                      ///< as received
+  nlohmann::json json;                   ///< the body parsed: an object whose "model" is a string
+  std::string model;                     ///< the body's "model"
+  std::string model_label;               ///< its value in the metrics' model label (bounded: see ModelLabels)
+  std::string idempotency_key;           ///< sent upstream as Idempotency-Key; empty: none
+  llmretry::Cost estimate;               ///< reserved on each route's Deployment
+  std::shared_ptr<const Routes> routes;  ///< the model table it was routed with, kept until it is answered
 };
 
 /// What the client gets.

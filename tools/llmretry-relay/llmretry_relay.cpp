@@ -228,16 +228,23 @@ int run(const Options& options) {
   if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
   settings.remote_store = redis.has_value();
   const relay::ShareLimits share = redis ? redis->share_limits() : relay::ShareLimits{};
-  std::optional<relay::Routes> routes;
+  // The model table, read at start-up and again on SIGHUP. Throws ConfigError, SetupError or
+  // std::invalid_argument (a route the library refuses).
+  const auto read_routes = [&]() -> std::shared_ptr<const relay::Routes> {
+    if (options.config.empty())
+      return std::make_shared<const relay::Routes>(upstream, options.fallbacks, options.pace, env, share,
+                                                   anthropic_upstream);
+    return std::make_shared<const relay::Routes>(relay::read_config(options.config), upstream, options.pace, env, share,
+                                                 anthropic_upstream);
+  };
+  std::shared_ptr<const relay::Routes> routes;
   try {
-    if (options.config.empty()) {
-      if (environment("OPENAI_API_KEY").empty() && upstream.find("api.openai.com") != std::string::npos)
-        throw UsageError("OPENAI_API_KEY is not set");
-      routes.emplace(upstream, options.fallbacks, options.pace, env, share, anthropic_upstream);
-    } else {
-      if (!options.fallbacks.empty()) throw UsageError("--fallback: with --config, each model names its fallback");
-      routes.emplace(relay::read_config(options.config), upstream, options.pace, env, share, anthropic_upstream);
-    }
+    if (options.config.empty() && environment("OPENAI_API_KEY").empty() &&
+        upstream.find("api.openai.com") != std::string::npos)
+      throw UsageError("OPENAI_API_KEY is not set");
+    if (!options.config.empty() && !options.fallbacks.empty())
+      throw UsageError("--fallback: with --config, each model names its fallback");
+    routes = read_routes();
   } catch (const relay::ConfigError& error) {
     throw UsageError(error.what());
   } catch (const relay::SetupError& error) {
@@ -252,7 +259,7 @@ int run(const Options& options) {
   const relay::Forwarder forwarder(registry, std::chrono::minutes{10});
   const relay::Front* serving = nullptr;  // set once the front exists
   const relay::Server* answering = nullptr;
-  relay::Server server(*routes, forwarder, idempotency, registry,
+  relay::Server server(routes, forwarder, idempotency, registry,
                        {[&registry, &serving, &answering] {
                           std::string text = registry.prometheus_text();
                           if (serving != nullptr && answering != nullptr)
@@ -266,6 +273,7 @@ int run(const Options& options) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: they inherit it
 
   relay::Front front(server, limits, options.threads);
@@ -286,8 +294,20 @@ int run(const Options& options) {
   const bool ipv6 = host.find(':') != std::string::npos;
   std::printf("listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host.c_str(), ipv6 ? "]" : "", bound);
   std::fflush(stdout);
-  int signal = 0;
-  sigwait(&stop_signals, &signal);
+  // SIGHUP: the model table is read again, checked whole; a bad one leaves the running table in place.
+  for (int signal = 0; sigwait(&stop_signals, &signal) == 0 && signal == SIGHUP;) {
+    if (options.config.empty()) {
+      std::cerr << "llmretry-relay: SIGHUP: no --config to reload\n";
+      continue;
+    }
+    try {
+      server.reload(read_routes());
+      std::cerr << "llmretry-relay: SIGHUP: " << options.config << " reloaded\n";
+    } catch (const std::exception& error) {
+      std::cerr << "llmretry-relay: SIGHUP: " << options.config
+                << " not reloaded, the table before stays: " << error.what() << '\n';
+    }
+  }
   // Stops accepting; the requests in flight end first, within the grace period.
   front.drain(std::chrono::milliseconds{options.grace_ms},
               [](std::chrono::milliseconds wait) { std::this_thread::sleep_for(wait); });

@@ -71,9 +71,10 @@ struct MetricsPage {
 /// Serves the relay's routes behind a Front. Every reference must outlive it.
 class Server final : public Service {
  public:
-  Server(const Routes& routes, const Forwarder& forwarder, llmretry::store::IdempotencyStore& idempotency,
-         llmretry::metrics::Observer& observer, MetricsPage metrics, ServerSettings settings)
-      : routes_(routes),
+  Server(std::shared_ptr<const Routes> routes, const Forwarder& forwarder,
+         llmretry::store::IdempotencyStore& idempotency, llmretry::metrics::Observer& observer, MetricsPage metrics,
+         ServerSettings settings)
+      : routes_(std::move(routes)),
         forwarder_(forwarder),
         idempotency_(idempotency),
         observer_(observer),
@@ -97,6 +98,10 @@ class Server final : public Service {
       worker->local = std::move(client);
     }
   }
+
+  /// Serves the requests that arrive from now on with `routes` (a reloaded model table); the requests in
+  /// flight finish on the routes they started with. Thread-safe.
+  void reload(std::shared_ptr<const Routes> routes) { std::atomic_store(&routes_, std::move(routes)); }
 
   /// Returns the API requests in the relay's hands now.
   [[nodiscard]] std::size_t requests_in_flight() const noexcept { return in_flight_; }
@@ -231,10 +236,12 @@ class Server final : public Service {
     if (!model->is_string() || model->get_ref<const std::string&>().empty())
       return refuse(bad_request("model: must be a non-empty string", "invalid_model"));
     in->model = model->get<std::string>();
-    const Chain* chain = routes_.chain_for(in->model, in->format);
-    in->model_label = !routes_.has_model_table() ? model_labels_.of(in->model)
-                      : chain != nullptr         ? in->model
-                                                 : "unknown";
+    in->routes = std::atomic_load(&routes_);  // held until the request is answered
+    const Routes& routes = *in->routes;
+    const Chain* chain = routes.chain_for(in->model, in->format);
+    in->model_label = !routes.has_model_table() ? model_labels_.of(in->model)
+                      : chain != nullptr        ? in->model
+                                                : "unknown";
     const auto stream = in->json.find("stream");
     if (stream != in->json.end() && !stream->is_boolean() && !stream->is_null())
       return refuse(bad_request("stream: must be true or false", "invalid_stream"));
@@ -246,7 +253,7 @@ class Server final : public Service {
         return refuse(bad_request("Idempotency-Key: must be sent once, 1 to 255 visible ASCII characters",
                                   "invalid_idempotency_key"));
     }
-    if (chain == nullptr && !routes_.has_model_table())
+    if (chain == nullptr && !routes.has_model_table())
       return refuse({404, "the relay has no upstream for Anthropic's API: start it with --anthropic-upstream",
                      "invalid_request_error", "unknown_url"});
     if (chain == nullptr)
@@ -319,9 +326,17 @@ class Server final : public Service {
   /// stored: the key is freed once the upstream call has ended, the client gone or not).
   void deduplicated(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<Incoming> in,
                     bool streamed, Held held) {
-    auto duplicate = std::make_shared<Keyed>(Keyed{&client, &chain, std::move(in), streamed, std::move(held),
-                                                   std::make_shared<Claim>(), {}, client.get_executor(), {}, false});
-    duplicate->claim->key = store_key(duplicate->in->idempotency_key);
+    auto duplicate = std::make_shared<Keyed>(Keyed{&client,
+                                                   &chain,
+                                                   std::move(in),
+                                                   streamed,
+                                                   std::move(held),
+                                                   std::make_shared<Claim>(),
+                                                   {},
+                                                   client.get_executor(),
+                                                   {},
+                                                   false});
+    duplicate->claim->key = store_key(*duplicate->in->routes, duplicate->in->idempotency_key);
     duplicate->claim->token = llmretry::new_idempotency_key();
     duplicate->fingerprint =
         llmretry::store::fingerprint(duplicate->in->path + '\n' + llmretry::json::canonical(duplicate->in->body));
@@ -477,11 +492,11 @@ class Server final : public Service {
   }
 
   /// Returns the key under which the client's Idempotency-Key `key` is stored: a hash of it with the
-  /// relay's upstreams and client key, so that relays sharing one store but not their upstreams or their
+  /// upstreams of `routes` and client key, so that relays sharing one store but not their upstreams or their
   /// clients never answer each other's requests.
-  std::string store_key(std::string_view key) const {
+  std::string store_key(const Routes& routes, std::string_view key) const {
     std::string scope = "llmretry-relay\n" + settings_.client_key + '\n';
-    for (const auto& upstream : routes_.upstreams()) scope.append(upstream->base_url).append("\n");
+    for (const auto& upstream : routes.upstreams()) scope.append(upstream->base_url).append("\n");
     return llmretry::store::fingerprint(scope.append(key));
   }
 
@@ -504,7 +519,7 @@ class Server final : public Service {
     return reply;
   }
 
-  const Routes& routes_;
+  std::shared_ptr<const Routes> routes_;  ///< read and replaced with std::atomic_load / std::atomic_store
   const Forwarder& forwarder_;
   llmretry::store::IdempotencyStore& idempotency_;
   llmretry::metrics::Observer& observer_;

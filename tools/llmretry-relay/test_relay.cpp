@@ -228,8 +228,7 @@ TEST_CASE("--coalesce-wait: duplicates of a request in flight wait for its answe
     });
   while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
   // Another body under the same key is refused at once, not made to wait.
-  CHECK(post(relay, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", "shared"}})->status ==
-        422);
+  CHECK(post(relay, "/v1/chat/completions", chat("loopback", "Other"), {{"Idempotency-Key", "shared"}})->status == 422);
   for (auto& client : clients) client.join();
   CHECK(statuses == std::vector<int>(8, 200));
   CHECK(std::count(replayed.begin(), replayed.end(), "true") == 7);
@@ -239,9 +238,12 @@ TEST_CASE("--coalesce-wait: duplicates of a request in flight wait for its answe
 TEST_CASE("--coalesce-wait shorter than the first request: the duplicate gets 409 once it has waited") {
   LoopbackProvider provider;
   serve_freely(provider, 2s);
-  Relay relay("coalesce_short", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "200"});
+  Relay relay("coalesce_short",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "200"});
   relay.started();
-  std::thread first([&] { relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "k"}}, chat(), "application/json"); });
+  std::thread first([&] {
+    relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "k"}}, chat(), "application/json");
+  });
   while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
   const auto duplicate = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "k"}});
   CHECK(duplicate->status == 409);
@@ -1001,4 +1003,45 @@ TEST_CASE("a model table says which API each model speaks: the other route is re
   CHECK(crossed->status == 404);
   CHECK_THAT(crossed->body, llmretry_catch::contains("/v1/messages"));
   CHECK(provider.request_count() == 2);
+}
+
+TEST_CASE("SIGHUP reloads --config: new requests use the new table, requests in flight finish on theirs") {
+  LoopbackProvider first;
+  serve_freely(first, 1s);
+  LoopbackProvider second;
+  serve_freely(second);
+  const auto dir = work_dir("reload_config");
+  const auto config = dir / "models.json";
+  std::ofstream(config) << R"({"models": {"a": {"upstream": ")" << first.base_url() << R"("}}})";
+  Relay relay("reload", {"--listen", "127.0.0.1:0", "--upstream", first.base_url(), "--config", config.string()});
+  relay.started();
+  CHECK(post(relay, "/v1/chat/completions", chat("b"))->status == 404);
+  int in_flight = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", chat("a"), "application/json");
+    in_flight = result ? result->status : -1;
+  });
+  while (first.request_count() == 0) std::this_thread::sleep_for(1ms);
+  std::ofstream(config, std::ios::trunc) << R"({"models": {"a": {"upstream": ")" << second.base_url()
+                                         << R"("}, "b": {"upstream": ")" << second.base_url() << R"("}}})";
+  const auto said = [&](const std::string& text) {
+    for (int i = 0; i < 2000 && relay.err().find(text) == std::string::npos; ++i) std::this_thread::sleep_for(5ms);
+    return relay.err().find(text) != std::string::npos;
+  };
+  relay.signal(SIGHUP);
+  REQUIRE(said("reloaded"));
+  CHECK(post(relay, "/v1/chat/completions", chat("b"))->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat("a"))->status == 200);
+  CHECK(second.request_count() == 2);
+  client.join();
+  CHECK(in_flight == 200);
+  CHECK(first.request_count() == 1);
+
+  // A bad table is refused whole, says why, and the running one stays.
+  std::ofstream(config, std::ios::trunc) << R"({"models": {"a": {"rpm": "many"}}})";
+  relay.signal(SIGHUP);
+  REQUIRE(said("not reloaded"));
+  CHECK_THAT(relay.err(), llmretry_catch::contains("models.a.rpm"));
+  CHECK(post(relay, "/v1/chat/completions", chat("b"))->status == 200);
+  CHECK(relay.stop() == 0);
 }
