@@ -73,7 +73,8 @@ TEMPLATE_TEST_CASE("idempotency: the first claim runs, the others are told in fl
     CHECK(keys->claim("k1", fp, "token-1").status == store::ClaimStatus::claimed);
   }
   SECTION("complete stores the response for every later claim") {
-    const store::StoredResponse response{200, "{\"text\":\"hello\"}"};
+    const store::StoredResponse response{
+        200, "{\"text\":\"hello\"}", {{"x-request-id", "req_1"}, {"retry-after-ms", "1:2"}, {"empty", ""}}};
     CHECK(keys->complete("k1", "token-1", response));
     const auto later = keys->claim("k1", fp, "token-3");
     CHECK(later.status == store::ClaimStatus::completed);

@@ -92,8 +92,12 @@ inline bool passed_back(std::string_view name) noexcept {
          header_name_starts(name, "x-ratelimit-") || header_name_starts(name, "anthropic-ratelimit-");
 }
 
-/// What receives each event of a streamed answer.
-using OnEvent = std::function<void(const llmretry::SseEvent&)>;
+/// What receives a streamed answer: `start` once before its first event, with the upstream's headers that
+/// are passed back (but Content-Type), then `event` with each event.
+struct StreamTo {
+  std::function<void(llmretry::curl::HeaderList headers)> start;
+  std::function<void(const llmretry::SseEvent&)> event;
+};
 
 /// Sends requests along their chain, asynchronously. Thread-safe: each worker passes its own client.
 class Forwarder {
@@ -114,19 +118,18 @@ class Forwarder {
   /// caller's thread): the upstream's answer when it answered (its own 4xx included), else the relay's: 429
   /// with Retry-After when no capacity came within the longest wait, 503 when the circuit is open or the
   /// retry budget is spent, 504 after a timeout, 502 for any other give-up.
-  /// With `on_event` (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
-  /// and the answer's body is empty (never storable); retries and fallbacks happen only before the first
-  /// event, a stream cut after it ends the call (status 502, code "stream_interrupted"). A cancel through
-  /// `gone` (the client went away) stops the upstream call at once: it then ends as a cut stream.
-  /// Nothing of an upstream key reaches the client: every header passed back, every body and every event
-  /// is redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
-  /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429
-  /// for want of capacity does not (its Retry-After says when to come back).
+  /// With `stream_to` set (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
+  /// after its headers, and the answer's body is empty (never storable); retries and fallbacks happen only before the
+  /// first event, a stream cut after it ends the call (status 502, code "stream_interrupted"). A cancel through `gone`
+  /// (the client went away) stops the upstream call at once: it then ends as a cut stream. Nothing of an upstream key
+  /// reaches the client: every header passed back, every body and every event is redacted (in any case). A 408, 409,
+  /// 425, 429 or 5xx after the relay's own retries carries `x-should-retry: false`, so that a client SDK that honours
+  /// it does not multiply them; the relay's 429 for want of capacity does not (its Retry-After says when to come back).
   /// `chain`, `client` and this Forwarder must outlive the call.
   template <class Done>
   void forward(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<const Incoming> in,
-               OnEvent on_event, boost::asio::cancellation_slot gone, Done done) const {
-    auto call = std::make_shared<Forwarding>(chain, std::move(in), std::move(on_event));
+               StreamTo stream_to, boost::asio::cancellation_slot gone, Done done) const {
+    auto call = std::make_shared<Forwarding>(chain, std::move(in), std::move(stream_to));
     call->options.estimate = call->in->estimate;
     call->options.on_move = [this, raw = call.get()](const llmretry::Move& move) {
       observer_.fell_back(target(raw->chain, move.from, *raw->in), target(raw->chain, move.to, *raw->in), move.reason);
@@ -160,19 +163,24 @@ class Forwarder {
  private:
   /// What one forwarded request keeps until its answer.
   struct Forwarding {
-    Forwarding(const Chain& chain_in, std::shared_ptr<const Incoming> in_in, OnEvent on_event)
+    Forwarding(const Chain& chain_in, std::shared_ptr<const Incoming> in_in, StreamTo to)
         : chain(chain_in), in(std::move(in_in)), keys(keys_of(chain_in)), requests(chain_in.upstreams.size()) {
-      if (on_event && !keys.empty()) {
-        events = [this, on_event = std::move(on_event)](const llmretry::SseEvent& event) {
-          llmretry::SseEvent told = event;
-          told.data = llmretry::curl::detail::redact(std::move(told.data), keys);
-          told.event = llmretry::curl::detail::redact(std::move(told.event), keys);
-          told.id = llmretry::curl::detail::redact(std::move(told.id), keys);
-          on_event(told);
-        };
-      } else {
-        events = std::move(on_event);
-      }
+      if (!to.event) return;
+      events = [this, to = std::move(to)](const llmretry::SseEvent& event) {
+        if (!std::exchange(started, true)) {
+          llmretry::curl::HeaderList passed;
+          for (const auto& [name, value] : stream.response_headers())
+            if (passed_back(name) && !llmretry::detail::iequals(name, "content-type"))
+              passed.emplace_back(name, llmretry::curl::detail::redact(value, keys));
+          to.start(std::move(passed));
+        }
+        if (keys.empty()) return to.event(event);
+        llmretry::SseEvent told = event;
+        told.data = llmretry::curl::detail::redact(std::move(told.data), keys);
+        told.event = llmretry::curl::detail::redact(std::move(told.event), keys);
+        told.id = llmretry::curl::detail::redact(std::move(told.id), keys);
+        to.event(told);
+      };
     }
 
     /// Returns the request sent on `route`, made the first time.
@@ -202,7 +210,9 @@ class Forwarder {
     const Chain& chain;
     std::shared_ptr<const Incoming> in;
     std::vector<std::string> keys;  ///< the upstreams' keys, redacted from what goes back
-    OnEvent events;                 ///< the client's receiver of events, behind the redaction; empty: not streamed
+    std::function<void(const llmretry::SseEvent&)>
+        events;            ///< the client's stream, behind the redaction; empty: not streamed
+    bool started = false;  ///< the client's stream has started
     llmretry::StreamGuard stream;
     std::vector<std::optional<llmretry::curl::Request>> requests;  ///< per route, made when first sent there
     const llmretry::Route* current = nullptr;                      ///< the route of the last attempt

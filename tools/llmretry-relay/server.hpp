@@ -295,16 +295,17 @@ class Server final : public Service {
             Held held, AfterCall after) {
     auto started = std::make_shared<bool>(false);
     const Format format = in->format;
-    OnEvent on_event;
-    if (streamed)
-      on_event = [held, started](const llmretry::SseEvent& event) {
-        if (!*started) {
-          *started = true;
-          held->exchange().start(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
-        }
-        held->exchange().write(sse_text(event));
+    StreamTo stream_to;
+    if (streamed) {
+      stream_to.start = [held, started](llmretry::curl::HeaderList headers) {
+        *started = true;
+        headers.emplace_back("Content-Type", "text/event-stream");
+        headers.emplace_back("Cache-Control", "no-cache");
+        held->exchange().start(200, std::move(headers));
       };
-    forwarder_.forward(client, chain, std::move(in), std::move(on_event), held->exchange().gone(),
+      stream_to.event = [held](const llmretry::SseEvent& event) { held->exchange().write(sse_text(event)); };
+    }
+    forwarder_.forward(client, chain, std::move(in), std::move(stream_to), held->exchange().gone(),
                        [held, started, format, after = std::move(after)](Answer answer) mutable {
                          auto answered = std::make_shared<Answer>(std::move(answer));
                          auto reply = [held, started, format, answered] {
@@ -399,9 +400,12 @@ class Server final : public Service {
             case llmretry::store::ClaimStatus::completed: {
               count_duplicate();
               observer_.request_finished({"relay", in->model_label}, "replayed");
-              Reply replayed{result.response->status,
-                             {{"Content-Type", json_content_type}, {"Idempotent-Replayed", "true"}},
-                             std::move(result.response->body)};
+              Answer stored;
+              stored.status = result.response->status;
+              stored.headers = std::move(result.response->headers);
+              stored.body = std::move(result.response->body);
+              Reply replayed = client_reply(std::move(stored));
+              replayed.headers.emplace_back("Idempotent-Replayed", "true");
               return held->exchange().send(std::move(replayed));
             }
             case llmretry::store::ClaimStatus::in_flight: {
@@ -436,7 +440,8 @@ class Server final : public Service {
                [this, claim, streamed, executor](const Answer& answer, std::function<void()> then) {
                  claim->renewal.reset();  // cancels the renewal's timer
                  const bool store = !streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer;
-                 llmretry::store::StoredResponse stored{answer.status, store ? answer.body : std::string()};
+                 llmretry::store::StoredResponse stored;
+                 if (store) stored = {answer.status, answer.body, answer.headers};
                  on_store(
                      executor,
                      [this, claim, store, stored = std::move(stored)] {

@@ -105,7 +105,9 @@ TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body 
                     {"x-ratelimit-limit-requests", upper},
                     {"retry-after-ms", upstream_key}};
   provider.then(echoed);
-  provider.then(LoopbackProvider::stream({"key ", upper, " again"}));
+  ScriptedResponse echoed_stream = LoopbackProvider::stream({"key ", upper, " again"});
+  echoed_stream.headers = {{"x-request-id", upper}};
+  provider.then(echoed_stream);
   for (int i = 0; i < 3; ++i) {
     ScriptedResponse limited = LoopbackProvider::rate_limit_exceeded("requests", 1ms);
     limited.headers.emplace_back("x-request-id", upstream_key);
@@ -113,7 +115,7 @@ TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body 
   }
   Relay relay("echoed_key", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
   relay.started();
-  const auto whole = post(relay, "/v1/chat/completions", chat());
+  const auto whole = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "echo"}});
   REQUIRE(whole->status == 200);
   const auto leaks = [&](const std::string& text) {
     return text.find(upstream_key) != std::string::npos || text.find(upper) != std::string::npos;
@@ -123,6 +125,11 @@ TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body 
   for (const auto& header : whole->headers) CHECK_FALSE(leaks(header.second));
   CHECK(whole->get_header_value("x-request-id") == "req-[redacted]");
   CHECK_FALSE(whole->has_header("x-should-retry"));
+  const auto replayed = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "echo"}});
+  CHECK(replayed->get_header_value("Idempotent-Replayed") == "true");
+  CHECK_FALSE(leaks(replayed->body));
+  for (const auto& header : replayed->headers) CHECK_FALSE(leaks(header.second));
+  CHECK(replayed->get_header_value("x-request-id") == "req-[redacted]");
 
   auto body = nlohmann::json::parse(chat());
   body["stream"] = true;
@@ -131,6 +138,8 @@ TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body 
   CHECK(streamed->status == 200);
   CHECK_FALSE(leaks(streamed->body));
   CHECK_THAT(streamed->body, llmretry_catch::contains("[redacted]"));
+  for (const auto& header : streamed->headers) CHECK_FALSE(leaks(header.second));
+  CHECK(streamed->get_header_value("x-request-id") == "[redacted]");
 
   const auto limited = post(relay, "/v1/chat/completions", chat());  // 429 three times: the relay gives up
   CHECK(limited->status == 429);
@@ -153,6 +162,11 @@ TEST_CASE("Idempotency-Key: a duplicate gets the stored answer, a reuse with ano
   CHECK(again->status == 200);
   CHECK(again->get_header_value("Idempotent-Replayed") == "true");
   CHECK(again->body == first->body);
+  // With the headers it was stored with.
+  REQUIRE(first->has_header("x-ratelimit-remaining-requests"));
+  CHECK(again->get_header_value("x-ratelimit-remaining-requests") ==
+        first->get_header_value("x-ratelimit-remaining-requests"));
+  CHECK_THAT(again->get_header_value("Content-Type"), llmretry_catch::contains("application/json"));
   CHECK(provider.request_count() == 1);
   CHECK(provider.requests().back().header("Idempotency-Key") == std::string("order-1"));
 
@@ -648,6 +662,7 @@ TEST_CASE("\"stream\": true is passed through as server-sent events, chunk by ch
   provider.then(LoopbackProvider::service_unavailable());
   ScriptedResponse stream = LoopbackProvider::stream({"Hel", "lo", "!"});
   stream.chunk_interval = 100ms;
+  stream.headers = {{"x-request-id", "req_stream"}, {"x-ratelimit-remaining-tokens", "900"}, {"set-cookie", "no"}};
   provider.then(stream);
   Relay relay("stream", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
   relay.started();
@@ -659,6 +674,10 @@ TEST_CASE("\"stream\": true is passed through as server-sent events, chunk by ch
   REQUIRE(result);
   CHECK(result->status == 200);
   CHECK_THAT(result->get_header_value("Content-Type"), llmretry_catch::contains("text/event-stream"));
+  // The upstream's request id and rate-limit headers come on a stream too, and nothing else of its.
+  CHECK(result->get_header_value("x-request-id") == "req_stream");
+  CHECK(result->get_header_value("x-ratelimit-remaining-tokens") == "900");
+  CHECK_FALSE(result->has_header("set-cookie"));
   CHECK_THAT(result->body, llmretry_catch::contains(R"("content":"Hel")"));
   CHECK_THAT(result->body, llmretry_catch::contains("data: [DONE]\n\n"));
   CHECK(provider.request_count() == 2);

@@ -301,6 +301,7 @@ inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void
         stop = true;
         return;
       }
+      if (!transfer.guard->started()) transfer.guard->streaming_with(transfer.response.headers);
       transfer.guard->deliver(event.data.size());
       (*transfer.on_event)(event);
       transfer.ended = ends_stream(transfer.options->provider, event);

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../errors.hpp"
 #include "../failure.hpp"
@@ -27,6 +29,11 @@ class StreamGuard {
   std::size_t delivered_bytes() const noexcept { return bytes_; }
   /// Returns the events handed to the caller so far.
   std::size_t delivered_events() const noexcept { return events_; }
+  /// Keeps `headers`: those of the response whose events are delivered (a transport tells them before the
+  /// first event).
+  void streaming_with(std::vector<std::pair<std::string, std::string>> headers) { headers_ = std::move(headers); }
+  /// Returns the headers of the response that streams: empty until the transport told them.
+  const std::vector<std::pair<std::string, std::string>>& response_headers() const noexcept { return headers_; }
 
   /// Returns `failure` unchanged before content reached the caller. After, returns a stream_interrupted
   /// failure with the same status, Sent::maybe_processed, no wait and no `x-should-retry` (which must not revive it).
@@ -38,6 +45,7 @@ class StreamGuard {
  private:
   std::size_t events_ = 0;
   std::size_t bytes_ = 0;
+  std::vector<std::pair<std::string, std::string>> headers_;
 };
 
 /// A streamed answer broke after content had reached the caller: it is never retried. Says how much was

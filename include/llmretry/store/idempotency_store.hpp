@@ -10,6 +10,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "../version.hpp"
 #include "clock.hpp"
@@ -23,10 +24,18 @@ namespace store {
 
 /// The response stored under a completed key, given back to every later claim of it.
 struct StoredResponse {
+  StoredResponse() = default;
+  /// A response of `status_in`, `body_in` and `headers_in`.
+  StoredResponse(int status_in, std::string body_in, std::vector<std::pair<std::string, std::string>> headers_in = {})
+      : status(status_in), body(std::move(body_in)), headers(std::move(headers_in)) {}
+
   int status = 0;    ///< the HTTP status (or any code of the caller's)
   std::string body;  ///< the whole body: a cut stream is never stored, it is released
+  /// Headers given back with it, in order: names without ':', names and values without CR or LF (a store
+  /// may refuse others with std::invalid_argument).
+  std::vector<std::pair<std::string, std::string>> headers;
   friend bool operator==(const StoredResponse& a, const StoredResponse& b) {
-    return a.status == b.status && a.body == b.body;
+    return a.status == b.status && a.body == b.body && a.headers == b.headers;
   }
   friend bool operator!=(const StoredResponse& a, const StoredResponse& b) { return !(a == b); }
 };
