@@ -60,12 +60,17 @@ struct FrontLimits {
   std::chrono::milliseconds write_timeout{10'000};
   /// The bytes of a streamed answer the client has not taken yet: past them, the stream is cut.
   std::size_t max_stream_backlog = std::size_t{1} << 20;
+  /// The bytes of request bodies held at once, from their header until their answer (a chunked body counts
+  /// as max_body): one more is answered 503 with Retry-After before it is read.
+  std::size_t max_body_memory = std::size_t{256} << 20;
 };
 
 /// What the front counted; read for /metrics. Thread-safe.
 struct FrontStats {
+  std::atomic<std::size_t> body_bytes{0};  ///< the bytes of request bodies held now (see max_body_memory)
   std::atomic<std::uint64_t> connections_open{0};
   std::atomic<std::uint64_t> connections_refused{0};  ///< past max_connections
+  std::atomic<std::uint64_t> bodies_refused{0};       ///< past max_body_memory
   std::atomic<std::uint64_t> slow_requests_cut{0};    ///< a request not received within request_timeout
   std::atomic<std::uint64_t> slow_readers_cut{0};     ///< an answer not taken within write_timeout or backlog
   std::atomic<std::uint64_t> malformed_requests{0};   ///< answered 400, 413, 415, 417 or 431 by the front
@@ -91,7 +96,9 @@ inline std::string front_metrics(const FrontStats& stats, std::size_t requests) 
   series("llm_relay_clients_cut_total", "{reason=\"slow_request\"}", stats.slow_requests_cut);
   series("llm_relay_clients_cut_total", "{reason=\"slow_reader\"}", stats.slow_readers_cut);
   family("llm_relay_refused_total", "counter",
-         "Requests the front refused: connections (past --max-connections), malformed (400, 413, 415, 417, 431).");
+         "Requests the front refused: body_memory (past --max-body-memory), connections (past --max-connections), "
+         "malformed (400, 413, 415, 417, 431).");
+  series("llm_relay_refused_total", "{reason=\"body_memory\"}", stats.bodies_refused);
   series("llm_relay_refused_total", "{reason=\"connections\"}", stats.connections_refused);
   series("llm_relay_refused_total", "{reason=\"malformed\"}", stats.malformed_requests);
   return text;
@@ -239,6 +246,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   Connection(Connection&&) = delete;
   Connection& operator=(Connection&&) = delete;
   ~Connection() override {
+    release_body();
     worker_.connections.erase(this);
     --stats_.connections_open;
   }
@@ -356,6 +364,14 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
       head_parser_.reset();
       return send(std::move(*refusal));
     }
+    if (!head_parser_->is_done() && !reserve_body(length.value_or(limits_.max_body))) {
+      ++stats_.bodies_refused;
+      Reply busy =
+          reply_of({503, "the relay holds as many request bodies as it may (--max-body-memory); retry after 1 s",
+                    "service_unavailable", "relay_busy"});
+      busy.headers.emplace_back("Retry-After", "1");
+      return refuse_unread(std::move(busy));
+    }
     body_parser_.emplace(std::move(*head_parser_));
     head_parser_.reset();
     body_parser_->body_limit(limits_.max_body);
@@ -429,6 +445,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
 
   /// A whole answer was written (or failed).
   void answered(boost::beast::error_code error) {
+    release_body();
     if (error) {
       if (error == boost::beast::error::timeout) ++stats_.slow_readers_cut;
       return close();
@@ -502,6 +519,20 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     close();
   }
 
+  /// Counts `bytes` of a request body in stats_.body_bytes. Returns false, counting nothing, when they would
+  /// pass max_body_memory.
+  bool reserve_body(std::size_t bytes) {
+    std::size_t held = stats_.body_bytes.load();
+    do {
+      if (held + bytes > limits_.max_body_memory) return false;
+    } while (!stats_.body_bytes.compare_exchange_weak(held, held + bytes));
+    body_reserved_ = bytes;
+    return true;
+  }
+
+  /// Counts out the body this connection holds.
+  void release_body() noexcept { stats_.body_bytes -= std::exchange(body_reserved_, 0); }
+
   void close() {
     boost::beast::error_code ignored;
     stream_.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
@@ -520,7 +551,8 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   Phase phase_ = Phase::idle;
   bool keep_alive_ = true;
   bool draining_ = false;
-  bool unread_ = false;  ///< the client's request was not read whole: the connection ends lingering
+  bool unread_ = false;            ///< the client's request was not read whole: the connection ends lingering
+  std::size_t body_reserved_ = 0;  ///< the bytes of its request body counted in stats_.body_bytes
   // A streamed answer.
   std::deque<std::string> pieces_;
   std::size_t backlog_ = 0;

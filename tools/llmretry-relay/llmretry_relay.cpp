@@ -79,6 +79,8 @@ struct Options {
   std::int64_t request_timeout_ms = relay::FrontLimits{}.request_timeout.count();
   std::int64_t grace_ms = 30'000;
   std::int64_t coalesce_wait_ms = 0;
+  std::size_t max_body_memory_mb = relay::FrontLimits{}.max_body_memory >> 20;
+  std::size_t max_stored_mb = 256;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -122,6 +124,13 @@ Options parse(int argc, char** argv) {
   app.add_option("--request-timeout", options.request_timeout_ms,
                  "the most a client may take to send a whole request, in ms; a slower one is cut (default 10000)")
       ->check(CLI::Range(std::int64_t{10}, std::int64_t{3'600'000}));
+  app.add_option("--max-body-memory", options.max_body_memory_mb,
+                 "MiB of request bodies held at once; one more is answered 503 before it is read (default 256)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  app.add_option("--max-stored", options.max_stored_mb,
+                 "MiB of answers kept under their Idempotency-Key in memory; past it the oldest are forgotten first "
+                 "(default 256; with --redis, Redis's maxmemory bounds them)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   app.add_option("--coalesce-wait", options.coalesce_wait_ms,
                  "how long, in ms, a duplicate of a request in flight (same Idempotency-Key and body) waits for "
                  "the first's answer instead of an immediate 409 (default 0: 409 at once)")
@@ -209,6 +218,7 @@ int run(const Options& options) {
   limits.max_body = options.max_body;
   limits.max_connections = options.max_connections;
   limits.request_timeout = std::chrono::milliseconds{options.request_timeout_ms};
+  limits.max_body_memory = options.max_body_memory_mb << 20;
   settings.client_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
   if (!relay::is_loopback(host) && settings.client_key.empty())
     throw UsageError("--listen " + options.listen +
@@ -223,6 +233,7 @@ int run(const Options& options) {
   const relay::Environment env = [](const std::string& name) { return environment(name); };
   llmretry::store::IdempotencyOptions idempotency_options;
   idempotency_options.lease = options.idempotency_lease;
+  idempotency_options.max_stored_bytes = options.max_stored_mb << 20;
   settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
   if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);

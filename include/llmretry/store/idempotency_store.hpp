@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -79,6 +80,11 @@ struct IdempotencyOptions {
   std::chrono::milliseconds lease = std::chrono::minutes(5);
   /// How long a completed key keeps its response; after that the key is forgotten and a reuse starts anew.
   std::chrono::milliseconds retention = std::chrono::hours(24);
+  /// MemoryIdempotencyStore: the most bytes its stored responses (bodies and headers) hold together; past
+  /// it, the keys completed first are forgotten first (a reuse of one starts anew; a response larger than
+  /// the bound is not kept). Unset: no bound but the retention. (A Redis server bounds its memory itself:
+  /// maxmemory.)
+  std::optional<std::size_t> max_stored_bytes;
 };
 
 /// The longest key accepted, in bytes.
@@ -162,6 +168,9 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
     if (!found->second.response) {
       found->second.response = response;
       found->second.expires = now + options_.retention;
+      stored_bytes_ += size_of(response);
+      completed_.emplace_back(std::string(key), found->second.expires);
+      forget_oldest(now);
     }
     return true;
   }
@@ -171,7 +180,7 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto found = held(key, token, now);
     if (found == records_.end() || found->second.response) return false;
-    records_.erase(found);
+    erase(found);
     return true;
   }
 
@@ -193,11 +202,38 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   };
   using Records = std::unordered_map<std::string, Record>;
 
+  /// Returns the bytes `response` counts for against IdempotencyOptions::max_stored_bytes.
+  static std::size_t size_of(const StoredResponse& response) noexcept {
+    std::size_t bytes = response.body.size();
+    for (const auto& [name, value] : response.headers) bytes += name.size() + value.size();
+    return bytes;
+  }
+
+  /// Erases `at`, counting out its stored response.
+  Records::iterator erase(Records::iterator at) {
+    if (at->second.response) stored_bytes_ -= size_of(*at->second.response);
+    return records_.erase(at);
+  }
+
+  /// Forgets the responses completed first while they hold more than max_stored_bytes, and the entries of
+  /// completed_ whose record is gone.
+  void forget_oldest(std::chrono::system_clock::time_point now) {
+    while (!completed_.empty()) {
+      const auto& [key, expires] = completed_.front();
+      const auto found = records_.find(key);
+      const bool current = found != records_.end() && found->second.response && found->second.expires == expires;
+      if (current && expires > now && (!options_.max_stored_bytes || stored_bytes_ <= *options_.max_stored_bytes))
+        return;
+      if (current) erase(found);
+      completed_.pop_front();
+    }
+  }
+
   /// The record of `key` unless it expired (then erased).
   Records::iterator live(std::string_view key, std::chrono::system_clock::time_point now) {
     const auto found = records_.find(std::string(key));
     if (found == records_.end() || found->second.expires > now) return found;
-    records_.erase(found);
+    erase(found);
     return records_.end();
   }
   /// The live record of `key` when `token` claimed it.
@@ -208,7 +244,8 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   /// Erases the expired records once the map has doubled since the last sweep: memory stays bounded.
   void sweep(std::chrono::system_clock::time_point now) {
     if (records_.size() < 2 * swept_size_ + 64) return;
-    for (auto it = records_.begin(); it != records_.end();) it = it->second.expires <= now ? records_.erase(it) : ++it;
+    for (auto it = records_.begin(); it != records_.end();) it = it->second.expires <= now ? erase(it) : ++it;
+    forget_oldest(now);
     swept_size_ = records_.size();
   }
 
@@ -217,6 +254,9 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
   std::mutex mutex_;
   Records records_;
   std::size_t swept_size_ = 0;
+  std::size_t stored_bytes_ = 0;  ///< the bytes of the stored responses (size_of)
+  /// The completed keys with the expiry their response was stored with, completed first at the front.
+  std::deque<std::pair<std::string, std::chrono::system_clock::time_point>> completed_;
 };
 
 }  // namespace store
