@@ -720,7 +720,7 @@ int main(int argc, char** argv) {
                   streams->relayed->count < streams->asked ? " (fewer fit: see above)" : "",
                   verdict(streams->relayed->successes == streams->asked));
       std::printf("  relay's peak RSS (scenario 4): %lld MB, target <= 300 MB: %s\n", streams->relay_peak_rss_kb / 1024,
-                  verdict(streams->relay_peak_rss_kb <= 300 * 1024));
+                  verdict(streams->relay_peak_rss_kb >= 0 && streams->relay_peak_rss_kb <= 300 * 1024));
     }
     if (!relay) std::printf("  none measured: pass --relay PATH (the llmretry-relay program)\n");
     std::vector<const Figures*> every;
