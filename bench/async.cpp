@@ -8,14 +8,8 @@
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/retry.hpp>
 
-#include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/streambuf.hpp>
-#include <boost/asio/write.hpp>
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -37,123 +31,9 @@
 #include <thread>
 #include <vector>
 
+#include "stream_server.hpp"
+
 namespace {
-
-using boost::asio::ip::tcp;
-
-/// Answers every POST with an OpenAI chat stream: `chunks` events `interval` apart, then `data: [DONE]`,
-/// chunked, on keep-alive connections; one io_context thread serves them all.
-class StreamServer {
- public:
-  StreamServer(int chunks, std::chrono::milliseconds interval)
-      : acceptor_(io_, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)),
-        chunks_(chunks),
-        interval_(interval) {
-    acceptor_.listen(boost::asio::socket_base::max_listen_connections);
-    accept();
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  StreamServer(const StreamServer&) = delete;
-  StreamServer& operator=(const StreamServer&) = delete;
-  StreamServer(StreamServer&&) = delete;
-  StreamServer& operator=(StreamServer&&) = delete;
-  ~StreamServer() {
-    io_.stop();
-    thread_.join();
-  }
-
-  [[nodiscard]] unsigned short port() const { return acceptor_.local_endpoint().port(); }
-
- private:
-  struct Connection : std::enable_shared_from_this<Connection> {
-    Connection(tcp::socket s, const StreamServer& owner)
-        : socket(std::move(s)), timer(socket.get_executor()), server(owner) {}
-
-    void read_request() {
-      boost::asio::async_read_until(
-          socket, buffer, "\r\n\r\n", [self = shared_from_this()](boost::system::error_code e, std::size_t end) {
-            if (e) return;
-            const std::string head(boost::asio::buffers_begin(self->buffer.data()),
-                                   boost::asio::buffers_begin(self->buffer.data()) + static_cast<std::ptrdiff_t>(end));
-            self->buffer.consume(end);
-            std::size_t length = 0;
-            const auto at = head.find("Content-Length: ");
-            if (at != std::string::npos) length = std::stoul(head.substr(at + 16));
-            const std::size_t have = std::min(length, self->buffer.size());
-            self->buffer.consume(have);
-            self->skip_body(length - have);
-          });
-    }
-
-    void skip_body(std::size_t left) {
-      if (left == 0) {
-        start_stream();
-        return;
-      }
-      boost::asio::async_read(socket, buffer, boost::asio::transfer_exactly(left),
-                              [self = shared_from_this(), left](boost::system::error_code e, std::size_t) {
-                                if (e) return;
-                                self->buffer.consume(left);
-                                self->start_stream();
-                              });
-    }
-
-    void start_stream() {
-      out = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
-      sent = 0;
-      write_then([](Connection& c) { c.next_chunk(); });
-    }
-
-    void next_chunk() {
-      timer.expires_after(server.interval_);
-      timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
-        if (e) return;
-        Connection& c = *self;
-        const bool last = ++c.sent > c.server.chunks_;
-        const std::string event =
-            last ? "data: [DONE]\n\n"
-                 : R"(data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"token"}}]})"
-                   "\n\n";
-        char size[16];
-        std::snprintf(size, sizeof size, "%zx\r\n", event.size());
-        c.out = std::string(size).append(event).append("\r\n");
-        if (last) c.out.append("0\r\n\r\n");
-        c.write_then([last](Connection& again) {
-          if (last) again.read_request();
-          else again.next_chunk();
-        });
-      });
-    }
-
-    template <class Then>
-    void write_then(Then then) {
-      boost::asio::async_write(socket, boost::asio::buffer(out),
-                               [self = shared_from_this(), then](boost::system::error_code e, std::size_t) {
-                                 if (!e) then(*self);
-                               });
-    }
-
-    tcp::socket socket;
-    boost::asio::steady_timer timer;
-    const StreamServer& server;
-    boost::asio::streambuf buffer;
-    std::string out;
-    int sent = 0;
-  };
-
-  void accept() {
-    acceptor_.async_accept([this](boost::system::error_code e, tcp::socket socket) {
-      if (!e) std::make_shared<Connection>(std::move(socket), *this)->read_request();
-      accept();
-    });
-  }
-
-  boost::asio::io_context io_;
-  tcp::acceptor acceptor_;
-  int chunks_;
-  std::chrono::milliseconds interval_;
-  std::thread thread_;
-};
 
 llmretry::curl::Request request_to(unsigned short port) {
   llmretry::curl::Request request;
@@ -321,7 +201,17 @@ int main(int argc, char** argv) {
     if (calls < 1 || blocking_threads < 1 || chunks < 1 || stream_ms < 0)
       throw std::invalid_argument(
           "--calls, --blocking-threads and --chunks must be positive, --stream-ms not negative");
-    StreamServer server(chunks, std::chrono::milliseconds{stream_ms / chunks});
+    boost::asio::io_context serving;
+    const bench::StreamServer server(serving, chunks, std::chrono::milliseconds{stream_ms / chunks});
+    std::thread serving_thread([&serving] { serving.run(); });
+    struct Stop {  // the server's thread, stopped before the server goes
+      boost::asio::io_context& io;
+      std::thread& thread;
+      ~Stop() {
+        io.stop();
+        thread.join();
+      }
+    } const stop{serving, serving_thread};
     std::printf("provider: 127.0.0.1:%u, each answer %d events over %ld ms\n", server.port(), chunks + 1, stream_ms);
     const Run async = run_child(argv[0], "async", server.port(), calls, 1);
     std::printf("async run: %.1f s wall\n", async.wall_seconds);

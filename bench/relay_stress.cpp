@@ -1,10 +1,17 @@
-// The relay under load, beside the provider it relays to: the loopback provider runs in this process (each
-// answer after a latency), llmretry-relay runs as a child process in front of it, and libcurl's multi
-// interface fires the same requests, many at once from one thread, at the provider directly and through
-// the relay. Two scenarios: a provider without limits (the relay's overhead and throughput), and a provider
-// with per-minute limits hit by a burst (the 429s the clients see, directly and through a relay started with
-// the same limits). Prints each run's figures and the targets met or missed; exits non-zero only when
-// something broke (the relay did not start, requests failed otherwise than with a 429), never for a target.
+// The relay under load, beside the provider it relays to: llmretry-relay runs as a child process in front
+// of a provider, and clients fire the same requests, many at once from one thread, at the provider directly
+// and through the relay. Four scenarios: the loopback provider (in this process, each answer after a
+// latency) without limits (the relay's overhead and throughput), and with per-minute limits hit by a burst
+// (the 429s the clients see, directly and through a relay started with the same limits); then an event-loop
+// provider (this program again, as a child: bench/stream_server.hpp) that answers at once (the relay's
+// throughput and its own cost per request), and that streams (thousands of long streams at once: how many
+// end whole, the relay's peak memory and threads). Prints each run's figures and the targets met or missed;
+// exits non-zero only when something broke (the relay did not start, requests failed otherwise than with a
+// 429), never for a target.
+#include <llmretry/curl/async.hpp>
+#include <llmretry/curl/curl.hpp>
+#include <llmretry/http/sse.hpp>
+#include <llmretry/http/stream.hpp>
 #include <llmretry/loopback/provider.hpp>
 
 #include <curl/curl.h>
@@ -15,6 +22,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #if defined(__linux__)
 #include <sys/prctl.h>
 #endif
@@ -26,12 +36,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "stream_server.hpp"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration,*-avoid-non-const-global-variables): POSIX
 
@@ -135,15 +151,109 @@ Figures fire(const std::string& base_url, int count, int parallel, std::chrono::
   return figures;
 }
 
-/// llmretry-relay (or a program started the same way) as a child process in a process group of its own:
-/// started with `arguments` and OPENAI_API_KEY set, its address read from the line it prints when it
-/// accepts connections. The destructor ends the group (SIGTERM, then SIGKILL) and waits for it; on Linux
-/// the child is also killed if this process dies first.
-class Relay {
+/// Opens `count` streamed chat completions to `base_url` all at once, from this thread (one
+/// curl::AsyncClient on one io_context), each given up after `timeout`. A success is a stream that ended
+/// whole (its `data: [DONE]` arrived); its latency is the time from the start to its end. Calls `sample()`
+/// every 100 ms while they run.
+Figures stream_at_once(const std::string& base_url, int count, std::chrono::milliseconds timeout,
+                       const std::function<void()>& sample) {
+  const llmretry::curl::Request request{
+      "POST",
+      base_url + "/v1/chat/completions",
+      {{"Content-Type", "application/json"}},
+      R"({"model":"loopback","stream":true,"messages":[{"role":"user","content":"Say hello."}]})"};
+  llmretry::curl::Options options;
+  options.connect_timeout = timeout;
+  options.timeout = timeout;
+  options.accept_encoding = "identity";
+  struct Stream {
+    std::function<void(const llmretry::SseEvent&)> on_event;
+    llmretry::StreamGuard guard;
+    bool whole = false;  ///< its data: [DONE] arrived
+  };
+  std::vector<Stream> streams(static_cast<std::size_t>(count));
+  Figures figures;
+  figures.count = count;
+  figures.latencies_ms.reserve(streams.size());
+  boost::asio::io_context io{1};
+  llmretry::curl::AsyncClient client(io.get_executor());
+  const auto start = clock_type::now();
+  const auto ended = [&figures, start](const Stream& stream, const std::exception_ptr& error) {
+    const std::chrono::duration<double, std::milli> latency = clock_type::now() - start;
+    figures.latencies_ms.push_back(latency.count());
+    std::string failure = "a stream ended without data: [DONE]";
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        const llmretry::curl::Response* response = llmretry::curl::response_of(e);
+        if (response != nullptr && response->status == 429) {
+          ++figures.rate_limited;
+          return;
+        }
+        failure = e.what();
+      }
+    } else if (stream.whole) {
+      ++figures.successes;
+      return;
+    }
+    if (figures.other++ == 0) figures.first_other = failure;
+  };
+  for (Stream& stream : streams) {
+    stream.on_event = [&stream](const llmretry::SseEvent& event) {
+      stream.whole = stream.whole || event.data == "[DONE]";
+    };
+    client.async_perform(
+        request, options, {}, &stream.on_event, &stream.guard, std::nullopt,
+        [&ended, &stream](const std::exception_ptr& error, const llmretry::curl::Response&) { ended(stream, error); });
+  }
+  boost::asio::steady_timer sampler(io);
+  std::function<void()> next_sample = [&] {
+    sampler.expires_after(std::chrono::milliseconds(100));
+    sampler.async_wait([&](boost::system::error_code error) {
+      if (error || figures.latencies_ms.size() == streams.size()) return;
+      sample();
+      next_sample();
+    });
+  };
+  sample();
+  next_sample();
+  io.run();
+  std::sort(figures.latencies_ms.begin(), figures.latencies_ms.end());
+  figures.seconds = figures.latencies_ms.empty() ? 0.0 : figures.latencies_ms.back() / 1000;
+  return figures;
+}
+
+/// Returns the number after `field` (such as "VmHWM:") in /proc/`pid`/status, or -1 when there is none.
+long long status_field(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind(field, 0) == 0) return std::atoll(line.c_str() + field.size());
+  return -1;
+}
+
+/// Returns how many files process `pid` has open (the entries of /proc/`pid`/fd), or -1 when unknown.
+int open_files(pid_t pid) {
+  std::error_code error;
+  int count = 0;
+  for (std::filesystem::directory_iterator at("/proc/" + std::to_string(pid) + "/fd", error), end; !error && at != end;
+       at.increment(error))
+    ++count;
+  return error ? -1 : count;
+}
+
+/// llmretry-relay, or a program started the same way (the provider of the event-loop scenarios), as a child
+/// process in a process group of its own: started with `arguments` and OPENAI_API_KEY set, its address read
+/// from the line it prints when it accepts connections. The destructor ends the group (SIGTERM, then
+/// SIGKILL) and waits for it; on Linux the child is also killed if this process dies first.
+class Child {
  public:
-  /// Starts `program`. Throws std::runtime_error when it cannot start or does not print
-  /// "listening on http://HOST:PORT" within `startup`.
-  Relay(const std::string& program, const std::vector<std::string>& arguments, std::chrono::milliseconds startup) {
+  /// Starts `program`, called `name` in messages ("relay"). Throws std::runtime_error when it cannot start
+  /// or does not print "listening on http://HOST:PORT" within `startup`.
+  Child(std::string name, const std::string& program, const std::vector<std::string>& arguments,
+        std::chrono::milliseconds startup)
+      : name_(std::move(name)) {
     std::vector<std::string> words{program};
     words.insert(words.end(), arguments.begin(), arguments.end());
     std::vector<char*> argv;
@@ -190,14 +300,16 @@ class Relay {
       while (::read(fd, buffer, sizeof buffer) > 0) {}
     });
   }
-  Relay(const Relay&) = delete;
-  Relay& operator=(const Relay&) = delete;
-  Relay(Relay&&) = delete;
-  Relay& operator=(Relay&&) = delete;
-  ~Relay() { stop(); }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  Child(Child&&) = delete;
+  Child& operator=(Child&&) = delete;
+  ~Child() { stop(); }
 
   /// Returns the address it printed, such as "http://127.0.0.1:41234".
   [[nodiscard]] const std::string& base_url() const noexcept { return base_url_; }
+  /// Returns its process id.
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
 
  private:
   /// Reads the first line of the child's output. Returns the address in it.
@@ -210,15 +322,16 @@ class Relay {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now());
       pollfd ready{output_, POLLIN, 0};
       if (left.count() <= 0 || ::poll(&ready, 1, static_cast<int>(left.count())) <= 0)
-        throw std::runtime_error("the relay printed no address within " + std::to_string(startup.count()) + " ms");
+        throw std::runtime_error("the " + name_ + " printed no address within " + std::to_string(startup.count()) +
+                                 " ms");
       if (::read(output_, &c, 1) != 1)
-        throw std::runtime_error("the relay ended before it printed its address" +
+        throw std::runtime_error("the " + name_ + " ended before it printed its address" +
                                  (line.empty() ? std::string() : " (it printed \"" + line + "\")"));
       if (c == '\n') break;
       line += c;
     }
     if (line.rfind(prefix + "http://", 0) != 0)
-      throw std::runtime_error("the relay printed \"" + line + "\", not \"listening on http://HOST:PORT\"");
+      throw std::runtime_error("the " + name_ + " printed \"" + line + "\", not \"listening on http://HOST:PORT\"");
     return line.substr(prefix.size());
   }
 
@@ -244,6 +357,7 @@ class Relay {
     output_ = -1;
   }
 
+  std::string name_;
   pid_t pid_ = -1;
   int output_ = -1;
   std::string base_url_;
@@ -276,6 +390,17 @@ struct Settings {
   std::int64_t rpm = 12000;
   std::int64_t tpm = 1'200'000;
   int timeout_ms = 30000;
+  int instant_requests = 20000;
+  int instant_parallel = 32;
+  int streams = 10000;
+  int stream_ms = 2000;
+  int stream_events = 10;
+  std::vector<std::string> scenarios{"unlimited", "limited", "instant", "streams"};
+  bool serve_upstream = false;  ///< this process is the event-loop provider of scenarios 3 and 4
+
+  [[nodiscard]] bool runs(const std::string& scenario) const {
+    return std::find(scenarios.begin(), scenarios.end(), scenario) != scenarios.end();
+  }
 };
 
 /// The figures of one scenario: directly, then through the relay (nullopt when there is none).
@@ -307,19 +432,158 @@ Outcome run(const Settings& settings, const LoopbackLimits& limits, int count, i
   provider.enforce(limits);
   std::vector<std::string> arguments{"--listen", "127.0.0.1:0", "--upstream", provider.base_url()};
   arguments.insert(arguments.end(), relay_arguments.begin(), relay_arguments.end());
-  const Relay relay(settings.relay, arguments, std::chrono::seconds(10));
+  const Child relay("relay", settings.relay, arguments, std::chrono::seconds(10));
   outcome.relayed = fire(relay.base_url(), count, parallel, timeout);
   print_row("relay", *outcome.relayed);
   return outcome;
 }
 
-/// Raises the limit of open files to its hard limit: each request at once holds a socket at both ends.
-void allow_open_files() {
+/// The limit of open files of this process and its children.
+struct FileLimit {
+  long long files = 0;        ///< each process may open so many files; 0: unknown
+  std::string short_because;  ///< why it is lower than asked; empty: it is not
+};
+
+/// Raises the limit of open files (the soft limit, and the hard one when it is lower and this process may
+/// raise it) to `wanted`, else to the hard limit: each request at once holds a socket at both ends, two in the
+/// relay. The children started afterwards inherit it.
+FileLimit allow_open_files(long long wanted) {
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &limit);
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {0, std::string("getrlimit: ") + std::strerror(errno)};
+  const auto want = static_cast<rlim_t>(wanted);
+  std::string short_because;
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < want) {
+    const rlimit raised{want, want};
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) return {wanted, ""};
+    short_because = "the hard limit of open files, " + std::to_string(limit.rlim_max) +
+                    ", cannot be raised here: " + std::strerror(errno);
   }
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? std::max(limit.rlim_cur, want) : limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return {static_cast<long long>(limit.rlim_cur), short_because};
+}
+
+/// Starts this program again as the event-loop provider of scenarios 3 and 4 (see serve_upstream).
+std::unique_ptr<Child> start_upstream(const Settings& settings) {
+  return std::make_unique<Child>(
+      "provider", "/proc/self/exe",
+      std::vector<std::string>{"--serve-upstream", "--stream-ms", std::to_string(settings.stream_ms), "--stream-events",
+                               std::to_string(settings.stream_events)},
+      std::chrono::seconds(10));
+}
+
+/// Starts the relay in front of `upstream` with `arguments` added, or returns null when there is none.
+std::unique_ptr<Child> start_relay(const Settings& settings, const std::string& upstream,
+                                   const std::vector<std::string>& arguments) {
+  if (settings.relay.empty()) return nullptr;
+  std::vector<std::string> words{"--listen", "127.0.0.1:0", "--upstream", upstream};
+  words.insert(words.end(), arguments.begin(), arguments.end());
+  return std::make_unique<Child>("relay", settings.relay, words, std::chrono::seconds(10));
+}
+
+/// Scenario 3: requests one at a time, then many at once, to a provider that answers at once (directly,
+/// then through the relay).
+struct Instant {
+  Figures direct_one, direct_many;
+  std::optional<Figures> relayed_one, relayed_many;
+};
+
+Instant run_instant(const Settings& settings) {
+  const std::chrono::milliseconds timeout{settings.timeout_ms};
+  const int one_by_one = std::min(2000, settings.instant_requests);
+  const auto upstream = start_upstream(settings);
+  Instant outcome;
+  print_heading();
+  std::printf("  one at a time\n");
+  outcome.direct_one = fire(upstream->base_url(), one_by_one, 1, timeout);
+  print_row("direct", outcome.direct_one);
+  const auto relay = start_relay(settings, upstream->base_url(), {});
+  if (relay) {
+    outcome.relayed_one = fire(relay->base_url(), one_by_one, 1, timeout);
+    print_row("relay", *outcome.relayed_one);
+  }
+  std::printf("  %d at once\n", settings.instant_parallel);
+  outcome.direct_many = fire(upstream->base_url(), settings.instant_requests, settings.instant_parallel, timeout);
+  print_row("direct", outcome.direct_many);
+  if (!relay) {
+    std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
+    return outcome;
+  }
+  outcome.relayed_many = fire(relay->base_url(), settings.instant_requests, settings.instant_parallel, timeout);
+  print_row("relay", *outcome.relayed_many);
+  const auto& many = *outcome.relayed_many;
+  std::printf("instant: %.0f requests/s through the relay, P50 overhead %.2f ms\n",
+              many.seconds > 0 ? many.count / many.seconds : 0.0,
+              percentile(outcome.relayed_one->latencies_ms, 50) - percentile(outcome.direct_one.latencies_ms, 50));
+  return outcome;
+}
+
+/// Scenario 4: long streams all at once, directly and through the relay, with the relay's peak memory and
+/// threads.
+struct Streams {
+  int asked = 0;
+  Figures direct;
+  std::optional<Figures> relayed;
+  long long relay_peak_rss_kb = -1;  ///< VmHWM
+  long long relay_threads = -1;      ///< the most seen while the streams ran
+};
+
+Streams run_streams(const Settings& settings, const FileLimit& files) {
+  const std::chrono::milliseconds timeout{settings.timeout_ms};
+  Streams outcome;
+  outcome.asked = settings.streams;
+  const auto upstream = start_upstream(settings);
+  const std::string above = std::to_string(settings.streams + 100);
+  const auto relay = start_relay(settings, upstream->base_url(), {"--max-connections", above, "--max-requests", above});
+  // As many streams as every process has files for: one socket each here and in the provider, two in the relay.
+  int count = settings.streams;
+  constexpr int spare = 64;  // files a process may open besides its streams' sockets
+  const auto fit = [&](pid_t pid, int sockets) {
+    const int open = open_files(pid);
+    if (files.files > 0 && open >= 0)
+      count = std::min(count, static_cast<int>(std::max(0LL, (files.files - open - spare) / sockets)));
+  };
+  fit(::getpid(), 1);
+  fit(upstream->pid(), 1);
+  if (relay) fit(relay->pid(), 2);
+  if (count < settings.streams)
+    std::printf(
+        "  only %d of the %d streams fit: a process may open %lld files, and the relay holds two sockets a "
+        "stream (its client's and its upstream's)%s%s\n",
+        count, settings.streams, files.files, files.short_because.empty() ? "" : "; ", files.short_because.c_str());
+  if (count < 1) throw std::runtime_error("no stream fits in the limit of open files");
+  print_heading();
+  outcome.direct = stream_at_once(upstream->base_url(), count, timeout, [] {});
+  print_row("direct", outcome.direct);
+  if (!relay) {
+    std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
+    return outcome;
+  }
+  outcome.relayed = stream_at_once(relay->base_url(), count, timeout, [&] {
+    outcome.relay_threads = std::max(outcome.relay_threads, status_field(relay->pid(), "Threads:"));
+  });
+  outcome.relay_peak_rss_kb = status_field(relay->pid(), "VmHWM:");
+  print_row("relay", *outcome.relayed);
+  std::printf("streams: %d at once, %d ok, relay peak RSS %lld MB, %lld threads\n", count, outcome.relayed->successes,
+              outcome.relay_peak_rss_kb / 1024, outcome.relay_threads);
+  return outcome;
+}
+
+/// The event-loop provider of scenarios 3 and 4, in this process (started by start_upstream): prints its
+/// address, serves until SIGTERM or SIGINT.
+int serve_upstream(const Settings& settings) {
+  boost::asio::io_context io{1};
+  const bench::StreamServer server(io, settings.stream_events,
+                                   std::chrono::milliseconds{settings.stream_ms / (settings.stream_events + 1)});
+  boost::asio::signal_set stop(io, SIGTERM, SIGINT);
+  stop.async_wait([&io](const boost::system::error_code&, int) { io.stop(); });
+  std::printf("listening on http://127.0.0.1:%u\n", static_cast<unsigned>(server.port()));
+  std::fflush(stdout);
+  io.run();
+  return 0;
 }
 
 }  // namespace
@@ -330,10 +594,15 @@ int main(int argc, char** argv) {
   settings.relay = LLMRETRY_RELAY_PROGRAM;
 #endif
   CLI::App app{
-      "Fires chat completions at the loopback provider directly and through llmretry-relay, many at "
-      "once, and prints latency percentiles, requests per second and 429s against the relay's targets.",
+      "Fires chat completions at a provider directly and through llmretry-relay, many at once, and prints "
+      "latency percentiles, requests per second, 429s, and for long streams the relay's peak memory and threads, "
+      "against the relay's targets.",
       "llmretry-bench-relay"};
   app.add_option("--relay", settings.relay, "the llmretry-relay program (needed for the relay's figures)");
+  app.add_option("--scenarios", settings.scenarios,
+                 "which to run, comma-separated: unlimited, limited, instant, streams (default all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"unlimited", "limited", "instant", "streams"}));
   app.add_option("--latency", settings.latency_ms, "milliseconds the provider takes per answer (default 20)")
       ->check(CLI::Range(0, 60'000));
   app.add_option("--requests", settings.requests, "requests of the unlimited scenario (default 5000)")
@@ -348,8 +617,21 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
   app.add_option("--tpm", settings.tpm, "its tokens per minute, given to the relay too (default 1200000)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
+  app.add_option("--instant-requests", settings.instant_requests,
+                 "requests of the instant scenario, after up to 2000 one at a time (default 20000)")
+      ->check(CLI::Range(1, 10'000'000));
+  app.add_option("--instant-parallel", settings.instant_parallel, "of them at once (default 32)")
+      ->check(CLI::Range(1, 10'000));
+  app.add_option("--streams", settings.streams,
+                 "streamed requests of the streams scenario, all at once (default 10000)")
+      ->check(CLI::Range(1, 1'000'000));
+  app.add_option("--stream-ms", settings.stream_ms, "milliseconds each stream lasts (default 2000)")
+      ->check(CLI::Range(0, 600'000));
+  app.add_option("--stream-events", settings.stream_events, "events of each stream before data: [DONE] (default 10)")
+      ->check(CLI::Range(1, 10'000));
   app.add_option("--timeout", settings.timeout_ms, "milliseconds before a request is given up (default 30000)")
       ->check(CLI::Range(1, 600'000));
+  app.add_flag("--serve-upstream", settings.serve_upstream)->group("");  // the child of scenarios 3 and 4
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -359,53 +641,101 @@ int main(int argc, char** argv) {
     std::cerr << "llmretry-bench-relay: " << error.what() << " (see --help)\n";
     return 2;
   }
-  allow_open_files();
+  if (settings.serve_upstream) return serve_upstream(settings);
+  const FileLimit files = allow_open_files(settings.runs("streams") ? 2LL * settings.streams + 1024 : 0);
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
     std::cerr << "llmretry-bench-relay: curl_global_init failed\n";
     return 1;
   }
   bool broke = false;
   try {
-    std::printf("relay stress: provider answers after %d ms; relay: %s\n", settings.latency_ms,
+    std::printf("relay stress: relay: %s\n",
                 settings.relay.empty() ? "none (pass --relay PATH)" : settings.relay.c_str());
+    const bool relay = !settings.relay.empty();
+    std::optional<Outcome> open, burst;
+    std::optional<Instant> instant;
+    std::optional<Streams> streams;
 
     LoopbackLimits unlimited;  // limits no run reaches: the provider only adds its latency
     unlimited.requests_per_minute = 1'000'000'000;
     unlimited.tokens_per_minute = 1'000'000'000'000;
     unlimited.latency = std::chrono::milliseconds(settings.latency_ms);
-    std::printf("\n1. provider without limits: %d requests, %d at once\n", settings.requests, settings.parallel);
-    const Outcome open = run(settings, unlimited, settings.requests, settings.parallel, {});
-
-    LoopbackLimits limited = unlimited;
-    limited.requests_per_minute = settings.rpm;
-    limited.tokens_per_minute = settings.tpm;
-    const std::vector<std::string> limits{"--rpm", std::to_string(settings.rpm), "--tpm", std::to_string(settings.tpm)};
-    std::printf(
-        "\n2. provider limited to %lld requests and %lld tokens per minute (a second's worth at once): %d "
-        "requests, %d at once; relay started with the same limits\n",
-        static_cast<long long>(settings.rpm), static_cast<long long>(settings.tpm), settings.limited_requests,
-        settings.limited_parallel);
-    const Outcome burst = run(settings, limited, settings.limited_requests, settings.limited_parallel, limits);
+    if (settings.runs("unlimited")) {
+      std::printf("\n1. loopback provider without limits, each answer after %d ms: %d requests, %d at once\n",
+                  settings.latency_ms, settings.requests, settings.parallel);
+      open = run(settings, unlimited, settings.requests, settings.parallel, {});
+    }
+    if (settings.runs("limited")) {
+      LoopbackLimits limited = unlimited;
+      limited.requests_per_minute = settings.rpm;
+      limited.tokens_per_minute = settings.tpm;
+      const std::vector<std::string> limits{"--rpm", std::to_string(settings.rpm), "--tpm",
+                                            std::to_string(settings.tpm)};
+      std::printf(
+          "\n2. loopback provider limited to %lld requests and %lld tokens per minute (a second's worth at once), "
+          "each answer after %d ms: %d requests, %d at once; relay started with the same limits\n",
+          static_cast<long long>(settings.rpm), static_cast<long long>(settings.tpm), settings.latency_ms,
+          settings.limited_requests, settings.limited_parallel);
+      burst = run(settings, limited, settings.limited_requests, settings.limited_parallel, limits);
+    }
+    if (settings.runs("instant")) {
+      std::printf(
+          "\n3. event-loop provider answering at once (a process of its own): %d requests one at a time, then "
+          "%d, %d at once\n",
+          std::min(2000, settings.instant_requests), settings.instant_requests, settings.instant_parallel);
+      instant = run_instant(settings);
+    }
+    if (settings.runs("streams")) {
+      std::printf(
+          "\n4. event-loop provider streaming (a process of its own): %d streamed chat completions at once, each "
+          "%d events over %d ms, then data: [DONE]\n",
+          settings.streams, settings.stream_events, settings.stream_ms);
+      streams = run_streams(settings, files);
+    }
 
     std::printf("\ntargets\n");
-    if (open.relayed) {
-      const double overhead = percentile(open.relayed->latencies_ms, 50) - percentile(open.direct.latencies_ms, 50);
-      const double throughput = open.relayed->seconds > 0 ? open.relayed->count / open.relayed->seconds : 0.0;
+    if (open && open->relayed) {
+      const double overhead = percentile(open->relayed->latencies_ms, 50) - percentile(open->direct.latencies_ms, 50);
+      const double throughput = open->relayed->seconds > 0 ? open->relayed->count / open->relayed->seconds : 0.0;
       std::printf("  overhead at P50 (relay - direct, scenario 1): %.2f ms, target <= 1 ms: %s\n", overhead,
                   verdict(overhead <= 1.0));
       std::printf("  throughput through the relay (scenario 1): %.0f req/s, target >= 1800 req/s: %s\n", throughput,
                   verdict(throughput >= 1800));
-    } else {
-      std::printf("  overhead at P50, throughput: not measured (no relay)\n");
     }
-    if (burst.relayed) {
+    if (burst && burst->relayed) {
       std::printf("  unrecovered 429s through the relay, %d at once (scenario 2): %d, target 0: %s\n",
-                  settings.limited_parallel, burst.relayed->rate_limited, verdict(burst.relayed->rate_limited == 0));
-    } else {
-      std::printf("  unrecovered 429s through the relay: not measured (no relay)\n");
+                  settings.limited_parallel, burst->relayed->rate_limited, verdict(burst->relayed->rate_limited == 0));
     }
-    for (const Outcome* outcome : {&open, &burst})
-      broke = broke || outcome->direct.other > 0 || (outcome->relayed && outcome->relayed->other > 0);
+    if (instant && instant->relayed_many) {
+      const Figures& many = *instant->relayed_many;
+      const double throughput = many.seconds > 0 ? many.count / many.seconds : 0.0;
+      std::printf(
+          "  throughput through the relay, provider answering at once (scenario 3): %.0f req/s, aim >= "
+          "10000 req/s: %s\n",
+          throughput, throughput >= 10000 ? "reached" : "not reached");
+    }
+    if (streams && streams->relayed) {
+      std::printf("  streams ended whole through the relay (scenario 4): %d of %d, target all%s: %s\n",
+                  streams->relayed->successes, streams->asked,
+                  streams->relayed->count < streams->asked ? " (fewer fit: see above)" : "",
+                  verdict(streams->relayed->successes == streams->asked));
+      std::printf("  relay's peak RSS (scenario 4): %lld MB, target <= 300 MB: %s\n", streams->relay_peak_rss_kb / 1024,
+                  verdict(streams->relay_peak_rss_kb >= 0 && streams->relay_peak_rss_kb <= 300 * 1024));
+    }
+    if (!relay) std::printf("  none measured: pass --relay PATH (the llmretry-relay program)\n");
+    std::vector<const Figures*> every;
+    for (const auto* outcome : {&open, &burst})
+      if (*outcome) {
+        every.push_back(&(*outcome)->direct);
+        if ((*outcome)->relayed) every.push_back(&*(*outcome)->relayed);
+      }
+    if (instant)
+      for (const auto* figures : {&instant->direct_one, &instant->direct_many}) every.push_back(figures);
+    if (instant && instant->relayed_one) every.push_back(&*instant->relayed_one);
+    if (instant && instant->relayed_many) every.push_back(&*instant->relayed_many);
+    if (streams) every.push_back(&streams->direct);
+    if (streams && streams->relayed) every.push_back(&*streams->relayed);
+    for (const Figures* figures : every) broke = broke || figures->other > 0;
     if (broke) std::printf("\nFAILED: requests failed otherwise than with a 429 (see \"other\")\n");
   } catch (const std::exception& error) {
     std::fflush(stdout);

@@ -1,0 +1,171 @@
+// An OpenAI-like provider for the benchmarks that holds any number of connections on one event loop: a
+// streamed chat completion is a chunked text/event-stream of events spaced by timers, any other request is
+// answered at once. Not a test server for HTTP in general: it reads what libcurl sends (a request with a
+// Content-Length, keep-alive), nothing else.
+#ifndef LLMRETRY_BENCH_STREAM_SERVER_HPP
+#define LLMRETRY_BENCH_STREAM_SERVER_HPP
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/buffers_iterator.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace bench {
+
+/// Serves on 127.0.0.1 (any free port) on the io_context it is given, which runs it: a POST whose body asks
+/// for `"stream": true` gets an OpenAI chat stream, `chunks` chat.completion.chunk events `interval` apart
+/// (the first after one interval), then `data: [DONE]`, chunked; any other request gets a small
+/// chat.completion at once. Connections are kept alive. Destroy it only once the io_context is stopped.
+class StreamServer {
+ public:
+  StreamServer(boost::asio::io_context& io, int chunks, std::chrono::milliseconds interval)
+      : acceptor_(io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)),
+        chunks_(chunks),
+        interval_(interval) {
+    acceptor_.listen(boost::asio::socket_base::max_listen_connections);
+    accept();
+  }
+
+  /// Returns the port it listens on.
+  [[nodiscard]] unsigned short port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  using tcp = boost::asio::ip::tcp;
+
+  struct Connection : std::enable_shared_from_this<Connection> {
+    Connection(tcp::socket s, const StreamServer& owner)
+        : socket(std::move(s)), timer(socket.get_executor()), server(owner) {}
+
+    void read_request() {
+      boost::asio::async_read_until(
+          socket, buffer, "\r\n\r\n", [self = shared_from_this()](boost::system::error_code e, std::size_t end) {
+            if (e) return;
+            std::string head(boost::asio::buffers_begin(self->buffer.data()),
+                             boost::asio::buffers_begin(self->buffer.data()) + static_cast<std::ptrdiff_t>(end));
+            self->buffer.consume(end);
+            std::transform(head.begin(), head.end(), head.begin(),
+                           [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
+            std::size_t length = 0;
+            if (const auto at = head.find("\r\ncontent-length:"); at != std::string::npos)
+              length = std::strtoul(head.c_str() + at + 17, nullptr, 10);
+            self->read_body(length);
+          });
+    }
+
+    void read_body(std::size_t length) {
+      const std::size_t have = std::min(length, buffer.size());
+      boost::asio::async_read(socket, buffer, boost::asio::transfer_exactly(length - have),
+                              [self = shared_from_this(), length](boost::system::error_code e, std::size_t) {
+                                if (e) return;
+                                const auto begin = boost::asio::buffers_begin(self->buffer.data());
+                                const std::string body(begin, begin + static_cast<std::ptrdiff_t>(length));
+                                self->buffer.consume(length);
+                                if (asks_stream(body)) self->start_stream();
+                                else self->answer_at_once();
+                              });
+    }
+
+    /// Returns true when `body` holds `"stream"` followed by `: true` (spaces allowed).
+    static bool asks_stream(std::string_view body) {
+      const auto at = body.find("\"stream\"");
+      if (at == std::string_view::npos) return false;
+      std::size_t i = at + 8;
+      while (i < body.size() && (body[i] == ' ' || body[i] == ':')) ++i;
+      return body.substr(i, 4) == "true";
+    }
+
+    void answer_at_once() {
+      static const std::string answer = [] {
+        const std::string body =
+            R"({"id":"chatcmpl-bench","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,)"
+            R"("message":{"role":"assistant","content":"Hello."},"finish_reason":"stop"}],)"
+            R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})";
+        return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+               "\r\n\r\n" + body;
+      }();
+      boost::asio::async_write(socket, boost::asio::buffer(answer),
+                               [self = shared_from_this()](boost::system::error_code e, std::size_t) {
+                                 if (!e) self->read_request();
+                               });
+    }
+
+    void start_stream() {
+      out = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+      sent = 0;
+      write_then([](Connection& c) { c.next_chunk(); });
+    }
+
+    void next_chunk() {
+      timer.expires_after(server.interval_);
+      timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
+        if (e) return;
+        Connection& c = *self;
+        const bool last = ++c.sent > c.server.chunks_;
+        const std::string event = last ? "data: [DONE]\n\n"
+                                       : R"(data: {"id":"chatcmpl-bench","object":"chat.completion.chunk",)"
+                                         R"("created":0,"model":"bench","choices":[{"index":0,)"
+                                         R"("delta":{"content":"token"},"finish_reason":null}]})"
+                                         "\n\n";
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx\r\n", event.size());
+        c.out = std::string(size).append(event).append("\r\n");
+        if (last) c.out.append("0\r\n\r\n");
+        c.write_then([last](Connection& again) {
+          if (last) again.read_request();
+          else again.next_chunk();
+        });
+      });
+    }
+
+    template <class Then>
+    void write_then(Then then) {
+      boost::asio::async_write(socket, boost::asio::buffer(out),
+                               [self = shared_from_this(), then](boost::system::error_code e, std::size_t) {
+                                 if (!e) then(*self);
+                               });
+    }
+
+    tcp::socket socket;
+    boost::asio::steady_timer timer;
+    const StreamServer& server;
+    boost::asio::streambuf buffer;
+    std::string out;
+    int sent = 0;
+  };
+
+  void accept() {
+    acceptor_.async_accept([this](boost::system::error_code e, tcp::socket socket) {
+      if (e == boost::asio::error::operation_aborted) return;
+      if (!e) {
+        boost::system::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        std::make_shared<Connection>(std::move(socket), *this)->read_request();
+      }
+      accept();
+    });
+  }
+
+  tcp::acceptor acceptor_;
+  int chunks_;
+  std::chrono::milliseconds interval_;
+};
+
+}  // namespace bench
+
+#endif  // LLMRETRY_BENCH_STREAM_SERVER_HPP
