@@ -111,6 +111,7 @@ class Forwarder {
       options.connect_timeout = std::chrono::milliseconds{5000};
       options.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
       options.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
+      options.receive_buffer = std::size_t{4} << 10;  // thousands of streams at once: 12 KiB less each
     }
   }
 

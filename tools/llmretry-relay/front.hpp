@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -401,6 +402,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     Request request;
     auto message = body_parser_->release();
     body_parser_.reset();
+    if (buffer_.size() == 0) buffer_.shrink_to_fit();  // a stream may last minutes: its connection keeps no buffer
     request.head = std::move(message.base());
     request.body = std::move(message.body());
     request.worker = worker_.index();
@@ -584,6 +586,7 @@ class Front {
   /// Listens on `endpoint` (port 0: any free one). Returns the port. Throws boost::system::system_error.
   unsigned short listen(const boost::asio::ip::tcp::endpoint& endpoint) {
     acceptor_.emplace(workers_.front()->context());
+    accept_later_.emplace(workers_.front()->context());
     acceptor_->open(endpoint.protocol());
     acceptor_->set_option(boost::asio::socket_base::reuse_address(true));
     acceptor_->bind(endpoint);
@@ -609,6 +612,7 @@ class Front {
     boost::asio::post(workers_.front()->context(), [this] {
       boost::system::error_code ignored;
       if (acceptor_) acceptor_->close(ignored);
+      if (accept_later_) accept_later_->cancel();
     });
     for (auto& worker : workers_)
       boost::asio::post(worker->context(), [&w = *worker] {
@@ -675,6 +679,7 @@ class Front {
   FrontStats stats_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::optional<boost::asio::steady_timer> accept_later_;  ///< the next accept after a failure (made by listen)
   std::vector<std::thread> threads_;
   std::size_t next_worker_ = 0;
 };

@@ -99,6 +99,9 @@ struct Options {
   std::size_t max_error_body = std::size_t{64} << 10;                ///< an error body, kept and parsed: 64 KiB
   std::size_t max_header_bytes = std::size_t{64} << 10;              ///< the response's header lines together: 64 KiB
   std::size_t max_event_bytes = SseParser::default_max_event_bytes;  ///< one server-sent event: 1 MiB
+  /// libcurl's receive buffer of each request in flight (CURLOPT_BUFFERSIZE), 1 KiB to 10 MiB: a program with
+  /// thousands of streams at once saves memory with a small one.
+  std::size_t receive_buffer = std::size_t{16} << 10;
 };
 
 /// What every ProviderError the adapter throws also is (except StreamInterrupted): the response of the
@@ -381,7 +384,7 @@ inline std::string server_word(const ErrorFields& fields, const std::vector<std:
 
 /// Returns the attempt's total timeout: options.timeout, shortened to `time_left` when set.
 /// Throws std::invalid_argument when a timeout or `time_left` is not positive (libcurl would read 0 as
-/// "no limit").
+/// "no limit"), or options.receive_buffer is out of its range.
 inline std::chrono::milliseconds attempt_timeout(const Options& options,
                                                  std::optional<std::chrono::milliseconds> time_left) {
   using std::chrono::milliseconds;
@@ -391,6 +394,8 @@ inline std::chrono::milliseconds attempt_timeout(const Options& options,
     llmretry::detail::throw_invalid_argument("curl::Options::timeout must be positive");
   if (options.idle_timeout && *options.idle_timeout <= milliseconds::zero())
     llmretry::detail::throw_invalid_argument("curl::Options::idle_timeout must be positive when set");
+  if (options.receive_buffer < (std::size_t{1} << 10) || options.receive_buffer > (std::size_t{10} << 20))
+    llmretry::detail::throw_invalid_argument("curl::Options::receive_buffer must be within 1 KiB to 10 MiB");
   if (!time_left) return options.timeout;
   if (*time_left <= milliseconds::zero())
     llmretry::detail::throw_invalid_argument("curl: Attempt::time_left must be positive when set");
@@ -469,6 +474,7 @@ class Exchange {
 
     curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(handle, CURLOPT_BUFFERSIZE, static_cast<long>(options.receive_buffer));
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
     curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
     curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, options.accept_encoding.c_str());
