@@ -57,6 +57,8 @@ TEST_CASE("MemoryIdempotencyStore: past max_stored_bytes the responses completed
   complete("e", 200);
   CHECK(keys.claim("e", "fp", "u").status == ClaimStatus::claimed);
   CHECK(keys.claim("d", "fp", "u").status == ClaimStatus::in_flight);
+  CHECK(keys.claim("b", "fp", "u").status == ClaimStatus::completed);  // kept: "e" took no room
+  CHECK(keys.claim("c", "fp", "u").status == ClaimStatus::completed);
   // Room comes back once responses expire.
   clock.advance(options.retention + std::chrono::seconds{1});
   complete("f", 90);

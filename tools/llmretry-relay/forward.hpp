@@ -22,6 +22,7 @@
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/system/system_error.hpp>
 #include <nlohmann/json.hpp>
 
@@ -122,11 +123,12 @@ class Forwarder {
   /// With `stream_to` set (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
   /// after its headers, and the answer's body is empty (never storable); retries and fallbacks happen only before the
   /// first event, a stream cut after it ends the call (status 502, code "stream_interrupted"). A cancel through `gone`
-  /// (the client went away) stops the upstream call at once: it then ends as a cut stream. Nothing of an upstream key
-  /// reaches the client: every header passed back, every body and every event is redacted (in any case). A 408, 409,
-  /// 425, 429 or 5xx after the relay's own retries carries `x-should-retry: false`, so that a client SDK that honours
-  /// it does not multiply them; the relay's 429 for want of capacity does not (its Retry-After says when to come back).
-  /// `chain`, `client` and this Forwarder must outlive the call.
+  /// (the client went away: the front learns it when a write to it fails) stops the upstream call at once: it then ends
+  /// as a cut stream. Nothing of an upstream key reaches the client: every header passed back, every body and every
+  /// event is redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
+  /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429 for want of
+  /// capacity does not (its Retry-After says when to come back). `chain`, `client` and this Forwarder must outlive the
+  /// call.
   template <class Done>
   void forward(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<const Incoming> in,
                StreamTo stream_to, boost::asio::cancellation_slot gone, Done done) const {
@@ -139,9 +141,18 @@ class Forwarder {
     const auto send = [this, call, &client](const llmretry::Route& route, const llmretry::Attempt& attempt,
                                             auto handler) {
       call->current = &route;
-      const llmretry::curl::Request& request = call->request_for(route);
+      const llmretry::curl::Request* request = nullptr;
+      try {
+        request = &call->request_for(route);
+      } catch (...) {  // the attempt fails with it (never inside this call), not the event loop
+        boost::asio::post(client.get_executor(),
+                          [handler = std::move(handler), error = std::current_exception()]() mutable {
+                            std::move(handler)(error, llmretry::curl::Response{});
+                          });
+        return;
+      }
       const bool streamed = static_cast<bool>(call->events);
-      client.async_perform(request, curl_options_[static_cast<std::size_t>(call->chain.upstream_of(route).format)], {},
+      client.async_perform(*request, curl_options_[static_cast<std::size_t>(call->chain.upstream_of(route).format)], {},
                            streamed ? &call->events : nullptr, streamed ? &call->stream : nullptr, attempt.time_left,
                            std::move(handler));
     };
@@ -329,7 +340,7 @@ class Forwarder {
   /// Returns the body sent to `upstream`: the client's, with the model replaced when the route has its own.
   static std::string body_for(const Upstream& upstream, const Incoming& in) {
     if (upstream.model.empty() || upstream.model == in.model) return in.body;
-    nlohmann::json body = in.json;
+    nlohmann::json body = nlohmann::json::parse(in.body);  // checked when it arrived
     body["model"] = upstream.model;
     return body.dump();
   }

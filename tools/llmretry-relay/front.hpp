@@ -143,6 +143,9 @@ class Exchange {
   virtual void finish(std::string last) = 0;
   /// Returns the slot emitted (terminal) once the client is gone or too slow: bind the upstream call to it.
   virtual boost::asio::cancellation_slot gone() = 0;
+  /// The relay failed to answer: sends a 500 (internal_error) that says nothing of why, or cuts the
+  /// connection when an answer began.
+  virtual void fail() = 0;
 };
 
 /// What the relay does with requests.
@@ -181,6 +184,8 @@ inline std::optional<ErrorReply> malformed(const RequestHead& head, std::size_t 
   const auto count = [&](http::field name) {
     return std::distance(head.equal_range(name).first, head.equal_range(name).second);
   };
+  if (head.version() >= 11 && count(http::field::host) != 1)
+    return ErrorReply{400, "an HTTP/1.1 request has one Host header", "invalid_request_error", "bad_host"};
   if (count(http::field::content_length) > 1)
     return ErrorReply{400, "Content-Length is sent more than once", "invalid_request_error", "bad_framing"};
   if (count(http::field::transfer_encoding) > 0) {
@@ -215,6 +220,8 @@ class Worker {
 
   /// The connections of this worker. On its thread only.
   std::unordered_set<class Connection*> connections;
+  /// The relay stops: a connection that starts now is closed at once. On its thread only.
+  bool stopping = false;
 
  private:
   Front& front_;
@@ -252,8 +259,11 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     --stats_.connections_open;
   }
 
-  /// Starts serving the connection.
-  void run() { next_request(); }
+  /// Starts serving the connection (closes it at once when the relay stops).
+  void run() {
+    if (worker_.stopping) return close();
+    next_request();
+  }
 
   /// The relay stops: a connection between requests (or still receiving one) is closed now; one whose
   /// answer is under way closes once it is sent.
@@ -269,6 +279,21 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   }
 
   void send(Reply reply) override {
+    responding_ = true;
+    if (head_only_) {  // the answer to HEAD: its header alone, Content-Length as for GET
+      auto response = std::make_shared<http::response<http::empty_body>>();
+      response->version(11);
+      response->result(static_cast<unsigned>(reply.status));
+      for (auto& [name, value] : reply.headers) response->insert(name, value);
+      response->content_length(reply.body.size());
+      response->keep_alive(keep_alive());
+      stream_.expires_after(limits_.write_timeout);
+      http::async_write(stream_, *response,
+                        [self = shared_from_this(), response](boost::beast::error_code error, std::size_t) {
+                          self->answered(error);
+                        });
+      return;
+    }
     auto response = std::make_shared<http::response<http::string_body>>();
     response->version(11);
     response->result(static_cast<unsigned>(reply.status));
@@ -289,8 +314,8 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     for (auto& [name, value] : headers) response->insert(name, value);
     response->keep_alive(keep_alive());
     response->chunked(true);
+    responding_ = true;
     auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*response);
-    streaming_ = true;
     writing_ = true;
     stream_.expires_after(limits_.write_timeout);
     http::async_write_header(stream_, *serializer,
@@ -328,6 +353,12 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   /// within the idle timeout.
   void next_request() {
     phase_ = Phase::idle;
+    responding_ = false;
+    head_only_ = false;
+    pieces_.clear();
+    backlog_ = 0;
+    writing_ = false;
+    finishing_ = false;
     if (draining_) return close();
     if (buffer_.size() > 0) return read_head();
     stream_.expires_after(limits_.idle_timeout);
@@ -356,10 +387,17 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     if (error) return unreadable(error);
     const RequestHead& head = head_parser_->get().base();
     keep_alive_ = head_parser_->get().keep_alive();
+    head_only_ = head.method() == http::verb::head;
     if (auto bad = front_detail::malformed(head, limits_.max_header_fields)) return refuse_unread(reply_of(*bad));
     std::optional<std::uint64_t> length;
     if (const auto declared = head_parser_->content_length(); declared && !head_parser_->chunked()) length = *declared;
-    if (auto refusal = service_.check(head, length)) {
+    std::optional<Reply> refusal;
+    try {
+      refusal = service_.check(head, length);
+    } catch (...) {  // what it says stays in the relay: it may quote the request
+      refusal = failed();
+    }
+    if (refusal) {
       if (!head_parser_->is_done()) return refuse_unread(std::move(*refusal));
       phase_ = Phase::answering;  // nothing left to read: the connection may serve the next request
       head_parser_.reset();
@@ -406,7 +444,21 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     request.head = std::move(message.base());
     request.body = std::move(message.body());
     request.worker = worker_.index();
-    service_.serve(std::move(request), shared_from_this());
+    try {
+      service_.serve(std::move(request), shared_from_this());
+    } catch (...) {  // what it says stays in the relay: it may quote the request
+      fail();
+    }
+  }
+
+  void fail() override {
+    if (!responding_) return send(failed());
+    broke();
+  }
+
+  /// Returns the answer to a request the service failed to handle.
+  static Reply failed() {
+    return reply_of({500, "the relay failed to answer this request", "server_error", "internal_error"});
   }
 
   /// A request that could not be read whole: cut when too slow, answered (then closed) when malformed.
@@ -486,11 +538,9 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
       }
       writing_ = true;
       stream_.expires_after(limits_.write_timeout);
-      boost::asio::async_write(stream_, http::make_chunk_last(),
-                               [self = shared_from_this()](boost::beast::error_code error, std::size_t) {
-                                 self->streaming_ = false;
-                                 self->answered(error);
-                               });
+      boost::asio::async_write(
+          stream_, http::make_chunk_last(),
+          [self = shared_from_this()](boost::beast::error_code error, std::size_t) { self->answered(error); });
       return;
     }
     writing_ = true;
@@ -555,10 +605,11 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   bool draining_ = false;
   bool unread_ = false;            ///< the client's request was not read whole: the connection ends lingering
   std::size_t body_reserved_ = 0;  ///< the bytes of its request body counted in stats_.body_bytes
+  bool responding_ = false;        ///< an answer to the current request began
+  bool head_only_ = false;         ///< the current request is HEAD: its answer has no body
   // A streamed answer.
   std::deque<std::string> pieces_;
   std::size_t backlog_ = 0;
-  bool streaming_ = false;
   bool writing_ = false;
   bool finishing_ = false;
   bool broken_ = false;
@@ -600,7 +651,13 @@ class Front {
     for (auto& worker : workers_)
       threads_.emplace_back([&context = worker->context()] {
         const auto guard = boost::asio::make_work_guard(context);
-        context.run();
+        for (;;) {
+          try {
+            context.run();
+            return;
+          } catch (...) {  // a handler threw (out of memory): what it served is dropped, the loop serves on
+          }
+        }
       });
   }
 
@@ -616,18 +673,20 @@ class Front {
     });
     for (auto& worker : workers_)
       boost::asio::post(worker->context(), [&w = *worker] {
+        w.stopping = true;
         for (Connection* connection : std::vector<Connection*>(w.connections.begin(), w.connections.end()))
           connection->drain();
       });
     for (std::chrono::milliseconds waited{0}; waited < grace && stats_.connections_open > 0;
          waited += std::chrono::milliseconds{10})
       wait(std::chrono::milliseconds{10});
-    for (auto& worker : workers_)
+    for (auto& worker : workers_)  // each worker cuts what is left, then stops
       boost::asio::post(worker->context(), [&w = *worker] {
         for (Connection* connection : std::vector<Connection*>(w.connections.begin(), w.connections.end()))
           connection->cut();
+        w.context().stop();
       });
-    stop();
+    join();
   }
 
  private:
@@ -636,8 +695,17 @@ class Front {
     acceptor_->async_accept(next.context(),
                             [this, &next](boost::system::error_code error, boost::asio::ip::tcp::socket socket) {
                               if (error == boost::asio::error::operation_aborted || !acceptor_->is_open()) return;
-                              if (!error) admit(next, std::move(socket));
-                              accept();
+                              if (!error) {
+                                admit(next, std::move(socket));
+                                return accept();
+                              }
+                              // Out of descriptors (or another failure a retry at once would meet again):
+                              // accept again in a moment, never in a busy loop; the clients wait in the
+                              // listen queue meanwhile.
+                              accept_later_->expires_after(std::chrono::milliseconds{50});
+                              accept_later_->async_wait([this](boost::system::error_code waited) {
+                                if (!waited && acceptor_->is_open()) accept();
+                              });
                             });
   }
 
@@ -669,6 +737,11 @@ class Front {
 
   void stop() {
     for (auto& worker : workers_) worker->context().stop();
+    join();
+  }
+
+  /// Waits for the workers' threads to end.
+  void join() {
     for (auto& thread : threads_)
       if (thread.joinable()) thread.join();
     threads_.clear();

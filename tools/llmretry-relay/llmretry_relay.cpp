@@ -210,6 +210,12 @@ class RedisState {
 };
 
 int run(const Options& options) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: they inherit it
   const auto [host, port] = listen_address(options.listen);
   relay::ServerSettings settings;
   settings.max_requests = options.max_requests;
@@ -280,13 +286,6 @@ int run(const Options& options) {
                         std::string(llmretry::metrics::prometheus_content_type)},
                        settings);
 
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: they inherit it
-
   relay::Front front(server, limits, options.threads);
   serving = &front;
   answering = &server;
@@ -322,6 +321,7 @@ int run(const Options& options) {
   // Stops accepting; the requests in flight end first, within the grace period.
   front.drain(std::chrono::milliseconds{options.grace_ms},
               [](std::chrono::milliseconds wait) { std::this_thread::sleep_for(wait); });
+  server.stop_store();  // before the workers' event loops go: its calls post back to them
   return 0;
 }
 

@@ -103,13 +103,22 @@ class Server final : public Service {
   /// flight finish on the routes they started with. Thread-safe.
   void reload(std::shared_ptr<const Routes> routes) { std::atomic_store(&routes_, std::move(routes)); }
 
+  /// Stops the idempotency store's pool (with --redis), dropping what it has not run: call it once the
+  /// front has stopped, before it is destroyed.
+  void stop_store() {
+    if (!store_pool_) return;
+    store_pool_->stop();
+    store_pool_->join();
+    store_pool_.reset();
+  }
+
   /// Returns the API requests in the relay's hands now.
   [[nodiscard]] std::size_t requests_in_flight() const noexcept { return in_flight_; }
 
   std::optional<Reply> check(const RequestHead& head, std::optional<std::uint64_t> /*body_bytes*/) override {
     const std::string_view path = path_of(head);
     if (path == "/healthz") {
-      if (head.method() != http::verb::get && head.method() != http::verb::head) return wrong_method("GET");
+      if (head.method() != http::verb::get && head.method() != http::verb::head) return wrong_method("GET, HEAD");
       return std::nullopt;
     }
     if (!settings_.client_key.empty() && !authorized(head[http::field::authorization], settings_.client_key) &&
@@ -138,7 +147,8 @@ class Server final : public Service {
     const std::string_view path = path_of(request.head);
     if (path == "/healthz") return exchange->send({200, {{"Content-Type", "text/plain"}}, "ok\n"});
     if (path == "/metrics") return exchange->send({200, {{"Content-Type", metrics_.content_type}}, metrics_.text()});
-    if (in_flight_ >= settings_.max_requests) {
+    if (in_flight_.fetch_add(1) >= settings_.max_requests) {
+      --in_flight_;
       Incoming in;
       in.path = std::string(path);
       in.format = format_of(path);
@@ -149,8 +159,7 @@ class Server final : public Service {
       busy.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds()));
       return exchange->send(std::move(busy));
     }
-    ++in_flight_;
-    auto held = std::make_shared<InFlight>(*this, std::move(exchange));
+    auto held = std::make_shared<InFlight>(*this, std::move(exchange));  // counted in in_flight_ above
     check_and_send(std::move(request), std::move(held));
   }
 
@@ -278,6 +287,7 @@ class Server final : public Service {
     }
     in->body = std::move(request.body);
     in->estimate = llmretry::json::estimate_of(in->json, in->body);
+    in->json = nlohmann::json();  // the parsed body costs many times its bytes: not kept while it is in flight
     llmretry::curl::AsyncClient& client = *clients_.at(request.worker);
     if (in->idempotency_key.empty()) return send(client, *chain, std::move(in), streamed, std::move(held), {});
     deduplicated(client, *chain, std::move(in), streamed, std::move(held));
@@ -307,17 +317,21 @@ class Server final : public Service {
     }
     forwarder_.forward(client, chain, std::move(in), std::move(stream_to), held->exchange().gone(),
                        [held, started, format, after = std::move(after)](Answer answer) mutable {
-                         auto answered = std::make_shared<Answer>(std::move(answer));
-                         auto reply = [held, started, format, answered] {
-                           if (!*started) return held->exchange().send(client_reply(std::move(*answered)));
-                           const bool failed = answered->status < 200 || answered->status > 299;
-                           // The in-band error event each API's clients raise: OpenAI's data-only one,
-                           // Anthropic's `event: error`.
-                           const char* event = format == Format::anthropic ? "event: error\ndata: " : "data: ";
-                           held->exchange().finish(failed ? event + answered->body + "\n\n" : std::string());
-                         };
-                         if (after) return after(*answered, std::move(reply));
-                         reply();
+                         guarded(held, [&] {
+                           auto answered = std::make_shared<Answer>(std::move(answer));
+                           auto reply = [held, started, format, answered] {
+                             guarded(held, [&] {
+                               if (!*started) return held->exchange().send(client_reply(std::move(*answered)));
+                               const bool failed = answered->status < 200 || answered->status > 299;
+                               // The in-band error event each API's clients raise: OpenAI's data-only one,
+                               // Anthropic's `event: error`.
+                               const char* event = format == Format::anthropic ? "event: error\ndata: " : "data: ";
+                               held->exchange().finish(failed ? event + answered->body + "\n\n" : std::string());
+                             });
+                           };
+                           if (after) return after(*answered, std::move(reply));
+                           reply();
+                         });
                        });
   }
 
@@ -378,81 +392,107 @@ class Server final : public Service {
           return idempotency_.claim(claim->key, fingerprint, claim->token);
         },
         [this, keyed](std::exception_ptr error, llmretry::store::ClaimResult result) mutable {
-          auto& in = keyed->in;
-          auto& held = keyed->held;
-          auto& claim = keyed->claim;
-          const auto& executor = keyed->executor;
-          if (error) {
-            std::string what = "unknown error";
-            try {
-              std::rethrow_exception(error);
-            } catch (const std::exception& failed) {
-              what = failed.what();
-            } catch (...) {}
-            return held->exchange().send(refusal(*in, {503, "the idempotency store failed: " + what,
-                                                       "service_unavailable", "idempotency_store_unavailable"}));
-          }
-          const char* task = task_type(in->path);
-          const auto count_duplicate = [&] {
-            if (!std::exchange(keyed->counted, true)) observer_.duplicate_suppressed(task);
-          };
-          switch (result.status) {
-            case llmretry::store::ClaimStatus::completed: {
-              count_duplicate();
-              observer_.request_finished({"relay", in->model_label}, "replayed");
-              Answer stored;
-              stored.status = result.response->status;
-              stored.headers = std::move(result.response->headers);
-              stored.body = std::move(result.response->body);
-              Reply replayed = client_reply(std::move(stored));
-              replayed.headers.emplace_back("Idempotent-Replayed", "true");
-              return held->exchange().send(std::move(replayed));
+          const Held answering = keyed->held;
+          guarded(answering, [&] {
+            auto& in = keyed->in;
+            auto& held = keyed->held;
+            auto& claim = keyed->claim;
+            const auto& executor = keyed->executor;
+            if (error) {
+              std::string what = "unknown error";
+              try {
+                std::rethrow_exception(error);
+              } catch (const std::exception& failed) {
+                what = failed.what();
+              } catch (...) {}
+              return held->exchange().send(refusal(*in, {503, "the idempotency store failed: " + what,
+                                                         "service_unavailable", "idempotency_store_unavailable"}));
             }
-            case llmretry::store::ClaimStatus::in_flight: {
-              count_duplicate();
-              if (std::chrono::steady_clock::now() + coalesce_poll <= keyed->wait_until) {
-                auto timer = std::make_shared<boost::asio::steady_timer>(executor, coalesce_poll);
-                timer->async_wait([this, keyed, timer](boost::system::error_code) { claim_key(keyed); });
-                return;
+            const char* task = task_type(in->path);
+            const auto count_duplicate = [&] {
+              if (!std::exchange(keyed->counted, true)) observer_.duplicate_suppressed(task);
+            };
+            switch (result.status) {
+              case llmretry::store::ClaimStatus::completed: {
+                count_duplicate();
+                observer_.request_finished({"relay", in->model_label}, "replayed");
+                Answer stored;
+                stored.status = result.response->status;
+                stored.headers = std::move(result.response->headers);
+                stored.body = std::move(result.response->body);
+                Reply replayed = client_reply(std::move(stored));
+                replayed.headers.emplace_back("Idempotent-Replayed", "true");
+                return held->exchange().send(std::move(replayed));
               }
-              Reply busy = refusal(*in, {409,
-                                         settings_.coalesce_wait.count() > 0
-                                             ? "a request with this Idempotency-Key is still in flight after " +
-                                                   std::to_string(settings_.coalesce_wait.count()) +
-                                                   " ms (--coalesce-wait); retry after it ends"
-                                             : "a request with this Idempotency-Key is in flight; retry after it ends",
-                                         "invalid_request_error", "idempotency_key_in_flight"});
-              busy.headers.emplace_back("Retry-After", "1");
-              return held->exchange().send(std::move(busy));
+              case llmretry::store::ClaimStatus::in_flight: {
+                count_duplicate();
+                if (std::chrono::steady_clock::now() + coalesce_poll <= keyed->wait_until) {
+                  auto timer = std::make_shared<boost::asio::steady_timer>(executor, coalesce_poll);
+                  timer->async_wait([this, keyed, timer](boost::system::error_code) { claim_key(keyed); });
+                  return;
+                }
+                Reply busy =
+                    refusal(*in, {409,
+                                  settings_.coalesce_wait.count() > 0
+                                      ? "a request with this Idempotency-Key is still in flight after " +
+                                            std::to_string(settings_.coalesce_wait.count()) +
+                                            " ms (--coalesce-wait); retry after it ends"
+                                      : "a request with this Idempotency-Key is in flight; retry after it ends",
+                                  "invalid_request_error", "idempotency_key_in_flight"});
+                busy.headers.emplace_back("Retry-After", "1");
+                return held->exchange().send(std::move(busy));
+              }
+              case llmretry::store::ClaimStatus::mismatch:
+                return held->exchange().send(refusal(*in, {422,
+                                                           "this Idempotency-Key was used with another request body or "
+                                                           "route",
+                                                           "invalid_request_error", "idempotency_key_reused"}));
+              case llmretry::store::ClaimStatus::claimed: break;
             }
-            case llmretry::store::ClaimStatus::mismatch:
-              return held->exchange().send(refusal(*in, {422,
-                                                         "this Idempotency-Key was used with another request body or "
-                                                         "route",
-                                                         "invalid_request_error", "idempotency_key_reused"}));
-            case llmretry::store::ClaimStatus::claimed: break;
-          }
-          auto& client = *keyed->client;
-          const Chain& chain = *keyed->chain;
-          const bool streamed = keyed->streamed;
-          renew_later(executor, claim);
-          send(client, chain, std::move(in), streamed, std::move(held),
-               [this, claim, streamed, executor](const Answer& answer, std::function<void()> then) {
-                 claim->renewal.reset();  // cancels the renewal's timer
-                 const bool store = !streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer;
-                 llmretry::store::StoredResponse stored;
-                 if (store) stored = {answer.status, answer.body, answer.headers};
-                 on_store(
-                     executor,
-                     [this, claim, store, stored = std::move(stored)] {
-                       return store ? idempotency_.complete(claim->key, claim->token, stored)
-                                    : idempotency_.release(claim->key, claim->token);
-                     },
-                     // Whatever the store said, the answer goes to the client; a key left claimed frees itself
-                     // when its lease ends.
-                     [then = std::move(then)](std::exception_ptr, bool) { then(); });
-               });
+            auto& client = *keyed->client;
+            const Chain& chain = *keyed->chain;
+            const bool streamed = keyed->streamed;
+            renew_later(executor, claim);
+            send(client, chain, std::move(in), streamed, std::move(held),
+                 [this, claim, streamed, executor](const Answer& answer, std::function<void()> then) {
+                   claim->renewal.reset();  // cancels the renewal's timer
+                   const bool store = !streamed && answer.storable && answer.body.size() <= settings_.max_stored_answer;
+                   llmretry::store::StoredResponse stored;
+                   if (store) stored = {answer.status, answer.body, storable_headers(answer.headers)};
+                   on_store(
+                       executor,
+                       [this, claim, store, stored = std::move(stored)] {
+                         return store ? idempotency_.complete(claim->key, claim->token, stored)
+                                      : idempotency_.release(claim->key, claim->token);
+                       },
+                       // Whatever the store said, the answer goes to the client; a key left claimed frees itself
+                       // when its lease ends.
+                       [then = std::move(then)](std::exception_ptr, bool) { then(); });
+                 });
+          });
         });
+  }
+
+  /// Returns `headers` but those a store cannot keep (a CR or LF in a value).
+  static llmretry::curl::HeaderList storable_headers(const llmretry::curl::HeaderList& headers) {
+    llmretry::curl::HeaderList kept;
+    for (const auto& header : headers)
+      if (header.second.find_first_of("\r\n") == std::string::npos) kept.push_back(header);
+    return kept;
+  }
+
+  /// Runs `step` of the request `held` answers; what it throws answers the request 500 (or cuts an answer
+  /// that began): never out of a worker's event loop.
+  template <class Step>
+  static void guarded(const Held& held, Step&& step) noexcept {
+    try {
+      step();
+    } catch (...) {
+      try {
+        held->exchange().fail();
+      } catch (...) {  // out of memory for the answer: the connection closes once the request is let go
+      }
+    }
   }
 
   /// Renews `claim`'s lease every third of it while its timer lives (a renewal that fails is tried again

@@ -15,11 +15,12 @@ std::string head(const std::string& fields, const std::string& method = "POST",
   return method + " " + path + " HTTP/1.1\r\nHost: relay\r\n" + fields + "\r\n";
 }
 
-/// Returns the statuses of the answers in `raw`, in order.
+/// Returns the statuses of the answers in `raw`, in order ("HTTP/1.1 " and three digits).
 std::vector<int> statuses(const std::string& raw) {
   std::vector<int> found;
+  const auto digit = [&](std::size_t at) { return at < raw.size() && raw[at] >= '0' && raw[at] <= '9'; };
   for (auto at = raw.find("HTTP/1.1 "); at != std::string::npos; at = raw.find("HTTP/1.1 ", at + 1))
-    found.push_back(std::stoi(raw.substr(at + 9, 3)));
+    if (digit(at + 9) && digit(at + 10) && digit(at + 11)) found.push_back(std::stoi(raw.substr(at + 9, 3)));
   return found;
 }
 
@@ -260,4 +261,66 @@ TEST_CASE("--max-connections: one more connection is answered 503 with Retry-Aft
   }
   CHECK(served);
   for (const int fd : idle) ::close(fd);
+}
+
+namespace {
+
+/// Returns what the server sends on `fd` until `end` arrived (included), the connection closed, or 5 s
+/// (scaled) passed.
+std::string read_until(int fd, const std::string& end) {
+  timeval timeout{llmretry_test::scaled(5s).count(), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string answer;
+  char buffer[4096];
+  while (answer.find(end) == std::string::npos) {
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    answer.append(buffer, static_cast<std::size_t>(n));
+  }
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("two streamed answers, one after the other on one keep-alive connection, both arrive whole") {
+  LoopbackProvider provider;
+  ScriptedResponse stream = LoopbackProvider::stream({"Hel", "lo", "!"});
+  stream.chunk_interval = 100ms;
+  provider.then(stream).then(stream);
+  Relay relay("two_streams", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const std::string request =
+      head("Content-Type: application/json\r\nContent-Length: " + std::to_string(body.dump().size()) + "\r\n") +
+      body.dump();
+  const int fd = connect_raw(relay.port());
+  for (int i = 0; i < 2; ++i) {
+    INFO("stream " << i + 1);
+    REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
+    const std::string answer = read_until(fd, "\r\n0\r\n\r\n");
+    CHECK(statuses(answer) == std::vector<int>{200});
+    CHECK_THAT(answer, llmretry_catch::contains(R"("content":"!")"));
+    CHECK_THAT(answer, llmretry_catch::contains("data: [DONE]"));
+  }
+  ::close(fd);
+  CHECK(provider.request_count() == 2);
+}
+
+TEST_CASE("HEAD /healthz gets a header without a body; an HTTP/1.1 request without Host is a 400") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("head", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  const int fd =
+      send_raw(relay.port(), head("", "HEAD", "/healthz") + head("Connection: close\r\n", "GET", "/healthz"));
+  const std::string answers = read_raw(fd);
+  ::close(fd);
+  CHECK(statuses(answers) == std::vector<int>{200, 200});
+  CHECK_THAT(answers, llmretry_catch::contains("Content-Length: 3\r\n"));
+  CHECK_THAT(answers, llmretry_catch::contains("\r\n\r\nHTTP/1.1 200"));  // nothing between the two answers
+  CHECK(answers.size() >= 3);
+  CHECK(answers.substr(answers.size() - 3) == "ok\n");
+  CHECK(status_of(relay, "GET /healthz HTTP/1.1\r\n\r\n") == 400);
+  CHECK(status_of(relay, "GET /healthz HTTP/1.0\r\n\r\n") == 200);
 }

@@ -332,7 +332,8 @@ TEST_CASE("a streamed request holds its Idempotency-Key while it streams, and fr
 
 TEST_CASE("a client gone in the middle of a stream ends its upstream call, and frees its Idempotency-Key") {
   LoopbackProvider provider;
-  ScriptedResponse slow = LoopbackProvider::stream({"a", "b", "c"});
+  // 8 events 3 s apart: left alone, the upstream call lasts 21 s, longer than the test waits for the key.
+  ScriptedResponse slow = LoopbackProvider::stream({"a", "b", "c", "d", "e", "f", "g", "h"});
   slow.chunk_interval = 3000ms;
   provider.then(slow);
   provider.then(LoopbackProvider::stream({"again"}));

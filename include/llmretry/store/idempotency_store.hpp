@@ -165,13 +165,16 @@ class MemoryIdempotencyStore final : public IdempotencyStore {
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto found = held(key, token, now);
     if (found == records_.end()) return false;
-    if (!found->second.response) {
-      found->second.response = response;
-      found->second.expires = now + options_.retention;
-      stored_bytes_ += size_of(response);
-      completed_.emplace_back(std::string(key), found->second.expires);
-      forget_oldest(now);
+    if (found->second.response) return true;
+    if (options_.max_stored_bytes && size_of(response) > *options_.max_stored_bytes) {
+      records_.erase(found);  // not kept, and nothing else forgotten for it: a reuse starts anew
+      return true;
     }
+    found->second.response = response;
+    found->second.expires = now + options_.retention;
+    stored_bytes_ += size_of(response);
+    completed_.emplace_back(std::string(key), found->second.expires);
+    forget_oldest(now);
     return true;
   }
 
