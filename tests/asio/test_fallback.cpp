@@ -260,3 +260,66 @@ TEST_CASE("async_call_with_fallback: a policy that makes no sense or hedging is 
   CHECK_FALSE(received.called);
   CHECK(script.routes.empty());
 }
+
+TEST_CASE("async_call_with_fallback: what the route guards' maker or on_move throws ends the call with it",
+          "[asio][fallback]") {
+  boost::asio::io_context io;
+  Script script{io, {{"primary", {server_error()}}, {"backup", {ok(2)}}}, {}};
+  const FallbackChain chain = two_routes();
+  RetryPolicy policy = no_jitter(1ms);
+  policy.max_attempts = 1;
+  SECTION("the maker, at the first route: never inside the initiation") {
+    const FallbackOptions options;
+    Received received;
+    asio::async_call_with_fallback<int>(
+        io.get_executor(), chain, script.attempt(), policy, options,
+        route_guards([](const Route& /*route*/) -> NoGuard { throw std::runtime_error("no guard"); }),
+        received.handler());
+    CHECK_FALSE(received.called);
+    io.run();
+    REQUIRE(received.called);
+    CHECK_THROWS_WITH(std::rethrow_exception(received.error), "no guard");
+    CHECK(script.routes.empty());
+  }
+  SECTION("on_move") {
+    FallbackOptions options;
+    options.call.safe_to_repeat = true;
+    options.on_move = [](const Move& /*move*/) { throw std::runtime_error("no move"); };
+    Received received;
+    asio::async_call_with_fallback<int>(io.get_executor(), chain, script.attempt(), policy, options,
+                                        received.handler());
+    io.run();
+    REQUIRE(received.called);
+    CHECK_THROWS_WITH(std::rethrow_exception(received.error), "no move");
+    CHECK(script.routes == std::vector<std::string>{"primary"});
+  }
+}
+
+TEST_CASE("async_call_with_fallback: a cancel while an attempt is in flight stops it; the call never moves",
+          "[asio][fallback]") {
+  boost::asio::io_context io;
+  int started = 0;
+  const auto hanging = [&](const Route& /*route*/, const Attempt& /*attempt*/, auto handler) {
+    ++started;
+    auto timer = std::make_shared<boost::asio::steady_timer>(io, std::chrono::hours{1});
+    auto slot = boost::asio::get_associated_cancellation_slot(handler);
+    if (slot.is_connected()) slot.assign([timer](boost::asio::cancellation_type) { timer->cancel(); });
+    timer->async_wait([timer, handler = std::move(handler)](boost::system::error_code ended) mutable {
+      std::move(handler)(std::make_exception_ptr(boost::system::system_error(ended)), 0);
+    });
+  };
+  const FallbackChain chain = two_routes();
+  const RetryPolicy policy = no_jitter(1ms);
+  FallbackOptions options;
+  options.call.safe_to_repeat = true;
+  boost::asio::cancellation_signal cancel;
+  Received received;
+  asio::async_call_with_fallback<int>(io.get_executor(), chain, hanging, policy, options,
+                                      boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+  boost::asio::steady_timer soon(io, 20ms);
+  soon.async_wait([&](boost::system::error_code) { cancel.emit(boost::asio::cancellation_type::terminal); });
+  io.run();
+  REQUIRE(received.called);
+  CHECK(is_cancelled(received.error));
+  CHECK(started == 1);
+}
