@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "asio_helpers.hpp"
@@ -322,4 +324,40 @@ TEST_CASE("async_call_with_fallback: a cancel while an attempt is in flight stop
   REQUIRE(received.called);
   CHECK(is_cancelled(received.error));
   CHECK(started == 1);
+}
+
+TEST_CASE("async_call_with_fallback with guards_on(pool): every guard is called on the pool, the call on its executor",
+          "[asio][fallback]") {
+  struct Where {
+    std::vector<std::thread::id>* admitted;
+    struct Ticket {
+      std::vector<std::thread::id>* told;
+      void succeeded(const int& /*answer*/) const { told->push_back(std::this_thread::get_id()); }
+      void failed(const Failure& /*failure*/) const { told->push_back(std::this_thread::get_id()); }
+    };
+    Admission<Ticket> admit(const Attempt& /*attempt*/) {
+      admitted->push_back(std::this_thread::get_id());
+      return Admission<Ticket>::go(Ticket{admitted});
+    }
+  };
+  boost::asio::io_context io;
+  boost::asio::thread_pool pool(1);
+  Script script{io, {{"primary", {server_error()}}, {"backup", {ok(2)}}}, {}};
+  const FallbackChain chain = two_routes();
+  RetryPolicy policy = no_jitter(1ms);
+  policy.max_attempts = 1;
+  FallbackOptions options;
+  options.call.safe_to_repeat = true;
+  std::vector<std::thread::id> seen;
+  Received received;
+  asio::async_call_with_fallback<int>(io.get_executor(), chain, script.attempt(), policy, options,
+                                      route_guards([&](const Route& /*route*/) { return Where{&seen}; }),
+                                      asio::guards_on(pool.get_executor()), received.handler());
+  io.run();
+  pool.join();
+  REQUIRE(received.called);
+  CHECK_FALSE(received.error);
+  CHECK(received.answer.route == "backup");
+  REQUIRE(seen.size() == 4);  // an admission and an outcome on each route
+  for (const auto& id : seen) CHECK(id != std::this_thread::get_id());
 }

@@ -23,6 +23,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/system/system_error.hpp>
 #include <nlohmann/json.hpp>
 
@@ -104,7 +105,11 @@ struct StreamTo {
 class Forwarder {
  public:
   /// Tells `observer` (which must outlive it) every event. `attempt_timeout`: the most one attempt takes.
-  Forwarder(llmretry::metrics::Observer& observer, std::chrono::milliseconds attempt_timeout) : observer_(observer) {
+  /// `guard_pool`: where every route's guards are called when their pacing makes network round trips (Redis),
+  /// never on the event loop of the request; null: on that event loop. It must outlive the calls.
+  Forwarder(llmretry::metrics::Observer& observer, std::chrono::milliseconds attempt_timeout,
+            boost::asio::thread_pool* guard_pool = nullptr)
+      : observer_(observer), guard_pool_(guard_pool) {
     for (const Format format : {Format::openai, Format::anthropic}) {
       llmretry::curl::Options& options = curl_options_[static_cast<std::size_t>(format)];
       options.provider = format == Format::anthropic ? llmretry::Provider::anthropic : llmretry::Provider::openai;
@@ -156,20 +161,26 @@ class Forwarder {
                            streamed ? &call->events : nullptr, streamed ? &call->stream : nullptr, attempt.time_left,
                            std::move(handler));
     };
-    llmretry::asio::async_call_with_fallback<llmretry::curl::Response>(
-        client.get_executor(), chain.fallback_chain, send, policy_, call->options,
-        llmretry::route_guards([this, raw = call.get()](const llmretry::Route& route) {
-          return Reporting{&observer_, target(route, *raw->in), raw->in->estimate.tokens(), std::nullopt};
-        }),
-        boost::asio::bind_cancellation_slot(
-            gone, [this, call, done = std::move(done)](std::exception_ptr error,
-                                                       llmretry::Routed<llmretry::curl::Response> routed) mutable {
-              Answer answer = answer_to(*call, std::move(error), std::move(routed));
-              answer.body = llmretry::curl::detail::redact(std::move(answer.body), call->keys);
-              for (auto& header : answer.headers)
-                header.second = llmretry::curl::detail::redact(std::move(header.second), call->keys);
-              done(std::move(answer));
-            }));
+    auto completion = boost::asio::bind_cancellation_slot(
+        gone, [this, call, done = std::move(done)](std::exception_ptr error,
+                                                   llmretry::Routed<llmretry::curl::Response> routed) mutable {
+          Answer answer = answer_to(*call, std::move(error), std::move(routed));
+          answer.body = llmretry::curl::detail::redact(std::move(answer.body), call->keys);
+          for (auto& header : answer.headers)
+            header.second = llmretry::curl::detail::redact(std::move(header.second), call->keys);
+          done(std::move(answer));
+        });
+    auto reporting = llmretry::route_guards([this, raw = call.get()](const llmretry::Route& route) {
+      return Reporting{&observer_, target(route, *raw->in), raw->in->estimate.tokens(), std::nullopt};
+    });
+    // The guards on the guard pool when there is one (their pacing makes Redis round trips), else here.
+    const auto launch = [&](auto... guards_on) {
+      llmretry::asio::async_call_with_fallback<llmretry::curl::Response>(
+          client.get_executor(), chain.fallback_chain, send, policy_, call->options, std::move(reporting), guards_on...,
+          std::move(completion));
+    };
+    if (guard_pool_ != nullptr) launch(llmretry::asio::guards_on(guard_pool_->get_executor()));
+    else launch();
   }
 
  private:
@@ -427,6 +438,7 @@ class Forwarder {
   llmretry::metrics::Observer& observer_;
   llmretry::RetryPolicy policy_ = llmretry::RetryPolicy::interactive();
   llmretry::curl::Options curl_options_[2];  ///< by Format
+  boost::asio::thread_pool* guard_pool_;
 };
 
 }  // namespace relay

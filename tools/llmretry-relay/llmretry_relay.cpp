@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <pthread.h>
@@ -273,7 +274,10 @@ int run(const Options& options) {
   llmretry::store::IdempotencyStore& idempotency = redis ? redis->idempotency() : memory_idempotency;
 
   llmretry::metrics::Registry registry;
-  const relay::Forwarder forwarder(registry, std::chrono::minutes{10});
+  // With --redis, the pacing's round trips run on a pool of their own, never on an event loop.
+  std::optional<boost::asio::thread_pool> pacing_pool;
+  if (redis) pacing_pool.emplace(redis_connections);
+  const relay::Forwarder forwarder(registry, std::chrono::minutes{10}, pacing_pool ? &*pacing_pool : nullptr);
   const relay::Front* serving = nullptr;  // set once the front exists
   const relay::Server* answering = nullptr;
   relay::Server server(routes, forwarder, idempotency, registry,
@@ -322,6 +326,11 @@ int run(const Options& options) {
   front.drain(std::chrono::milliseconds{options.grace_ms},
               [](std::chrono::milliseconds wait) { std::this_thread::sleep_for(wait); });
   server.stop_store();  // before the workers' event loops go: its calls post back to them
+  if (pacing_pool) {    // what it has not run is let go now, while the workers it holds requests of exist
+    pacing_pool->stop();
+    pacing_pool->join();
+    pacing_pool.reset();
+  }
   return 0;
 }
 

@@ -26,7 +26,28 @@ namespace asio {
 template <class R>
 using FallbackSignature = void(std::exception_ptr, Routed<R>);
 
+/// Where async_call_with_fallback calls the guards of every route: on `executor` (see GuardOn), a bounded
+/// pool, instead of the call's own executor. Made by guards_on.
+template <class Executor>
+struct GuardsOn {
+  using executor_type = Executor;
+  Executor executor;
+};
+
+/// Returns the argument of async_call_with_fallback that calls every route's guards on `executor`: for
+/// guards that make network round trips, such as a Deployment pacing through Redis
+/// (DeploymentOptions::shared), so that one slow round trip holds up no other call of the call's executor.
+template <class Executor>
+[[nodiscard]] GuardsOn<Executor> guards_on(const Executor& executor) {
+  return {executor};
+}
+
 namespace detail {
+
+/// The guards of a call called on its own executor.
+struct GuardsHere {
+  using executor_type = boost::asio::any_io_executor;
+};
 
 /// The guards of one call on a route: the last failure sent, the user's route guards, the route's own.
 template <class Make>
@@ -36,8 +57,9 @@ using RouteGuardSet = decltype(guards(std::declval<::llmretry::detail::LastSentF
 
 /// The composed operation of async_call_with_fallback: one async_call_with_retry per route, FallbackChain::after
 /// between them.
-template <class R, class RouteAttempt, class Make, class Executor>
+template <class R, class RouteAttempt, class Make, class Executor, class On>
 class FallbackOp {
+  using GuardExecutor = typename On::executor_type;
   /// What the call keeps from one route to the next, allocated once per call.
   struct State {
     State(const FallbackChain& chain_in, const FallbackOptions& options_in, RouteAttempt attempt_in, Make make_in)
@@ -53,6 +75,7 @@ class FallbackOp {
     std::optional<GiveUp> gave_up;             ///< how the route's call gave up, when it did
     ::llmretry::detail::LastSentFailure last;  ///< the failure of the last attempt sent on the route
     std::optional<RouteGuardSet<Make>> guard;  ///< the route's guards, made when the call moves there
+    std::optional<GuardOn<RouteGuardSet<Make>, GuardExecutor>> hop;  ///< `guard` on GuardsOn's executor
   };
 
   /// The attempt of async_call_with_retry on one route: the user's, told which route.
@@ -66,9 +89,10 @@ class FallbackOp {
 
  public:
   FallbackOp(const FallbackChain& chain, RouteAttempt attempt, const RetryPolicy& policy,
-             const FallbackOptions& options, Make make, const Executor& executor)
+             const FallbackOptions& options, Make make, const Executor& executor, On on)
       : policy_(&policy),
         executor_(executor),
+        on_(std::move(on)),
         state_(std::make_unique<State>(chain, options, std::move(attempt), std::move(make))) {}
 
   /// The start: calls the primary.
@@ -121,6 +145,7 @@ class FallbackOp {
     const Route& route = state.chain.routes()[state.at];
     state.gave_up.reset();
     state.last.failure.reset();
+    state.hop.reset();
     state.guard.reset();
     try {
       state.guard.emplace(guards(state.last, state.make(route), route_guard(route, state.options.estimate)));
@@ -130,7 +155,13 @@ class FallbackOp {
                         [self = std::move(self), error = std::current_exception()]() mutable { self(error, R{}); });
       return;
     }
-    async_call_with_retry<R>(executor_, OnRoute{&state}, *policy_, *state.guard, state.call, std::move(self));
+    if constexpr (std::is_same_v<On, GuardsHere>) {
+      async_call_with_retry<R>(executor_, OnRoute{&state}, *policy_, *state.guard, state.call, std::move(self));
+    } else {
+      state.hop.reset();
+      state.hop.emplace(on_.executor, *state.guard);
+      async_call_with_retry<R>(executor_, OnRoute{&state}, *policy_, *state.hop, state.call, std::move(self));
+    }
   }
 
   template <class Self>
@@ -141,6 +172,7 @@ class FallbackOp {
 
   const RetryPolicy* policy_;
   Executor executor_;
+  On on_;
   std::unique_ptr<State> state_;
 };
 
@@ -148,6 +180,26 @@ class FallbackOp {
 struct NoRouteGuardsMaker {
   NoGuard operator()(const Route& /*route*/) const noexcept { return {}; }
 };
+
+}  // namespace detail
+
+namespace detail {
+
+/// Checks the arguments, then starts the FallbackOp.
+template <class R, class Executor, class RouteAttempt, class Make, class On, class Token>
+auto start_fallback(const Executor& executor, const FallbackChain& chain, RouteAttempt&& attempt,
+                    const RetryPolicy& policy, const FallbackOptions& options, Make make, On on, Token&& token) {
+  static_assert(std::is_default_constructible_v<R> && std::is_move_constructible_v<R>,
+                "async_call_with_fallback<R>: R must be default-constructible and movable");
+  policy.validate();
+  if (options.call.hedging != nullptr)
+    ::llmretry::detail::throw_invalid_argument(
+        "FallbackOptions::call.hedging: async_call_with_fallback sends one request at a time");
+  using Op = FallbackOp<R, std::decay_t<RouteAttempt>, Make, Executor, On>;
+  return boost::asio::async_compose<Token, FallbackSignature<R>>(
+      Op(chain, std::forward<RouteAttempt>(attempt), policy, options, std::move(make), executor, std::move(on)), token,
+      executor);
+}
 
 }  // namespace detail
 
@@ -169,22 +221,24 @@ struct NoRouteGuardsMaker {
 /// operation, as for async_call_with_retry) stops the route under way; the call never moves after one.
 ///
 /// `chain`, `policy` and `options` are held by reference and must outlive the operation; `attempt` and `make`
-/// are moved in. Every guard is called on `executor`. Requires: R is default-constructible and movable, and
-/// options.call.hedging is null (std::invalid_argument otherwise, before anything starts, as for a policy that
-/// makes no sense).
+/// are moved in. Every guard is called on `executor`, unless given guards_on(pool) (see GuardsOn). Requires: R is
+/// default-constructible and movable, and options.call.hedging is null (std::invalid_argument otherwise, before
+/// anything starts, as for a policy that makes no sense).
+template <class R, class Executor, class RouteAttempt, class Make, class GuardExecutor, class Token>
+auto async_call_with_fallback(const Executor& executor, const FallbackChain& chain, RouteAttempt&& attempt,
+                              const RetryPolicy& policy, const FallbackOptions& options, RouteGuards<Make> make,
+                              GuardsOn<GuardExecutor> on, Token&& token) {
+  return detail::start_fallback<R>(executor, chain, std::forward<RouteAttempt>(attempt), policy, options,
+                                   std::move(make.make), std::move(on), std::forward<Token>(token));
+}
+
+/// async_call_with_fallback with guards of your own, all called on `executor`.
 template <class R, class Executor, class RouteAttempt, class Make, class Token>
 auto async_call_with_fallback(const Executor& executor, const FallbackChain& chain, RouteAttempt&& attempt,
                               const RetryPolicy& policy, const FallbackOptions& options, RouteGuards<Make> make,
                               Token&& token) {
-  static_assert(std::is_default_constructible_v<R> && std::is_move_constructible_v<R>,
-                "async_call_with_fallback<R>: R must be default-constructible and movable");
-  policy.validate();
-  if (options.call.hedging != nullptr)
-    ::llmretry::detail::throw_invalid_argument(
-        "FallbackOptions::call.hedging: async_call_with_fallback sends one request at a time");
-  using Op = detail::FallbackOp<R, std::decay_t<RouteAttempt>, Make, Executor>;
-  return boost::asio::async_compose<Token, FallbackSignature<R>>(
-      Op(chain, std::forward<RouteAttempt>(attempt), policy, options, std::move(make.make), executor), token, executor);
+  return detail::start_fallback<R>(executor, chain, std::forward<RouteAttempt>(attempt), policy, options,
+                                   std::move(make.make), detail::GuardsHere{}, std::forward<Token>(token));
 }
 
 /// async_call_with_fallback with no guards of your own.
