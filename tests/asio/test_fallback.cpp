@@ -303,12 +303,7 @@ TEST_CASE("async_call_with_fallback: a cancel while an attempt is in flight stop
   int started = 0;
   const auto hanging = [&](const Route& /*route*/, const Attempt& /*attempt*/, auto handler) {
     ++started;
-    auto timer = std::make_shared<boost::asio::steady_timer>(io, std::chrono::hours{1});
-    auto slot = boost::asio::get_associated_cancellation_slot(handler);
-    if (slot.is_connected()) slot.assign([timer](boost::asio::cancellation_type) { timer->cancel(); });
-    timer->async_wait([timer, handler = std::move(handler)](boost::system::error_code ended) mutable {
-      std::move(handler)(std::make_exception_ptr(boost::system::system_error(ended)), 0);
-    });
+    llmretry_test::hang<int>(io, std::move(handler));
   };
   const FallbackChain chain = two_routes();
   const RetryPolicy policy = no_jitter(1ms);
