@@ -312,8 +312,9 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     response->version(11);
     response->result(static_cast<unsigned>(status));
     for (auto& [name, value] : headers) response->insert(name, value);
+    if (http10_) keep_alive_ = false;  // HTTP/1.0 knows no chunks: the stream ends with the connection
     response->keep_alive(keep_alive());
-    response->chunked(true);
+    response->chunked(!http10_);
     responding_ = true;
     auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*response);
     writing_ = true;
@@ -388,6 +389,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     const RequestHead& head = head_parser_->get().base();
     keep_alive_ = head_parser_->get().keep_alive();
     head_only_ = head.method() == http::verb::head;
+    http10_ = head.version() < 11;
     if (auto bad = front_detail::malformed(head, limits_.max_header_fields)) return refuse_unread(reply_of(*bad));
     std::optional<std::uint64_t> length;
     if (const auto declared = head_parser_->content_length(); declared && !head_parser_->chunked()) length = *declared;
@@ -415,7 +417,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     head_parser_.reset();
     body_parser_->body_limit(limits_.max_body);
     if (body_parser_->is_done()) return received_body({});
-    if (llmretry::detail::iequals(body_parser_->get()[http::field::expect], "100-continue")) {
+    if (!http10_ && llmretry::detail::iequals(body_parser_->get()[http::field::expect], "100-continue")) {
       static constexpr std::string_view go_on = "HTTP/1.1 100 Continue\r\n\r\n";
       boost::asio::async_write(stream_, boost::asio::buffer(go_on.data(), go_on.size()),
                                [self = shared_from_this()](boost::beast::error_code written, std::size_t) {
@@ -536,6 +538,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
         writing_ = false;
         return;
       }
+      if (http10_) return answered({});  // its end is the connection's close
       writing_ = true;
       stream_.expires_after(limits_.write_timeout);
       boost::asio::async_write(
@@ -547,11 +550,12 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     auto piece = std::make_shared<std::string>(std::move(pieces_.front()));
     pieces_.pop_front();
     stream_.expires_after(limits_.write_timeout);
-    boost::asio::async_write(stream_, http::make_chunk(boost::asio::buffer(*piece)),
-                             [self = shared_from_this(), piece](boost::beast::error_code error, std::size_t) {
-                               self->backlog_ -= piece->size();
-                               self->wrote(error);
-                             });
+    const auto written = [self = shared_from_this(), piece](boost::beast::error_code error, std::size_t) {
+      self->backlog_ -= piece->size();
+      self->wrote(error);
+    };
+    if (http10_) boost::asio::async_write(stream_, boost::asio::buffer(*piece), written);
+    else boost::asio::async_write(stream_, http::make_chunk(boost::asio::buffer(*piece)), written);
   }
 
   /// A piece of a stream (or its header) was written.
@@ -607,6 +611,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   std::size_t body_reserved_ = 0;  ///< the bytes of its request body counted in stats_.body_bytes
   bool responding_ = false;        ///< an answer to the current request began
   bool head_only_ = false;         ///< the current request is HEAD: its answer has no body
+  bool http10_ = false;            ///< the current request is HTTP/1.0: no chunks, no 100 Continue
   // A streamed answer.
   std::deque<std::string> pieces_;
   std::size_t backlog_ = 0;

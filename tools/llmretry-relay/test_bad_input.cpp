@@ -324,3 +324,23 @@ TEST_CASE("HEAD /healthz gets a header without a body; an HTTP/1.1 request witho
   CHECK(status_of(relay, "GET /healthz HTTP/1.1\r\n\r\n") == 400);
   CHECK(status_of(relay, "GET /healthz HTTP/1.0\r\n\r\n") == 200);
 }
+
+TEST_CASE("an HTTP/1.0 client gets a stream without chunks, ended by the connection's close") {
+  LoopbackProvider provider;
+  provider.then(LoopbackProvider::stream({"Hel", "lo"}));
+  Relay relay("http10_stream", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  const int fd = send_raw(relay.port(),
+                          "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " +
+                              std::to_string(body.dump().size()) + "\r\n\r\n" + body.dump());
+  const std::string answer = read_raw(fd);
+  ::close(fd);
+  CHECK(statuses(answer) == std::vector<int>{200});
+  CHECK(answer.find("chunked") == std::string::npos);
+  CHECK_THAT(answer, llmretry_catch::contains("\r\n\r\ndata: {"));  // the first event right after the header
+  CHECK(answer.size() > 14);
+  CHECK(answer.substr(answer.size() - 14) == "data: [DONE]\n\n");
+}
