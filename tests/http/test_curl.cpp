@@ -1341,12 +1341,17 @@ TEST_CASE("the loopback's token_interval comes before each content event; stoppi
   CHECK(delivered == std::optional<std::size_t>(1));
 }
 
-TEST_CASE("redact: every secret in any ASCII case, overlapping echoes included; ifind's bounds", "[curl]") {
+TEST_CASE("redact: every secret in any ASCII case or JSON escape, overlapping echoes included; ifind's bounds",
+          "[curl]") {
   using llmretry::curl::detail::redact;
   CHECK(redact("key sk-AbC123 and SK-abc123 and sk-abc123sk-abc123", {"sk-abc123"}) ==
         "key [redacted] and [redacted] and [redacted][redacted]");
   CHECK(redact("nothing here", {"sk-abc123", ""}) == "nothing here");
   CHECK(redact("Bearer sk-long-key", {"sk-long-key", "sk-long"}) == "Bearer [redacted]");
+  // Spelled with JSON escapes, all or some of its characters, in any case of the hex digits.
+  CHECK(redact(R"({"content":"\u0073\u006B\u002d\u0061bc123!"})", {"sk-abc123"}) == R"({"content":"[redacted]!"})");
+  CHECK(redact(R"(a\/b sk\u002Dabc123)", {"a/b", "sk-abc123"}) == "[redacted] [redacted]");
+  CHECK(redact(R"(\u00e9 \u00 \uzzzz \)", {"sk-abc123"}) == R"(\u00e9 \u00 \uzzzz \)");  // not ASCII, cut, bad
   CHECK(llmretry::detail::ifind("abc", "C") == 2);
   CHECK(llmretry::detail::ifind("abc", "c", 3) == std::string_view::npos);
   CHECK(llmretry::detail::ifind("abc", "c", 4) == std::string_view::npos);

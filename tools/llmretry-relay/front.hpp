@@ -245,7 +245,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
         limits_(limits),
         stats_(stats),
         stream_(std::move(socket)),
-        buffer_(limits.max_header_bytes + (std::size_t{64} << 10)) {
+        buffer_(limits.max_header_bytes + (std::size_t{8} << 10)) {
     worker_.connections.insert(this);
     ++stats_.connections_open;
   }
@@ -362,11 +362,13 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     finishing_ = false;
     if (draining_) return close();
     if (buffer_.size() > 0) return read_head();
-    stream_.expires_after(limits_.idle_timeout);
+    // A connection's first request is due within the request timeout of its accept; the next ones within
+    // the idle timeout of the answer before.
+    stream_.expires_after(served_ == 0 ? limits_.request_timeout : limits_.idle_timeout);
     const auto room = buffer_.max_size() - buffer_.size();
     stream_.async_read_some(buffer_.prepare(std::min<std::size_t>(room, 4096)),
                             [self = shared_from_this()](boost::beast::error_code error, std::size_t bytes) {
-                              if (error) return self->close();
+                              if (error) return self->unreadable(error);
                               self->buffer_.commit(bytes);
                               self->read_head();
                             });
@@ -391,6 +393,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     head_only_ = head.method() == http::verb::head;
     http10_ = head.version() < 11;
     if (auto bad = front_detail::malformed(head, limits_.max_header_fields)) return refuse_unread(reply_of(*bad));
+    header_fields_ = static_cast<std::size_t>(std::distance(head.begin(), head.end()));
     std::optional<std::uint64_t> length;
     if (const auto declared = head_parser_->content_length(); declared && !head_parser_->chunked()) length = *declared;
     std::optional<Reply> refusal;
@@ -437,8 +440,13 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
 
   void received_body(boost::beast::error_code error) {
     if (error) return unreadable(error);
+    if (static_cast<std::size_t>(std::distance(body_parser_->get().begin(), body_parser_->get().end())) !=
+        header_fields_)  // a chunked body's trailer would add fields past every check of the header
+      return refuse_unread(reply_of(
+          {400, "trailer fields are not accepted after a chunked body", "invalid_request_error", "bad_framing"}));
     stream_.expires_never();
     phase_ = Phase::answering;
+    ++served_;
     Request request;
     auto message = body_parser_->release();
     body_parser_.reset();
@@ -466,7 +474,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   /// A request that could not be read whole: cut when too slow, answered (then closed) when malformed.
   void unreadable(boost::beast::error_code error) {
     if (error == boost::beast::error::timeout) {
-      if (phase_ == Phase::receiving) ++stats_.slow_requests_cut;
+      if (phase_ == Phase::receiving || served_ == 0) ++stats_.slow_requests_cut;
       return close();
     }
     if (error == http::error::end_of_stream || error == boost::asio::error::eof ||
@@ -612,6 +620,8 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   bool responding_ = false;        ///< an answer to the current request began
   bool head_only_ = false;         ///< the current request is HEAD: its answer has no body
   bool http10_ = false;            ///< the current request is HTTP/1.0: no chunks, no 100 Continue
+  std::size_t header_fields_ = 0;  ///< the current request's header lines, checked
+  std::size_t served_ = 0;         ///< the requests of this connection handed to the service
   // A streamed answer.
   std::deque<std::string> pieces_;
   std::size_t backlog_ = 0;

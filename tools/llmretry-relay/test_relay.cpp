@@ -104,6 +104,18 @@ TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body 
   echoed.headers = {{"x-request-id", std::string("req-") + upstream_key},
                     {"x-ratelimit-limit-requests", upper},
                     {"retry-after-ms", upstream_key}};
+  // A key spelled with JSON escapes: a JSON parser reads it back.
+  std::string escaped;
+  for (const char c : std::string(upstream_key)) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\u%04x", static_cast<unsigned>(c));
+    escaped += hex;
+  }
+  ScriptedResponse escaped_echo;
+  escaped_echo.body = R"({"id":"1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",)"
+                      R"("content":")" +
+                      escaped + R"("},"finish_reason":"stop"}]})";
+  provider.then(escaped_echo);
   provider.then(echoed);
   ScriptedResponse echoed_stream = LoopbackProvider::stream({"key ", upper, " again"});
   echoed_stream.headers = {{"x-request-id", upper}};
@@ -115,6 +127,10 @@ TEST_CASE("an upstream that echoes its key, in any case, in headers, a 200 body 
   }
   Relay relay("echoed_key", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
   relay.started();
+  const auto decoded = post(relay, "/v1/chat/completions", chat());
+  REQUIRE(decoded->status == 200);
+  CHECK(nlohmann::json::parse(decoded->body).dump().find(upstream_key) == std::string::npos);
+  CHECK_THAT(decoded->body, llmretry_catch::contains("[redacted]"));
   const auto whole = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "echo"}});
   REQUIRE(whole->status == 200);
   const auto leaks = [&](const std::string& text) {

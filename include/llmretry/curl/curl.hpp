@@ -325,17 +325,63 @@ inline int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_
   return transfer.cancelled || transfer.idle ? 1 : 0;
 }
 
+/// Returns the character of `text` at `at` as JSON text may spell an ASCII one (itself, a \uXXXX escape, or
+/// \/ for '/'), and where the next one begins. Requires at < text.size().
+constexpr std::pair<char, std::size_t> spelled_char(std::string_view text, std::size_t at) noexcept {
+  if (text[at] == '\\' && at + 1 < text.size()) {
+    if (text[at + 1] == '/') return {'/', at + 2};
+    if (text[at + 1] == 'u' && at + 5 < text.size()) {
+      unsigned code = 0;
+      for (std::size_t i = at + 2; i < at + 6; ++i) {
+        const char c = llmretry::detail::ascii_lower(text[i]);
+        const bool digit = c >= '0' && c <= '9';
+        if (!digit && (c < 'a' || c > 'f')) return {text[at], at + 1};
+        code = code * 16 + static_cast<unsigned>(digit ? c - '0' : c - 'a' + 10);
+      }
+      if (code < 0x80) return {static_cast<char>(code), at + 6};
+    }
+  }
+  return {text[at], at + 1};
+}
+
+/// Returns where `secret`, spelled at `at` in `text` in any ASCII case and any of its characters escaped as
+/// JSON may escape them, ends; npos when it is not there.
+constexpr std::size_t spelled_end(std::string_view text, std::size_t at, std::string_view secret) noexcept {
+  for (const char wanted : secret) {
+    if (at >= text.size()) return std::string_view::npos;
+    const auto [c, next] = spelled_char(text, at);
+    if (llmretry::detail::ascii_lower(c) != llmretry::detail::ascii_lower(wanted)) return std::string_view::npos;
+    at = next;
+  }
+  return at;
+}
+
 /// Returns `text` with every secret replaced by "[redacted]", in any ASCII case (a server may echo a key
-/// upper- or lower-cased). Empty secrets are skipped.
+/// upper- or lower-cased) and with any of its characters written as a JSON escape (\u0073 for 's').
+/// Empty secrets are skipped. (A secret split across two texts, such as two events of a stream, is not
+/// recognised.)
 inline std::string redact(std::string text, const std::vector<std::string>& secrets) {
   constexpr std::string_view mark = "[redacted]";
-  for (const auto& secret : secrets) {
-    if (secret.empty()) continue;
-    for (auto at = llmretry::detail::ifind(text, secret); at != std::string::npos;
-         at = llmretry::detail::ifind(text, secret, at + mark.size()))
-      text.replace(at, secret.size(), mark);
+  std::string out;
+  bool found = false;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = std::string_view::npos;
+    for (const auto& secret : secrets) {
+      if (secret.empty()) continue;
+      end = spelled_end(text, at, secret);
+      if (end != std::string_view::npos) break;
+    }
+    if (end == std::string_view::npos) {
+      if (found) out.push_back(text[at]);
+      ++at;
+      continue;
+    }
+    if (!found) out.assign(text, 0, at);  // the text before the first secret, copied once
+    found = true;
+    out.append(mark);
+    at = end;
   }
-  return text;
+  return found ? out : text;
 }
 
 /// Returns the values of the request's secret headers (see Options::secret_headers), and for a value
