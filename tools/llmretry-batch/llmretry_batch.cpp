@@ -180,6 +180,13 @@ llmretry::redis::Options redis_options(const std::string& url) {
   }
 }
 
+/// Returns true when `error` says Redis could not be reached or did not answer in time: an outage a worker
+/// rides out (batch::Settings::outage_limit) rather than stops at.
+bool is_redis_outage(const std::exception& error) {
+  const auto* failure = dynamic_cast<const llmretry::redis::RedisError*>(&error);
+  return failure != nullptr && failure->kind() != llmretry::redis::ErrorKind::reply;
+}
+
 /// Returns how many connections a process of `concurrency` workers paces through: one each, 8 at most.
 std::size_t pacing_connection_count(int concurrency) { return static_cast<std::size_t>(std::clamp(concurrency, 1, 8)); }
 
@@ -385,6 +392,7 @@ int run(const Options& options) {
     open_stores = [redis = redis_options(options.redis), name = batch_name(options.output)] {
       return std::make_unique<RedisStores>(redis, name);
     };
+    settings.is_outage = is_redis_outage;
   }
 #endif
 
@@ -408,13 +416,15 @@ int run(const Options& options) {
 constexpr const char* fleet_description = R"(The fleet form: one batch, many workers, through one Redis.
   llmretry-batch submit  INPUT.jsonl --redis URL --batch NAME
   llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--rpm N] [--tpm N] [--lease DURATION]
+                         [--redis-wait DURATION]
   llmretry-batch collect --redis URL --batch NAME OUTPUT.jsonl [--errors ERRORS.jsonl]
   llmretry-batch status  --redis URL --batch NAME)";
 
 constexpr const char* fleet_footer = R"(
 submit enqueues every line of INPUT once (again: a no-op for the lines already there or done). work sends
 the batch's jobs until none is left (exit 0), holding each under a lease it renews (--lease, default 30s:
-a worker killed loses its jobs to the others once it lapses). collect writes one line per custom_id:
+a worker killed loses its jobs to the others once it lapses) and riding out Redis unreachable or slow for
+--redis-wait (default 30s) before it stops. collect writes one line per custom_id:
 exit 0 all answered, 1 some in the errors file, 4 the batch is not finished (nothing written). work reads
 OPENAI_BASE_URL and OPENAI_API_KEY. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure.)";
 
@@ -429,20 +439,23 @@ struct FleetOptions {
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
   std::chrono::milliseconds lease = visibility_timeout;
+  std::chrono::milliseconds redis_wait{30'000};
 };
 
-/// Returns the duration "30s", "500ms", "2m" or "45" (seconds). Throws UsageError naming --lease.
-std::chrono::milliseconds parse_lease(const std::string& text) {
+/// Returns the duration "30s", "500ms", "2m" or "45" (seconds), from `least` to 1 h. Throws UsageError naming
+/// `option`.
+std::chrono::milliseconds parse_duration(const std::string& option, const std::string& text,
+                                         std::chrono::milliseconds least) {
   std::size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
   const std::string unit = text.substr(digits);
   const long long scale = unit.empty() || unit == "s" ? 1000 : unit == "ms" ? 1 : unit == "m" ? 60'000 : 0;
   if (digits == 0 || digits > 9 || scale == 0)
-    throw UsageError("--lease: \"" + text + "\" is not a duration such as 30s, 500ms or 2m");
-  const std::chrono::milliseconds lease{std::stoll(text.substr(0, digits)) * scale};
-  if (lease < std::chrono::milliseconds{300} || lease > std::chrono::hours{1})
-    throw UsageError("--lease: " + text + " is outside 300ms to 1h");
-  return lease;
+    throw UsageError(option + ": \"" + text + "\" is not a duration such as 30s, 500ms or 2m");
+  const std::chrono::milliseconds duration{std::stoll(text.substr(0, digits)) * scale};
+  if (duration < least || duration > std::chrono::hours{1})
+    throw UsageError(option + ": " + text + " is outside " + std::to_string(least.count()) + "ms to 1h");
+  return duration;
 }
 
 /// Returns the options of a fleet command line (argv[1] is the command); exits with status 0 after --help.
@@ -453,6 +466,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
   CLI::App app{fleet_description, "llmretry-batch " + options.command};
   app.footer(fleet_footer);
   std::string lease;
+  std::string redis_wait;
   if (options.command == "submit") app.add_option("INPUT", options.file, "requests, one JSON object a line (required)");
   if (options.command == "collect") {
     app.add_option("OUTPUT", options.file, "answers, one line per custom_id, replaced whole (required)");
@@ -468,6 +482,8 @@ FleetOptions parse_fleet(int argc, char** argv) {
     app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
         ->check(CLI::Range(1, 256));
     app.add_option("--lease", lease, "how long a job stays this worker's without being renewed (default 30s)");
+    app.add_option("--redis-wait", redis_wait,
+                   "how long Redis may stay unreachable or slow before this worker stops (default 30s)");
   }
   llmretry_tools::parse_command_line(app, argc - 1, argv + 1);
   if ((options.command == "submit" || options.command == "collect") && options.file.empty())
@@ -479,7 +495,8 @@ FleetOptions parse_fleet(int argc, char** argv) {
         return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
       });
   if (!name_ok) throw UsageError("--batch: \"" + options.batch + "\": 1 to 100 letters, digits, '.', '_' or '-'");
-  if (!lease.empty()) options.lease = parse_lease(lease);
+  if (!lease.empty()) options.lease = parse_duration("--lease", lease, std::chrono::milliseconds{300});
+  if (!redis_wait.empty()) options.redis_wait = parse_duration("--redis-wait", redis_wait, {});
   if (options.command == "collect") {
     if (options.errors.empty()) {
       const std::string& out = options.file;
@@ -634,6 +651,8 @@ int work(const FleetOptions& options) {
   settings.renew_every = options.lease / 3;
   settings.submitted = submitted;
   settings.idle_wait = std::chrono::milliseconds{25};
+  settings.is_outage = is_redis_outage;
+  settings.outage_limit = options.redis_wait;
   settings.read_job = [base_url](const llmretry::store::Job& job) {
     return batch::detail::parse_line(job.payload, 0, "job " + job.id, base_url);
   };

@@ -18,6 +18,7 @@
 #include <llmretry/store/job_queue.hpp>
 #include <llmretry/store/operations.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -73,7 +74,7 @@ class Destination {
   /// Makes `text` the durable record of the request of `job` (its answer when `answered`, else its errors
   /// line), then removes the job from `queue`. Returns false when `job.token` no longer holds the job and
   /// nothing is recorded (its new holder records it). Throws FileError or the queue's errors.
-  virtual bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, std::string text,
+  virtual bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, const std::string& text,
                       bool answered) = 0;
 };
 
@@ -83,10 +84,14 @@ class FileDestination final : public Destination {
  public:
   /// Both files must outlive it.
   FileDestination(AnswerFile& output, AnswerFile& errors) : output_(output), errors_(errors) {}
-  bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, std::string text,
+  /// A failed acknowledgement is not an error: the line is durable, and the job, taken again once its
+  /// visibility timeout passes, finds its line done and is acknowledged then.
+  bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, const std::string& text,
               bool answered) override {
-    (answered ? output_ : errors_).append(std::move(text));
-    (void)queue.ack(job.id, job.token);
+    (answered ? output_ : errors_).append(text);
+    try {
+      (void)queue.ack(job.id, job.token);
+    } catch (const std::exception&) {}
     return true;
   }
 
@@ -99,7 +104,7 @@ class FileDestination final : public Destination {
 /// (JobQueue::finish), only while this worker holds it.
 class QueueDestination final : public Destination {
  public:
-  bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, std::string text,
+  bool record(llmretry::store::JobQueue& queue, const llmretry::store::Job& job, const std::string& text,
               bool answered) override {
     return queue.finish(job.id, job.token, text, !answered);
   }
@@ -128,6 +133,12 @@ struct Settings {
   std::int64_t submitted = 0;
   /// With read_job: how long a worker waits when no job is ready before it asks again.
   std::chrono::milliseconds idle_wait{10};
+  /// Whether an error of a store is an outage to ride out (its server unreachable or slow to answer) rather
+  /// than a reason to stop. Empty: every error stops the run.
+  std::function<bool(const std::exception&)> is_outage;
+  /// How long a worker rides out an outage, from the first failed operation of a run of failures, trying
+  /// again after 100 ms, then twice as long each time up to 2 s, before the run stops with the last error.
+  std::chrono::milliseconds outage_limit{30'000};
 };
 
 /// The code and stop reason of an errors-file line whose request completed in an earlier run (the operations
@@ -192,6 +203,12 @@ class Runner {
   using Engine = llmretry::CallEngine<llmretry::Deployment::Pacing>;
   static constexpr llmretry::RealSleep real_sleep{};
 
+  /// A request's line not yet recorded: its text, an answer when `answered` (else an errors line).
+  struct Unrecorded {
+    std::string text;
+    bool answered = false;
+  };
+
   /// One request and its engine. A job is handed to one worker at a time; the mutex also covers a job
   /// handed out again after its visibility timeout while its first worker still holds it.
   struct Line {
@@ -205,10 +222,11 @@ class Runner {
     Request request;
     llmretry::BlockingWaits<const llmretry::RealSleep> waits{real_sleep};  ///< outlives the engine
     std::optional<Engine> engine;
-    bool started = false;       ///< its engine has given its first step
-    bool begun = false;         ///< the operation was begun in this run
-    bool may_have_run = false;  ///< an attempt (of this run, or of one before) may have been processed
-    bool done = false;          ///< its line is written
+    bool started = false;                  ///< its engine has given its first step
+    bool begun = false;                    ///< the operation was begun in this run
+    bool may_have_run = false;             ///< an attempt (of this run, or of one before) may have been processed
+    bool done = false;                     ///< its line is written
+    std::optional<Unrecorded> unrecorded;  ///< its line, until recorded
     std::mutex mutex;
   };
 
@@ -292,32 +310,16 @@ class Runner {
 
   void work() {
     try {
-      const auto stores = open_stores_();
+      std::unique_ptr<Stores> stores;
       llmretry::ThreadRng rng;
+      Outage outage(settings_);
       while (!stopped_) {
-        if (!settings_.read_job && remaining_ <= 0) break;
-        auto job = stores->queue().take();
-        if (!job) {
-          if (finished(*stores)) break;
-          std::this_thread::sleep_for(settings_.idle_wait);
-          continue;
-        }
-        const Held held(*this, *job);
-        const std::shared_ptr<Line> found = line_of(*job);
-        if (found == nullptr) {  // left in the queue by an earlier run, and answered since
-          (void)stores->queue().ack(job->id, job->token);
-          continue;
-        }
-        Line& line = *found;
-        const std::lock_guard<std::mutex> lock(line.mutex);
-        if (line.done) {
-          (void)stores->queue().ack(job->id, job->token);
-          continue;
-        }
-        if (begin(line, *job, *stores)) step(line, *job, *stores, rng);
-        if (line.done && settings_.read_job) {  // a submitted batch: its lines need not outlive their job
-          const std::lock_guard<std::mutex> lines_lock(lines_mutex_);
-          lines_.erase(job->id);
+        try {
+          if (!stores) stores = open_stores_();
+          if (!turn(*stores, rng)) break;
+          outage.over();
+        } catch (const std::exception& error) {
+          if (!outage.ride_out(error, stopped_)) throw;
         }
       }
     } catch (...) {
@@ -325,6 +327,69 @@ class Runner {
       if (!error_) error_ = std::current_exception();
       stopped_ = true;
     }
+  }
+
+  /// A worker's run of failed store operations.
+  class Outage {
+   public:
+    explicit Outage(const Settings& settings) : settings_(settings) {}
+
+    /// The operation that just ended succeeded.
+    void over() noexcept { since_.reset(); }
+
+    /// Returns false when `error` stops the run: it is no outage, or the outage has lasted outage_limit.
+    /// Else waits before the next try (less once `stopped` is set) and returns true.
+    bool ride_out(const std::exception& error, const std::atomic<bool>& stopped) {
+      if (!settings_.is_outage || !settings_.is_outage(error)) return false;
+      const auto now = std::chrono::steady_clock::now();
+      if (!since_) {
+        since_ = now;
+        pause_ = std::chrono::milliseconds{100};
+      }
+      if (now - *since_ >= settings_.outage_limit) return false;
+      for (auto slept = std::chrono::milliseconds::zero(); slept < pause_ && !stopped; slept += step)
+        std::this_thread::sleep_for(step);
+      pause_ = std::min(2 * pause_, std::chrono::milliseconds{2'000});
+      return true;
+    }
+
+   private:
+    static constexpr std::chrono::milliseconds step{50};
+    const Settings& settings_;
+    std::optional<std::chrono::steady_clock::time_point> since_;
+    std::chrono::milliseconds pause_{100};
+  };
+
+  /// Takes one job and carries out its next step. Returns false once this worker has nothing left to do.
+  /// Throws what the stores throw; what a job's line holds stays true for the next turn (finish()).
+  bool turn(Stores& stores, llmretry::ThreadRng& rng) {
+    if (!settings_.read_job && remaining_ <= 0) return false;
+    auto job = stores.queue().take();
+    if (!job) {
+      if (finished(stores)) return false;
+      std::this_thread::sleep_for(settings_.idle_wait);
+      return true;
+    }
+    const Held held(*this, *job);
+    const std::shared_ptr<Line> found = line_of(*job);
+    if (found == nullptr) {  // left in the queue by an earlier run, and answered since
+      (void)stores.queue().ack(job->id, job->token);
+      return true;
+    }
+    Line& line = *found;
+    const std::lock_guard<std::mutex> lock(line.mutex);
+    if (line.done) {
+      (void)stores.queue().ack(job->id, job->token);
+      return true;
+    }
+    if (line.unrecorded)  // its recording failed: recorded now (its operation stays in flight)
+      (void)record(line, *job, stores);
+    else if (begin(line, *job, stores)) step(line, *job, stores, rng);
+    if (line.done && settings_.read_job) {  // a submitted batch: its lines need not outlive their job
+      const std::lock_guard<std::mutex> lines_lock(lines_mutex_);
+      lines_.erase(job->id);
+    }
+    return true;
   }
 
   /// Throws when the queue holds fewer jobs (ready, delayed or taken) than lines remain: every line without
@@ -434,9 +499,26 @@ class Runner {
   /// Returns false when the job was lost meanwhile (its visibility timeout passed and another worker took
   /// it): nothing is recorded, and the line is forgotten here.
   bool finish(Line& line, const llmretry::store::Job& job, Stores& stores, std::string text, bool answered) {
+    line.unrecorded = Unrecorded{std::move(text), answered};
+    return record(line, job, stores);
+  }
+
+  /// Records the line kept in `line.unrecorded` as finish() does. When recording throws, the line stays
+  /// kept (whether the destination has it is unknown): the next turn that takes its job records it then.
+  bool record(Line& line, const llmretry::store::Job& job, Stores& stores) {
     line.done = true;
     --remaining_;  // before the job leaves the queue: check_jobs never counts fewer jobs than lines remain
-    if (!destination_.record(stores.queue(), job, std::move(text), answered)) {
+    bool recorded = false;
+    try {
+      recorded = destination_.record(stores.queue(), job, line.unrecorded->text, line.unrecorded->answered);
+    } catch (...) {
+      line.done = false;
+      ++remaining_;
+      throw;
+    }
+    const bool answered = line.unrecorded->answered;
+    line.unrecorded.reset();
+    if (!recorded) {
       ++remaining_;
       ++stats_.leases_lost;
       return false;
