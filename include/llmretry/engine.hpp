@@ -370,7 +370,7 @@ class CallEngine {
         }
         if (answer.kind() == Begin::Kind::wait) {
           admitted_ = true;
-          return Step::wait_for(answer.wait(), WaitReason::slot);
+          return Step::wait_for(answer.wait(), answer.reason());
         }
       }
     }

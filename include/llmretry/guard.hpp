@@ -77,33 +77,40 @@ class Begin {
  public:
   enum class Kind : unsigned char {
     go,      ///< send the attempt now
-    wait,    ///< wait for a slot at most wait() (milliseconds::max(): no bound), then begin again
+    wait,    ///< wait at most wait() (milliseconds::max(): no bound) for what reason() says, then begin again
     refuse,  ///< the attempt is refused: refusal()
   };
 
   /// Returns the answer to send the attempt now.
-  [[nodiscard]] static Begin go() noexcept { return Begin{Kind::go, {}, {}}; }
-  /// Returns the answer to wait for a slot at most `at_most` (milliseconds::max(): no bound).
-  [[nodiscard]] static Begin wait_at_most(std::chrono::milliseconds at_most) noexcept {
-    return Begin{Kind::wait, at_most, {}};
+  [[nodiscard]] static Begin go() noexcept { return Begin{Kind::go, {}, {}, WaitReason::slot}; }
+  /// Returns the answer to wait at most `at_most` (milliseconds::max(): no bound): for a slot (a wait that
+  /// ends early when the Waker is told), or for capacity (a wait until that instant).
+  [[nodiscard]] static Begin wait_at_most(std::chrono::milliseconds at_most,
+                                          WaitReason reason = WaitReason::slot) noexcept {
+    return Begin{Kind::wait, at_most, {}, reason};
   }
   /// Returns the answer refusing the attempt.
-  [[nodiscard]] static Begin refuse(const Refusal& refusal) noexcept { return Begin{Kind::refuse, {}, refusal}; }
+  [[nodiscard]] static Begin refuse(const Refusal& refusal) noexcept {
+    return Begin{Kind::refuse, {}, refusal, WaitReason::slot};
+  }
 
   /// Returns what the answer says to do.
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
   /// Returns the longest wait. Requires kind() == Kind::wait.
   [[nodiscard]] std::chrono::milliseconds wait() const noexcept { return wait_; }
+  /// Returns what is waited for: WaitReason::slot or WaitReason::capacity. Requires kind() == Kind::wait.
+  [[nodiscard]] WaitReason reason() const noexcept { return reason_; }
   /// Returns the refusal. Requires kind() == Kind::refuse.
   [[nodiscard]] const Refusal& refusal() const noexcept { return refusal_; }
 
  private:
-  Begin(Kind kind, std::chrono::milliseconds wait, const Refusal& refusal) noexcept
-      : kind_(kind), wait_(wait), refusal_(refusal) {}
+  Begin(Kind kind, std::chrono::milliseconds wait, const Refusal& refusal, WaitReason reason) noexcept
+      : kind_(kind), wait_(wait), refusal_(refusal), reason_(reason) {}
 
   Kind kind_;
   std::chrono::milliseconds wait_;
   Refusal refusal_;
+  WaitReason reason_;
 };
 
 /// A guard's answer before an attempt: go (after `wait`, zero for at once) holding a ticket, or refuse.

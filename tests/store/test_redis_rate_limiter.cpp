@@ -187,3 +187,27 @@ TEST_CASE("redis rate limiter: limits that make no sense are refused as by the l
       llmretry::redis::RateLimiter(f.connection, "bad", only(Dimension::tokens_per_day, Limit{10, 24h, 11})),
       "Limits: tokens_per_day.burst must be in [1, limit]");
 }
+
+TEST_CASE("redis rate limiter: a lower class takes what is free beyond the share kept, else is held back",
+          "[redis][rate_limiter][priority]") {
+  Fixture f;
+  llmretry::redis::RateLimiter limiter(f.connection, "priority",
+                                       only(Dimension::requests_per_minute, per_hour(360, 10)));
+  const llmretry::Precedence batch = llmretry::PriorityOptions{}.precedence(llmretry::Priority::batch);
+  for (int i = 0; i < 5; ++i) {
+    const auto r = limiter.reserve(Cost{}, t0, std::nullopt, batch);
+    REQUIRE(r.granted());
+    CHECK(r.wait_after(t0) == 0ms);
+  }
+  const auto held = limiter.reserve(Cost{}, t0, std::nullopt, batch);
+  CHECK(held.status() == ReservationStatus::held_back);
+  CHECK_FALSE(held.open());
+  INFO(held.wait_after(t0).count() << " ms");
+  CHECK(about(held.wait_after(t0), 10s));  // once one unit refilled
+  CHECK(held.limited_by() == Dimension::requests_per_minute);
+  for (int i = 0; i < 5; ++i) CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 0ms);  // the half kept free
+  CHECK(about(limiter.reserve(Cost{}, t0).wait_after(t0), 10s));
+  const auto stats = limiter.stats();
+  CHECK(stats.held_back == 1);
+  CHECK(stats.granted == 11);
+}

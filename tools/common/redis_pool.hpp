@@ -90,8 +90,9 @@ class PooledRateLimiter final : public llmretry::SharedPacing {
   }
 
   [[nodiscard]] llmretry::Reservation reserve(const llmretry::Cost& cost, time_point now,
-                                              std::optional<std::chrono::milliseconds> max_wait) override {
-    return next().reserve(cost, now, max_wait);
+                                              std::optional<std::chrono::milliseconds> max_wait,
+                                              const llmretry::Precedence& precedence) override {
+    return next().reserve(cost, now, max_wait, precedence);
   }
   void finish(llmretry::Reservation& reservation, const llmretry::AttemptEnd& end, time_point now) override {
     next().finish(reservation, end, now);

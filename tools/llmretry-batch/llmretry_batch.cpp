@@ -78,6 +78,7 @@ struct Options {
   std::optional<std::int64_t> rpm;
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
+  llmretry::Priority priority = llmretry::Priority::interactive;
   std::string redis;
   bool retry_errors = false;
   bool fresh = false;
@@ -88,6 +89,20 @@ std::string host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
   return name;
+}
+
+/// Adds --priority to `app`, read into `priority`.
+void add_priority_option(CLI::App& app, llmretry::Priority& priority) {
+  app.add_option_function<std::string>(
+         "--priority",
+         [&priority](const std::string& name) {
+           for (const auto known :
+                {llmretry::Priority::interactive, llmretry::Priority::standard, llmretry::Priority::batch})
+             if (name == llmretry::to_string(known)) priority = known;
+         },
+         "interactive (default: in line with every call), standard or batch (only what calls of the classes "
+         "above leave, through the same limiter or Redis)")
+      ->check(CLI::IsMember({"interactive", "standard", "batch"}));
 }
 
 /// Returns true when `word` names a command of the fleet form.
@@ -110,6 +125,7 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
   app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
       ->check(CLI::Range(1, 256));
+  add_priority_option(app, options.priority);
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: keep the job queue and operations table in Redis, and pace with every "
                  "process that uses the same provider and key on it (default: in memory, paced alone)");
@@ -370,6 +386,7 @@ int run(const Options& options) {
 
   batch::Settings settings;
   settings.workers = options.concurrency;
+  settings.priority = options.priority;
   settings.api_key = api_key;
   settings.provider = base_url;
   settings.batch_name = batch_name(options.output) + ":";
@@ -416,7 +433,7 @@ int run(const Options& options) {
 constexpr const char* fleet_description = R"(The fleet form: one batch, many workers, through one Redis.
   llmretry-batch submit  INPUT.jsonl --redis URL --batch NAME
   llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--rpm N] [--tpm N] [--lease DURATION]
-                         [--redis-wait DURATION]
+                         [--redis-wait DURATION] [--priority CLASS]
   llmretry-batch collect --redis URL --batch NAME OUTPUT.jsonl [--errors ERRORS.jsonl]
   llmretry-batch status  --redis URL --batch NAME)";
 
@@ -438,6 +455,7 @@ struct FleetOptions {
   std::optional<std::int64_t> rpm;
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
+  llmretry::Priority priority = llmretry::Priority::interactive;
   std::chrono::milliseconds lease = visibility_timeout;
   std::chrono::milliseconds redis_wait{30'000};
 };
@@ -481,6 +499,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
     app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
         ->check(CLI::Range(1, 256));
+    add_priority_option(app, options.priority);
     app.add_option("--lease", lease, "how long a job stays this worker's without being renewed (default 30s)");
     app.add_option("--redis-wait", redis_wait,
                    "how long Redis may stay unreachable or slow before this worker stops (default 30s)");
@@ -645,6 +664,7 @@ int work(const FleetOptions& options) {
   }
   batch::Settings settings;
   settings.workers = options.concurrency;
+  settings.priority = options.priority;
   settings.api_key = api_key;
   settings.provider = base_url;
   settings.batch_name = keys.operations;

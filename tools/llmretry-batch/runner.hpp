@@ -116,7 +116,8 @@ using ReadJob = std::function<Request(const llmretry::store::Job&)>;
 
 /// How the requests are sent.
 struct Settings {
-  int workers = 8;  ///< requests in flight at most
+  int workers = 8;                                                ///< requests in flight at most
+  llmretry::Priority priority = llmretry::Priority::interactive;  ///< every request's class in admission
   llmretry::RetryPolicy policy = llmretry::RetryPolicy::batch();
   std::chrono::milliseconds attempt_timeout{60'000};
   std::string api_key;     ///< sent as "Authorization: Bearer ..."; empty: no Authorization header
@@ -234,9 +235,15 @@ class Runner {
   std::shared_ptr<Line> make_line(Request request) const {
     auto line = std::make_shared<Line>();
     line->request = std::move(request);
-    line->engine.emplace(settings_.policy, deployment_.pace(line->request.estimate), call_options_);
-    line->engine->wake_with(line->waits.waker());
+    start_engine(*line);
     return line;
+  }
+
+  /// Gives `line` a new engine, its first step not taken yet.
+  void start_engine(Line& line) const {
+    line.engine.emplace(settings_.policy, deployment_.pace(line.request.estimate, settings_.priority), call_options_);
+    line.engine->wake_with(line.waits.waker());
+    line.started = false;
   }
 
   /// Returns the line of `job`: this run's, or (a submitted batch) one made from its payload; null when the
@@ -484,9 +491,18 @@ class Runner {
   /// Writes the errors line of a request whose engine gave up (`response`: the last attempt's error
   /// answer, if any); an operation that certainly did not run is marked failed, one of which any attempt
   /// may have run (not only the last) stays in flight.
+  /// A call given up because the shared pacing was out of reach while outages are ridden out
+  /// (Settings::is_outage) is not the request's failure: its engine starts again and its job goes back to
+  /// the queue for a second (or the outage reaches the worker through the queue).
   void give_up(Line& line, const llmretry::store::Job& job, Stores& stores,
                const llmretry::curl::Response* response = nullptr) {
     const llmretry::GiveUp& gave_up = *line.engine->gave_up();
+    if (gave_up.reason == llmretry::StopReason::pacing_unavailable && settings_.is_outage) {
+      start_engine(line);
+      stats_.retried(llmretry::to_string(gave_up.reason));
+      (void)stores.queue().retry_later(job.id, job.token, std::chrono::seconds{1});
+      return;
+    }
     if (!finish(line, job, stores,
                 failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response), false))
       return;

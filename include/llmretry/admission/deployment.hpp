@@ -21,6 +21,7 @@
 #include "../version.hpp"
 #include "concurrency.hpp"
 #include "limits.hpp"
+#include "priority.hpp"
 #include "rate_limiter.hpp"
 #include "settlement.hpp"
 #include "shared_pacing.hpp"
@@ -79,6 +80,9 @@ struct DeploymentOptions {
   /// What an attempt does when `shared` cannot be reached: refused (fail_closed), or paced by this process
   /// alone (fail_open).
   SharedFailure when_shared_fails = SharedFailure::fail_closed;
+  /// What calls of each Priority leave to the classes above (pace(estimate, priority)). Every process
+  /// that shares one pacing state should give it the same.
+  PriorityOptions priorities;
 };
 
 /// One deployment's pacing, shared by every call to it: a RateLimiter (requests and tokens per minute,
@@ -98,6 +102,7 @@ class Deployment {
         concurrency_(options_.concurrency ? std::make_unique<ConcurrencyLimit>(*options_.concurrency) : nullptr) {
     if (options_.max_queue_wait && *options_.max_queue_wait < std::chrono::milliseconds::zero())
       detail::throw_invalid_argument("DeploymentOptions::max_queue_wait must not be negative");
+    options_.priorities.validate();
   }
 
   /// Returns the deployment's name.
@@ -117,22 +122,24 @@ class Deployment {
     return shared_failures_.load(std::memory_order_relaxed);
   }
 
-  /// Reserves `estimate` at `now`, waiting at most `max_wait` (and max_queue_wait): on the shared pacing
-  /// state when there is one; when it cannot be reached, an unavailable reservation (fail_closed) or one
-  /// of this process's limiter (fail_open).
+  /// Reserves `estimate` at `now`, waiting at most `max_wait` (and max_queue_wait), yielding as
+  /// `precedence` says: on the shared pacing state when there is one; when it cannot be reached, an
+  /// unavailable reservation (fail_closed) or one of this process's limiter (fail_open).
   [[nodiscard]] Reservation reserve(const Cost& estimate, time_point now,
-                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
+                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt,
+                                    const Precedence& precedence = {}) noexcept {
     const auto wait = shorter_wait(max_wait, options_.max_queue_wait);
     if (options_.shared) {
       Reservation reservation;
-      if (with_shared([&] { reservation = options_.shared->reserve(estimate, now, wait); })) return reservation;
+      if (with_shared([&] { reservation = options_.shared->reserve(estimate, now, wait, precedence); }))
+        return reservation;
       if (options_.when_shared_fails == SharedFailure::fail_closed) {
         reservation = detail::ReservationAccess::make(estimate);
         detail::ReservationAccess::refuse(reservation, ReservationStatus::unavailable, now, std::nullopt);
         return reservation;
       }
     }
-    return limiter_.reserve(estimate, now, wait);
+    return limiter_.reserve(estimate, now, wait, precedence);
   }
 
   /// Gives back what `reservation` holds: the attempt was not sent.
@@ -177,9 +184,9 @@ class Deployment {
   }
 
   class Pacing;
-  /// Returns the guard that paces one call of estimated cost `estimate` (see estimate_cost) through this
-  /// deployment: pass it to call_with_retry. The deployment must outlive it.
-  [[nodiscard]] Pacing pace(const Cost& estimate) noexcept;
+  /// Returns the guard that paces one call of estimated cost `estimate` (see estimate_cost) and class
+  /// `priority` through this deployment: pass it to call_with_retry. The deployment must outlive it.
+  [[nodiscard]] Pacing pace(const Cost& estimate, Priority priority = Priority::interactive) noexcept;
 
  private:
   /// Runs `exchange` with the shared state. Returns false, the failure counted, when it threw.
@@ -223,7 +230,11 @@ class Deployment {
 /// The guard of one call through a Deployment. Before each attempt it reserves the estimate (the wait
 /// until capacity comes is a step of the call's driver), then takes a concurrency slot just before
 /// sending, so that waiting for rate holds no slot; a slot not free is a wait in line (WaitReason::slot),
-/// never a blocked thread. After the attempt it settles: the answer's usage and
+/// never a blocked thread. A call of a class below interactive (Priority) whose reservation is held back
+/// is admitted holding nothing, and its ticket's begin asks again each time capacity may be free
+/// (waits of WaitReason::capacity, bounded by max_queue_wait and the deadline, not counted in the
+/// policy's wait budget, like a wait for a slot); held back PriorityOptions::longest_hold in all, it
+/// reserves as an interactive call. After the attempt it settles: the answer's usage and
 /// rate-limit headers (read from its `body` and `headers` members, when it has them, such as
 /// curl::Response) on success; what the failure says was used otherwise. Refuses with
 /// StopReason::no_capacity a cost above a limit or a wait beyond max_queue_wait, with
@@ -235,12 +246,23 @@ class Deployment::Pacing {
   /// settled however it ends.
   class Ticket {
    public:
-    Ticket(Deployment& deployment, Reservation reservation, std::optional<std::chrono::milliseconds> slot_wait)
-        : deployment_(&deployment), reservation_(std::move(reservation)), slot_wait_(slot_wait) {}
+    /// What a held-back attempt asks again with.
+    struct Hold {
+      Cost estimate;
+      Precedence precedence;  ///< how it yields until `promoted`
+      time_point admitted;    ///< when it was first held back
+      time_point ask_at;      ///< when asking again may find capacity
+      time_point promoted;    ///< from when it reserves as an interactive call
+    };
+
+    Ticket(Deployment& deployment, Reservation reservation, std::optional<std::chrono::milliseconds> slot_wait,
+           std::optional<Hold> hold = std::nullopt)
+        : deployment_(&deployment), reservation_(std::move(reservation)), slot_wait_(slot_wait), hold_(hold) {}
     Ticket(Ticket&& other) noexcept
         : deployment_(other.deployment_),
           reservation_(std::move(other.reservation_)),
           slot_wait_(other.slot_wait_),
+          hold_(other.hold_),
           slot_(std::exchange(other.slot_, false)),
           line_(std::move(other.line_)) {}
     Ticket& operator=(Ticket&&) = delete;
@@ -258,6 +280,8 @@ class Deployment::Pacing {
     /// Begun again after the wait, it answers go once the slot came, the rest of the wait, or the refusal
     /// (deadline or no_capacity) once the wait ran out. The waker is the one given to the first begin.
     [[nodiscard]] Begin begin(const Attempt& attempt, Waker* waker) {
+      if (hold_)
+        if (const std::optional<Begin> answer = reserve_again(attempt)) return *answer;
       ConcurrencyLimit* limit = deployment_->concurrency();
       if (limit == nullptr || slot_) return Begin::go();
       if (!line_) {
@@ -312,6 +336,48 @@ class Deployment::Pacing {
     }
 
    private:
+    /// Asks again for the capacity a held-back attempt waits for, once it may be free. Returns the wait or
+    /// the refusal to answer, or nullopt once the reservation is granted and starts now.
+    std::optional<Begin> reserve_again(const Attempt& attempt) {
+      Hold& hold = *hold_;
+      const time_point now = deployment_->now();
+      const std::optional<std::chrono::milliseconds> max_queue_wait = deployment_->options().max_queue_wait;
+      std::optional<std::chrono::milliseconds> queue_left;
+      if (max_queue_wait)
+        queue_left = std::max(std::chrono::milliseconds::zero(),
+                              *max_queue_wait - std::chrono::ceil<std::chrono::milliseconds>(now - hold.admitted));
+      const std::optional<std::chrono::milliseconds> bound = shorter_wait(attempt.time_left, queue_left);
+      const StopReason reason = reason_for_wait(attempt.time_left, queue_left);
+      if (!reservation_.open()) {
+        if (now < hold.ask_at) return held(hold.ask_at, now, bound, reason);
+        Reservation again =
+            deployment_->reserve(hold.estimate, now, bound, now >= hold.promoted ? Precedence{} : hold.precedence);
+        if (again.status() == ReservationStatus::held_back) {
+          hold.ask_at = std::min(again.start(), hold.promoted);
+          if (!bound || hold.ask_at - now <= *bound) return held(hold.ask_at, now, bound, reason);
+        }
+        if (!again.granted()) return Begin::refuse(refusal_of(again, now, attempt.time_left, queue_left));
+        reservation_ = std::move(again);
+      }
+      if (reservation_.start() > now) return Begin::wait_at_most(reservation_.wait_after(now), WaitReason::capacity);
+      slot_wait_ = queue_left;
+      hold_.reset();
+      return std::nullopt;
+    }
+
+    /// Returns the wait until `until` of a held-back attempt, or its refusal for `reason` when that passes
+    /// `bound`.
+    static Begin held(time_point until, time_point now, std::optional<std::chrono::milliseconds> bound,
+                      StopReason reason) {
+      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+      if (bound && wait > *bound) {
+        Failure failure = Failure::of(FailureKind::rate_limited, Sent::not_sent);
+        failure.provider_wait = wait;
+        return Begin::refuse(Refusal{reason, failure, LimitType::unknown});
+      }
+      return Begin::wait_at_most(wait, WaitReason::capacity);
+    }
+
     /// A place in line for a slot: on the heap, so that it stays put while the ticket moves.
     struct Line final : ConcurrencyLimit::Waiter {
       Line(Waker* to_wake, StopReason why) noexcept : waker(to_wake), reason(why) {}
@@ -345,11 +411,15 @@ class Deployment::Pacing {
     Deployment* deployment_;
     Reservation reservation_;
     std::optional<std::chrono::milliseconds> slot_wait_;
+    std::optional<Hold> hold_;  ///< set while a held-back attempt asks again
     bool slot_ = false;
     std::unique_ptr<Line> line_;  ///< set while it waits in line
   };
 
-  Pacing(Deployment& deployment, const Cost& estimate) noexcept : deployment_(&deployment), estimate_(estimate) {}
+  Pacing(Deployment& deployment, const Cost& estimate, Priority priority = Priority::interactive) noexcept
+      : deployment_(&deployment),
+        estimate_(estimate),
+        precedence_(deployment.options().priorities.precedence(priority)) {}
 
   /// Reserves the estimate for the attempt. Returns the ticket and the wait until capacity comes, or the
   /// refusal: no_capacity for a cost above a limit or a wait beyond max_queue_wait, deadline for a wait
@@ -357,8 +427,16 @@ class Deployment::Pacing {
   /// hedge (Attempt::hedge) is admitted only when capacity is there now: it reserves nothing otherwise.
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
     const time_point now = deployment_->now();
+    const DeploymentOptions& options = deployment_->options();
+    const bool promoted = options.priorities.longest_hold <= std::chrono::milliseconds::zero();
     Reservation reservation =
-        deployment_->reserve(estimate_, now, attempt.hedge ? std::chrono::milliseconds::zero() : attempt.time_left);
+        deployment_->reserve(estimate_, now, attempt.hedge ? std::chrono::milliseconds::zero() : attempt.time_left,
+                             promoted ? Precedence{} : precedence_);
+    if (reservation.status() == ReservationStatus::held_back && !attempt.hedge) {
+      const time_point until = now + options.priorities.longest_hold;
+      const Ticket::Hold hold{estimate_, precedence_, now, std::min(reservation.start(), until), until};
+      return Admission<Ticket>::go(Ticket{*deployment_, std::move(reservation), options.max_queue_wait, hold});
+    }
     if (!reservation.granted())
       return Admission<Ticket>::refuse(
           refusal_of(reservation, now, attempt.time_left, deployment_->options().max_queue_wait));
@@ -371,9 +449,12 @@ class Deployment::Pacing {
  private:
   Deployment* deployment_;
   Cost estimate_;
+  Precedence precedence_;
 };
 
-inline Deployment::Pacing Deployment::pace(const Cost& estimate) noexcept { return Pacing{*this, estimate}; }
+inline Deployment::Pacing Deployment::pace(const Cost& estimate, Priority priority) noexcept {
+  return Pacing{*this, estimate, priority};
+}
 
 LLMRETRY_END_NAMESPACE
 

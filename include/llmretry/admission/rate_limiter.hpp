@@ -16,6 +16,7 @@
 #include "../http/rate_limits.hpp"
 #include "../version.hpp"
 #include "limits.hpp"
+#include "priority.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 
@@ -29,6 +30,8 @@ enum class ReservationStatus {
   too_large,    ///< the cost exceeds a limit: it can never fit (limited_by() says which)
   too_long,     ///< it would have to wait longer than the caller allows (start() says until when)
   unavailable,  ///< the shared pacing state could not be reached (SharedPacing): nothing is held
+  held_back,    ///< a reservation that may not reserve ahead (Precedence::ahead false) finds too little free
+                ///< now: nothing is held; start() says when asking again may find enough
 };
 
 /// Returns the snake_case name of a status, such as "too_large".
@@ -38,6 +41,7 @@ enum class ReservationStatus {
     case ReservationStatus::too_large: return "too_large";
     case ReservationStatus::too_long: return "too_long";
     case ReservationStatus::unavailable: return "unavailable";
+    case ReservationStatus::held_back: return "held_back";
   }
   return "unknown";
 }
@@ -70,7 +74,7 @@ class Reservation {
   [[nodiscard]] ReservationStatus status() const noexcept { return status_; }
   /// Returns true when the capacity was granted.
   [[nodiscard]] bool granted() const noexcept { return status_ == ReservationStatus::granted; }
-  /// Returns when the call may start (granted), or would have started (too_long).
+  /// Returns when the call may start (granted), would have started (too_long), or may ask again (held_back).
   [[nodiscard]] time_point start() const noexcept { return start_; }
   /// Returns how long after `now` the call may start; zero when it may start at once.
   [[nodiscard]] std::chrono::milliseconds wait_after(time_point now) const noexcept {
@@ -153,6 +157,7 @@ struct RateLimiterStats {
   std::int64_t tokens_reserved = 0;  ///< tokens reserved by granted reservations (estimates)
   std::int64_t tokens_used = 0;      ///< tokens charged when settled (actual usage)
   std::int64_t tokens_released = 0;  ///< tokens given back by cancelled reservations
+  std::int64_t held_back = 0;        ///< reservations held back for calls of higher classes (Precedence)
 };
 
 /// Admits calls at the rate a provider can take, on several dimensions at once (requests and tokens per
@@ -189,11 +194,15 @@ class RateLimiter {
   RateLimiter& operator=(RateLimiter&&) = delete;
   ~RateLimiter() = default;
 
-  /// Reserves `cost` on every limited dimension at `now`. Returns a granted reservation saying when the
-  /// call may start; too_large (holding nothing) when the cost exceeds a dimension's limit; too_long
-  /// (holding nothing) when the start would be more than `max_wait` after `now`.
+  /// Reserves `cost` on every limited dimension at `now`, yielding as `precedence` says. Returns a granted
+  /// reservation saying when the call may start; too_large (holding nothing) when the cost exceeds a
+  /// dimension's limit; too_long (holding nothing) when the start would be more than `max_wait` after
+  /// `now`; held_back (holding nothing, start() when to ask again) when `precedence` may not reserve ahead
+  /// and some dimension has not `cost` free now beyond the share of its burst kept free (a cost above
+  /// what the burst leaves waits for a full bucket), or a pause holds every call.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
-                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt) noexcept {
+                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt,
+                                    const Precedence& precedence = {}) noexcept {
     Reservation reservation(cost);
     const std::int64_t now_ns = ns(now);
     const Charges charges = charges_of(cost);
@@ -205,6 +214,26 @@ class RateLimiter {
       reservation.limited_by_ = static_cast<Dimension>(i);
       ++stats_.refused;
       return reservation;  // too_large
+    }
+    if (!precedence.ahead) {
+      std::int64_t free_from = std::max(now_ns, paused_until_);
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t i = active_[k];
+        Cell& cell = cells_[i];
+        if (cell.recover(now_ns)) limits_changed();
+        if (charges[i] == 0) continue;
+        if (const std::int64_t from = cell.free_from(charges[i], precedence.kept_free); from > free_from) {
+          free_from = from;
+          reservation.limited_by_ = static_cast<Dimension>(i);
+        }
+      }
+      if (free_from > now_ns) {
+        reservation.status_ = ReservationStatus::held_back;
+        reservation.start_ = time_point{std::chrono::nanoseconds{free_from}};
+        ++stats_.held_back;
+        return reservation;
+      }
+      reservation.limited_by_.reset();
     }
     std::int64_t latest_cell = now_ns;
     for (std::size_t k = 0; k < count; ++k) {
@@ -430,6 +459,13 @@ class RateLimiter {
       const std::int64_t from = std::max(tat_, now_ns);
       tat_ = saturated_sum(from, held);
       return from + std::min<std::int64_t>(held - tolerance_, 0);
+    }
+
+    /// Returns the instant from which `units` can be taken at once leaving `kept_free` (in [0, 1)) of the
+    /// burst free: once the TAT is that far back. Taking more than the rest of the burst needs it full.
+    [[nodiscard]] std::int64_t free_from(std::int64_t units, double kept_free) const noexcept {
+      const auto usable = static_cast<std::int64_t>(static_cast<double>(tolerance_) * (1.0 - kept_free));
+      return tat_ - std::max<std::int64_t>(usable - time_of(units), 0);
     }
 
     /// Records that a reservation starts at `start_ns`.

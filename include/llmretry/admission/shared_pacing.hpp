@@ -58,10 +58,11 @@ class SharedPacing {
   SharedPacing& operator=(SharedPacing&&) = delete;
   virtual ~SharedPacing() = default;
 
-  /// Reserves `cost` at `now` (the caller's clock) as RateLimiter::reserve does, on the shared state.
-  /// Returns a reservation whose shared() is true.
+  /// Reserves `cost` at `now` (the caller's clock) as RateLimiter::reserve does, on the shared state,
+  /// yielding as `precedence` says. Returns a reservation whose shared() is true.
   [[nodiscard]] virtual Reservation reserve(const Cost& cost, time_point now,
-                                            std::optional<std::chrono::milliseconds> max_wait) = 0;
+                                            std::optional<std::chrono::milliseconds> max_wait,
+                                            const Precedence& precedence) = 0;
 
   /// Tells the end of the attempt `reservation` was made for, in one exchange: learns `end.reported`,
   /// pauses and sets back every dimension by `end.refused_for`, slows down on `end.slow_down`, then settles

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -37,17 +38,19 @@ namespace detail {
 // limit learned from rate-limit headers, U<d> the burst of a dimension only learned, R<d> its rate while
 // slowed down and C<d> when that last changed; P the end of the pause after a 429, B the end of the last
 // set-back, D the last slow-down; the counters of every process: ng granted, nr refused, nt tokens reserved,
-// nu tokens used (the estimate until settled otherwise), nx tokens given back.
+// nu tokens used (the estimate until settled otherwise), nx tokens given back, nh reservations held back.
 // ARGV[1]: "reserve", "finish" or "stats"; ARGV[2]: how long the hash outlives its last TAT (ms); ARGV[3..20]: each
 // dimension's configured limit (0: none), burst and period (µs).
-// reserve: ARGV[21..26] the cost's charge per dimension, ARGV[27] the most wait allowed (µs, -1: any).
-//   Returns {1 granted, 0 too long or 2 too large; the wait in µs; the dimension that decided or -1; then
-//   the µs of capacity held per dimension}. Takes nothing unless granted.
+// reserve: ARGV[21..26] the cost's charge per dimension, ARGV[27] the most wait allowed (µs, -1: any),
+//   ARGV[28] the share of each burst kept free in millionths for a reservation that may not reserve ahead
+//   (-1: it may). Returns {1 granted, 0 too long, 2 too large or 3 held back; the wait in µs (held back:
+//   until it may ask again); the dimension that decided or -1; then the µs of capacity held per dimension}.
+//   Takes nothing unless granted.
 // finish: ARGV[21..26] the µs held per dimension, ARGV[27..32] the charge kept per dimension, ARGV[33]
 //   "settle", "cancel" or "none"; ARGV[34..45] the reported requests, tokens, input and output windows, each
 //   limit, remaining and reset (µs), -1 when not reported; ARGV[46] a 429's wait (µs, -1: none); ARGV[47]
 //   "1" to slow down; ARGV[48] the tokens the reservation's estimate charged. Returns 1.
-// stats: returns {ng, nr, nt, nu, nx}.
+// stats: returns {ng, nr, nt, nu, nx, nh}.
 inline constexpr std::string_view pacing_script = R"lua(
 local key, op, linger = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local t = redis.call('TIME')
@@ -110,7 +113,7 @@ end
 
 local function count(field, by) set(field, (state[field] or 0) + by) end
 if op == 'stats' then
-  return {state['ng'] or 0, state['nr'] or 0, state['nt'] or 0, state['nu'] or 0, state['nx'] or 0}
+  return {state['ng'] or 0, state['nr'] or 0, state['nt'] or 0, state['nu'] or 0, state['nx'] or 0, state['nh'] or 0}
 end
 if op == 'reserve' then
   for d = 0, 5 do
@@ -119,6 +122,27 @@ if op == 'reserve' then
       count('nr', 1)
       save()
       return {2, 0, d, 0, 0, 0, 0, 0, 0}
+    end
+  end
+  local kept = arg(28)
+  if kept >= 0 then
+    local free_from, limited = math.max(now, state['P'] or now), -1
+    for d = 0, 5 do
+      local c = cells[d]
+      if c then
+        recover(c)
+        local units = arg(21 + d)
+        if units > 0 then
+          local usable = math.floor(tolerance(c) * (1000000 - kept) / 1000000)
+          local from = (state['t' .. d] or now) - math.max(usable - time_of(c, units), 0)
+          if from > free_from then free_from, limited = from, d end
+        end
+      end
+    end
+    if free_from > now then
+      count('nh', 1)
+      save()
+      return {3, free_from - now, limited, 0, 0, 0, 0, 0, 0}
     end
   end
   local start, limited, takes, held = now, -1, {}, {0, 0, 0, 0, 0, 0}
@@ -276,12 +300,14 @@ class RateLimiter final : public SharedPacing {
     linger_ = std::to_string(longest.count());
   }
 
-  /// Reserves `cost` on every limited dimension, the learned ones too. Returns a granted reservation
-  /// saying when the call may start, on the clock of `now`; too_large (holding nothing; without asking the
-  /// server when the cost exceeds a configured limit) when the cost exceeds a dimension's limit; too_long
-  /// (holding nothing) when the wait would be longer than `max_wait`. Throws redis::RedisError.
+  /// Reserves `cost` on every limited dimension, the learned ones too, yielding as `precedence` says.
+  /// Returns a granted reservation saying when the call may start, on the clock of `now`; too_large
+  /// (holding nothing; without asking the server when the cost exceeds a configured limit) when the cost
+  /// exceeds a dimension's limit; too_long (holding nothing) when the wait would be longer than `max_wait`;
+  /// held_back (holding nothing) as llmretry::RateLimiter::reserve says. Throws redis::RedisError.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
-                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt) override {
+                                    std::optional<std::chrono::milliseconds> max_wait = std::nullopt,
+                                    const Precedence& precedence = {}) override {
     using Access = llmretry::detail::ReservationAccess;
     Reservation reservation = Access::make(cost);
     const Charges charges = charges_of(cost);
@@ -295,6 +321,7 @@ class RateLimiter final : public SharedPacing {
     for (const std::int64_t charge : charges) args.push_back(std::to_string(charge));
     const bool bounded = max_wait && *max_wait < llmretry::detail::longest_wait;
     args.push_back(bounded ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1");
+    args.push_back(precedence.ahead ? "-1" : std::to_string(std::lround(precedence.kept_free * 1e6)));
     const time_point sent = this->now();
     const Reply reply = run("rate limiter reserve", args);
     const std::chrono::microseconds wait{reply[1].integer()};
@@ -308,6 +335,7 @@ class RateLimiter final : public SharedPacing {
         Access::grant(reservation, start, limited_by);
         break;
       case 2: Access::refuse(reservation, ReservationStatus::too_large, time_point{}, limited_by); break;
+      case 3: Access::refuse(reservation, ReservationStatus::held_back, start, limited_by); break;
       default: Access::refuse(reservation, ReservationStatus::too_long, start, limited_by); break;
     }
     return reservation;
@@ -331,6 +359,7 @@ class RateLimiter final : public SharedPacing {
     stats.tokens_reserved = reply[2].integer();
     stats.tokens_used = reply[3].integer();
     stats.tokens_released = reply[4].integer();
+    stats.held_back = reply[5].integer();
     return stats;
   }
 

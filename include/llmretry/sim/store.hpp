@@ -31,18 +31,19 @@ class ModelledStore final : public SharedPacing {
       : limiter_(limits), now_(&now), round_trip_(round_trip) {}
 
   /// Reserves `cost` on the store as RateLimiter::reserve does, at most `max_wait` on the store. Returns a
-  /// reservation whose shared() is true, starting (granted) or meant to start (too_long) a round trip after
-  /// the store's start, on the clock of `now`.
-  [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
-                                    std::optional<std::chrono::milliseconds> max_wait) override {
+  /// reservation whose shared() is true, starting (granted), meant to start (too_long) or to ask again
+  /// (held_back) a round trip after the store's start, on the clock of `now`.
+  [[nodiscard]] Reservation reserve(const Cost& cost, time_point now, std::optional<std::chrono::milliseconds> max_wait,
+                                    const Precedence& precedence = {}) override {
     using Access = detail::ReservationAccess;
     const time_point at = exchange();
-    Reservation reservation = limiter_.reserve(cost, at, max_wait);
+    Reservation reservation = limiter_.reserve(cost, at, max_wait, precedence);
     Access::mark_shared(reservation, true);
     const time_point start = now + round_trip_ + (reservation.start() - at);
     if (reservation.granted()) Access::grant(reservation, start, reservation.limited_by());
-    else if (reservation.status() == ReservationStatus::too_long)
-      Access::refuse(reservation, ReservationStatus::too_long, start, reservation.limited_by());
+    else if (reservation.status() == ReservationStatus::too_long ||
+             reservation.status() == ReservationStatus::held_back)
+      Access::refuse(reservation, reservation.status(), start, reservation.limited_by());
     return reservation;
   }
 
