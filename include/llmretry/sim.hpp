@@ -9,6 +9,7 @@
 #include "sim/hedging.hpp"
 #include "sim/hosts.hpp"
 #include "sim/pacing.hpp"
+#include "sim/priorities.hpp"
 #include "sim/provider.hpp"
 #include "sim/random.hpp"
 #include "sim/report.hpp"

@@ -173,6 +173,7 @@ struct Options {
   bool pacing = false;                      ///< --scenario pacing: the admission comparison instead of runs
   bool fleet = false;                       ///< --scenario fleet: the many-calls comparison instead of runs
   bool hedging = false;                     ///< --scenario hedging: the hedging comparison instead of runs
+  bool priorities = false;                  ///< --scenario priorities: interactive calls and a batch on one quota
   std::optional<sim::HostsScenario> hosts;  ///< --scenario hosts: the fleet of hosts instead of runs
   std::int64_t seeds = 50;
   bool table = false;
@@ -264,9 +265,11 @@ Options parse(int argc, char** argv) {
     options.pacing = value == "pacing";
     options.fleet = value == "fleet";
     options.hedging = value == "hedging";
+    options.priorities = value == "priorities";
     if (value == "hosts") options.hosts = scenarios::hosts();
     else options.hosts.reset();
-    if (!options.pacing && !options.fleet && !options.hedging && !options.hosts) options.runs = scenario_runs(value);
+    if (!options.pacing && !options.fleet && !options.hedging && !options.priorities && !options.hosts)
+      options.runs = scenario_runs(value);
   });
   std::vector<std::function<void(sim::HostsScenario&)>> host_edits;
   value_option("--hosts", [&](const std::string& value) {
@@ -483,6 +486,26 @@ void show_hedging(const sim::HedgingScenario& scenario) {
   sim::write_hedging_table(std::cout, sim::simulate_hedging(scenario, false), sim::simulate_hedging(scenario, true));
 }
 
+/// Prints interactive calls and a batch on one quota, first come first served and under priorities.
+void show_priorities(std::uint64_t seed) {
+  std::vector<std::pair<std::string, sim::PriorityTotals>> rows;
+  for (const bool priorities : {false, true}) {
+    sim::PriorityScenario s = sim::interactive_and_batch(priorities);
+    s.seed = seed;
+    rows.emplace_back(priorities ? "priorities" : "first come", sim::simulate_priorities(s));
+  }
+  const sim::PriorityScenario s = sim::interactive_and_batch(true);
+  std::cout << "== one deployment: " << s.provider.requests->capacity << " requests and " << s.provider.tokens->capacity
+            << " tokens a second, " << sim::seconds(s.provider.latency) << " s per answer; calls of "
+            << s.prompt_tokens + s.max_tokens << " tokens (" << rows.front().second.capacity_rate
+            << " a second at most); interactive calls every " << sim::seconds(s.interactive_mean_gap)
+            << " s on average; " << s.batch_calls << " batch calls, " << s.batch_workers << " workers, from "
+            << sim::seconds(s.batch_start) << " s; seed " << seed
+            << " ==\nbatch calls Priority::batch (half of each burst kept for interactive calls) or all interactive; "
+               "virtual time\n";
+  sim::write_priority_table(std::cout, rows);
+}
+
 /// Prints the fleet of hosts under each way of pacing.
 void show_hosts(const sim::HostsScenario& scenario) {
   std::vector<std::pair<std::string, sim::HostsTotals>> rows;
@@ -531,6 +554,10 @@ int main(int argc, char** argv) {
     }
     if (options.hosts) {
       show_hosts(*options.hosts);
+      return 0;
+    }
+    if (options.priorities) {
+      show_priorities(options.runs.front().scenario.seed);
       return 0;
     }
     std::vector<sim::RunResult> results;
