@@ -174,3 +174,65 @@ TEST_CASE("A held-back wait beyond max_queue_wait or the deadline is refused, no
   CHECK(sent == 0);
   CHECK(stats.stopped == StopReason::no_capacity);
 }
+
+TEST_CASE("A tenant past what it is owed uses only what the others leave: its backlog never delays them",
+          "[priority][tenant]") {
+  RateLimiter limiter(ten_at_once());
+  Precedence a;
+  a.tenant = "tenant-a";
+  int granted = 0;
+  for (int i = 0; i < 30; ++i) {
+    const Reservation r = limiter.reserve(Cost{}, t0, std::nullopt, a);
+    if (r.granted()) ++granted;
+    else CHECK(r.status() == ReservationStatus::held_back);
+  }
+  CHECK(granted == 11);  // up to one burst ahead of what it is owed (10 now, one in line), then held back
+  Precedence b;
+  b.tenant = "tenant-b";
+  CHECK(limiter.reserve(Cost{}, t0, std::nullopt, b).start() == t0 + 200ms);  // not behind nineteen of a's
+  // Without tenants, the thirty queue ahead: first come, first served.
+  RateLimiter alone(ten_at_once());
+  for (int i = 0; i < 30; ++i) (void)alone.reserve(Cost{}, t0);
+  CHECK(alone.reserve(Cost{}, t0).start() == t0 + 2100ms);
+}
+
+TEST_CASE("A tenant's weight sets its share; past the window it starts afresh", "[priority][tenant]") {
+  RateLimiter limiter(ten_at_once());
+  Precedence heavy;
+  heavy.tenant = "heavy";
+  heavy.weight = 3;
+  Precedence light;
+  light.tenant = "light";
+  (void)limiter.reserve(Cost{}, t0, std::nullopt, light);  // both count from now on
+  // Owed three quarters: each unit moves it 100 ms x 4/3 ahead: 8 before it passes its one-second allowance.
+  int granted = 0;
+  for (int i = 0; i < 20; ++i) granted += limiter.reserve(Cost{}, t0, std::nullopt, heavy).granted() ? 1 : 0;
+  CHECK(granted == 8);
+  // Eleven seconds later both lapsed: heavy reserves in line again.
+  for (int i = 0; i < 10; ++i) CHECK(limiter.reserve(Cost{}, t0 + 11s, std::nullopt, heavy).granted());
+}
+
+TEST_CASE("Tenants beyond max_tenants share one account", "[priority][tenant]") {
+  TenantShares shares;
+  shares.max_tenants = 1;
+  RateLimiter limiter(ten_at_once(), shares);
+  Precedence first;
+  first.tenant = "first";
+  (void)limiter.reserve(Cost{}, t0, std::nullopt, first);
+  Precedence second;
+  second.tenant = "second";
+  Precedence third;
+  third.tenant = "third";
+  int granted = 0;  // second and third share "other": one allowance between them
+  for (int i = 0; i < 10; ++i) {
+    granted += limiter.reserve(Cost{}, t0, std::nullopt, second).granted() ? 1 : 0;
+    granted += limiter.reserve(Cost{}, t0, std::nullopt, third).granted() ? 1 : 0;
+  }
+  CHECK(granted < 10);
+  TenantShares bad;
+  bad.max_tenants = 0;
+  CHECK_THROWS_AS(RateLimiter(Limits{}, bad), std::invalid_argument);
+  bad = TenantShares{};
+  bad.past_share_kept_free = 1.0;
+  CHECK_THROWS_AS(RateLimiter(Limits{}, bad), std::invalid_argument);
+}

@@ -55,3 +55,18 @@ TEST_CASE("The priorities scenario repeats exactly and refuses what makes no sen
   bad.interactive_mean_gap = 0ms;
   CHECK_THROWS_AS(sim::simulate_priorities(bad), std::invalid_argument);
 }
+
+TEST_CASE("A tenant sending ten times another's rate does not lengthen the other's waits", "[sim][tenant]") {
+  const sim::TenantTotals alone = sim::simulate_tenants(sim::two_tenants(false, true));
+  const sim::TenantTotals first_come = sim::simulate_tenants(sim::two_tenants(true, false));
+  const sim::TenantTotals shared = sim::simulate_tenants(sim::two_tenants(true, true));
+  std::ostringstream table;
+  sim::write_tenant_table(table, {{"b alone", alone}, {"first come", first_come}, {"tenants", shared}});
+  INFO(table.str());
+  CHECK(shared.light.calls > 600);
+  CHECK(shared.light.p95 <= alone.light.p95 * 15 / 10);  // the target: within 1.5x of alone
+  CHECK(shared.light.refused == 0);
+  CHECK(first_come.light.p95 > 10 * (alone.light.p95 + 100ms));
+  // The heavy tenant still gets what b leaves: the limits' 18.75 a second less b's 2.5, over five minutes.
+  CHECK(shared.heavy_served > 4'000);
+}

@@ -211,3 +211,22 @@ TEST_CASE("redis rate limiter: a lower class takes what is free beyond the share
   CHECK(stats.held_back == 1);
   CHECK(stats.granted == 11);
 }
+
+TEST_CASE("redis rate limiter: a tenant past what it is owed is held back, another one's call is not queued behind",
+          "[redis][rate_limiter][tenant]") {
+  Fixture f;
+  llmretry::redis::RateLimiter limiter(f.connection, "tenants",
+                                       only(Dimension::requests_per_minute, per_hour(360, 10)));
+  llmretry::Precedence a;
+  a.tenant = "tenant-a";
+  int granted = 0;
+  for (int i = 0; i < 30; ++i) granted += limiter.reserve(Cost{}, t0, std::nullopt, a).granted() ? 1 : 0;
+  CHECK(granted == 11);  // up to one burst ahead of what it is owed, then held back
+  llmretry::Precedence b;
+  b.tenant = "tenant-b";
+  const auto r = limiter.reserve(Cost{}, t0, std::nullopt, b);
+  REQUIRE(r.granted());
+  INFO(r.wait_after(t0).count() << " ms");
+  CHECK(about(r.wait_after(t0), 20s));  // behind a's one in line, not nineteen more
+  CHECK(limiter.stats().held_back == 19);
+}

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "common/command_line.hpp"
@@ -504,6 +505,19 @@ void show_priorities(std::uint64_t seed) {
             << " ==\nbatch calls Priority::batch (half of each burst kept for interactive calls) or all interactive; "
                "virtual time\n";
   sim::write_priority_table(std::cout, rows);
+  std::vector<std::pair<std::string, sim::TenantTotals>> tenants;
+  for (const auto& [title, heavy, shared] :
+       {std::tuple{"b alone", false, true}, std::tuple{"first come", true, false}, std::tuple{"tenants", true, true}}) {
+    sim::TenantScenario t = sim::two_tenants(heavy, shared);
+    t.seed = seed;
+    tenants.emplace_back(title, sim::simulate_tenants(t));
+  }
+  const sim::TenantScenario t = sim::two_tenants(true, true);
+  std::cout << "\n== the same deployment, two tenants' interactive calls for " << sim::seconds(t.duration)
+            << " s: a every " << sim::seconds(t.heavy_mean_gap) << " s on average, b every "
+            << sim::seconds(t.light_mean_gap) << " s, at most " << t.in_progress
+            << " under way each; b alone, both first come first served, both as tenants of weight 1 ==\n";
+  sim::write_tenant_table(std::cout, tenants);
 }
 
 /// Prints the fleet of hosts under each way of pacing.

@@ -83,6 +83,9 @@ struct DeploymentOptions {
   /// What calls of each Priority leave to the classes above (pace(estimate, priority)). Every process
   /// that shares one pacing state should give it the same.
   PriorityOptions priorities;
+  /// How capacity is shared out between the tenants of pace(estimate, priority, tenant): by this process's
+  /// limiter (a shared pacing state has its own, such as redis::RateLimiter's).
+  TenantShares tenants;
 };
 
 /// One deployment's pacing, shared by every call to it: a RateLimiter (requests and tokens per minute,
@@ -98,7 +101,7 @@ class Deployment {
   /// Throws std::invalid_argument naming the field when a limit or the concurrency makes no sense.
   explicit Deployment(DeploymentOptions options)
       : options_(std::move(options)),
-        limiter_(options_.limits),
+        limiter_(options_.limits, options_.tenants),
         concurrency_(options_.concurrency ? std::make_unique<ConcurrencyLimit>(*options_.concurrency) : nullptr) {
     if (options_.max_queue_wait && *options_.max_queue_wait < std::chrono::milliseconds::zero())
       detail::throw_invalid_argument("DeploymentOptions::max_queue_wait must not be negative");
@@ -184,9 +187,11 @@ class Deployment {
   }
 
   class Pacing;
-  /// Returns the guard that paces one call of estimated cost `estimate` (see estimate_cost) and class
-  /// `priority` through this deployment: pass it to call_with_retry. The deployment must outlive it.
-  [[nodiscard]] Pacing pace(const Cost& estimate, Priority priority = Priority::interactive) noexcept;
+  /// Returns the guard that paces one call of estimated cost `estimate`, class `priority` and `tenant` of
+  /// `weight` (empty: none; see Precedence::tenant) through this deployment: pass it to call_with_retry.
+  /// The deployment must outlive it.
+  [[nodiscard]] Pacing pace(const Cost& estimate, Priority priority = Priority::interactive,
+                            std::string_view tenant = {}, double weight = 1.0);
 
  private:
   /// Runs `exchange` with the shared state. Returns false, the failure counted, when it threw.
@@ -249,20 +254,24 @@ class Deployment::Pacing {
     /// What a held-back attempt asks again with.
     struct Hold {
       Cost estimate;
-      Precedence precedence;  ///< how it yields until `promoted`
-      time_point admitted;    ///< when it was first held back
-      time_point ask_at;      ///< when asking again may find capacity
-      time_point promoted;    ///< from when it reserves as an interactive call
+      Precedence precedence;  ///< how it yields until `promoted`, its tenant in `tenant`
+      std::string tenant;
+      time_point admitted;  ///< when it was first held back
+      time_point ask_at;    ///< when asking again may find capacity
+      time_point promoted;  ///< from when it reserves as an interactive call
     };
 
     Ticket(Deployment& deployment, Reservation reservation, std::optional<std::chrono::milliseconds> slot_wait,
            std::optional<Hold> hold = std::nullopt)
-        : deployment_(&deployment), reservation_(std::move(reservation)), slot_wait_(slot_wait), hold_(hold) {}
+        : deployment_(&deployment),
+          reservation_(std::move(reservation)),
+          slot_wait_(slot_wait),
+          hold_(std::move(hold)) {}
     Ticket(Ticket&& other) noexcept
         : deployment_(other.deployment_),
           reservation_(std::move(other.reservation_)),
           slot_wait_(other.slot_wait_),
-          hold_(other.hold_),
+          hold_(std::move(other.hold_)),
           slot_(std::exchange(other.slot_, false)),
           line_(std::move(other.line_)) {}
     Ticket& operator=(Ticket&&) = delete;
@@ -350,8 +359,10 @@ class Deployment::Pacing {
       const StopReason reason = reason_for_wait(attempt.time_left, queue_left);
       if (!reservation_.open()) {
         if (now < hold.ask_at) return held(hold.ask_at, now, bound, reason);
-        Reservation again =
-            deployment_->reserve(hold.estimate, now, bound, now >= hold.promoted ? Precedence{} : hold.precedence);
+        Precedence precedence = hold.precedence;
+        if (now >= hold.promoted) precedence.kept_free = 0, precedence.ahead = true;
+        precedence.tenant = hold.tenant;
+        Reservation again = deployment_->reserve(hold.estimate, now, bound, precedence);
         if (again.status() == ReservationStatus::held_back) {
           hold.ask_at = std::min(again.start(), hold.promoted);
           if (!bound || hold.ask_at - now <= *bound) return held(hold.ask_at, now, bound, reason);
@@ -416,10 +427,14 @@ class Deployment::Pacing {
     std::unique_ptr<Line> line_;  ///< set while it waits in line
   };
 
-  Pacing(Deployment& deployment, const Cost& estimate, Priority priority = Priority::interactive) noexcept
+  Pacing(Deployment& deployment, const Cost& estimate, Priority priority = Priority::interactive,
+         std::string_view tenant = {}, double weight = 1.0)
       : deployment_(&deployment),
         estimate_(estimate),
-        precedence_(deployment.options().priorities.precedence(priority)) {}
+        precedence_(deployment.options().priorities.precedence(priority)),
+        tenant_(tenant) {
+    precedence_.weight = weight;
+  }
 
   /// Reserves the estimate for the attempt. Returns the ticket and the wait until capacity comes, or the
   /// refusal: no_capacity for a cost above a limit or a wait beyond max_queue_wait, deadline for a wait
@@ -428,14 +443,17 @@ class Deployment::Pacing {
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
     const time_point now = deployment_->now();
     const DeploymentOptions& options = deployment_->options();
-    const bool promoted = options.priorities.longest_hold <= std::chrono::milliseconds::zero();
-    Reservation reservation =
-        deployment_->reserve(estimate_, now, attempt.hedge ? std::chrono::milliseconds::zero() : attempt.time_left,
-                             promoted ? Precedence{} : precedence_);
+    Precedence precedence = precedence_;
+    if (options.priorities.longest_hold <= std::chrono::milliseconds::zero())
+      precedence.kept_free = 0, precedence.ahead = true;  // never held back for a class
+    precedence.tenant = tenant_;
+    Reservation reservation = deployment_->reserve(
+        estimate_, now, attempt.hedge ? std::chrono::milliseconds::zero() : attempt.time_left, precedence);
     if (reservation.status() == ReservationStatus::held_back && !attempt.hedge) {
       const time_point until = now + options.priorities.longest_hold;
-      const Ticket::Hold hold{estimate_, precedence_, now, std::min(reservation.start(), until), until};
-      return Admission<Ticket>::go(Ticket{*deployment_, std::move(reservation), options.max_queue_wait, hold});
+      Ticket::Hold hold{estimate_, precedence_, tenant_, now, std::min(reservation.start(), until), until};
+      return Admission<Ticket>::go(
+          Ticket{*deployment_, std::move(reservation), options.max_queue_wait, std::move(hold)});
     }
     if (!reservation.granted())
       return Admission<Ticket>::refuse(
@@ -449,11 +467,13 @@ class Deployment::Pacing {
  private:
   Deployment* deployment_;
   Cost estimate_;
-  Precedence precedence_;
+  Precedence precedence_;  ///< its class's, and the tenant's weight
+  std::string tenant_;
 };
 
-inline Deployment::Pacing Deployment::pace(const Cost& estimate, Priority priority) noexcept {
-  return Pacing{*this, estimate, priority};
+inline Deployment::Pacing Deployment::pace(const Cost& estimate, Priority priority, std::string_view tenant,
+                                           double weight) {
+  return Pacing{*this, estimate, priority, tenant, weight};
 }
 
 LLMRETRY_END_NAMESPACE

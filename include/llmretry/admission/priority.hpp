@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string_view>
 
 #include "../detail/config.hpp"
 #include "../version.hpp"
@@ -32,14 +33,60 @@ enum class Priority : std::uint8_t {
   return "unknown";
 }
 
-/// How one reservation yields to others: the share of every dimension's burst it leaves free, in [0, 1).
-/// Zero with `ahead` true: an interactive reservation, which may start later than now (in line).
+/// How one reservation yields to others: the share of every dimension's burst it leaves free, in [0, 1)
+/// (zero with `ahead` true: an interactive reservation, which may start later than now, in line); and the
+/// tenant it is for, whose reservations are held to its share of the capacity while others want theirs.
 struct Precedence {
   /// The share of each dimension's burst this reservation leaves free for calls of higher classes.
   double kept_free = 0.0;
   /// True: it may reserve capacity that frees up later (in line); false: only what is free now beyond
   /// `kept_free`, else it is held back.
   bool ahead = true;
+  /// The tenant (empty: none): among the tenants that reserved within TenantShares::window, each is
+  /// owed capacity in proportion to its `weight`. A tenant past what it is owed (by more than one burst)
+  /// yields as a batch call does (TenantShares::past_share_kept_free, never ahead): it uses what the
+  /// others leave, and theirs are not delayed by its backlog.
+  std::string_view tenant;
+  double weight = 1.0;  ///< the tenant's weight, in (0, 1000]
+};
+
+namespace detail {
+
+/// Returns a 64-bit hash of a tenant's name (FNV-1a), never 0.
+[[nodiscard]] constexpr std::uint64_t tenant_hash(std::string_view tenant) noexcept {
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const char c : tenant) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return hash == 0 ? 1 : hash;
+}
+
+/// Returns a tenant's `weight` in thousandths, within [1, 1,000,000] (not a number: 1).
+[[nodiscard]] constexpr std::int64_t weight_in_thousandths(double weight) noexcept {
+  if (!(weight > 0.001)) return 1;
+  if (!(weight < 1000.0)) return 1'000'000;
+  return static_cast<std::int64_t>(weight * 1000.0);
+}
+
+}  // namespace detail
+
+/// How capacity is shared out between tenants.
+struct TenantShares {
+  /// A tenant counts in the sharing while it reserved within this window.
+  std::chrono::milliseconds window{std::chrono::seconds{10}};
+  /// The share of each dimension's burst a tenant past what it is owed leaves free for the others.
+  double past_share_kept_free = 0.5;
+  /// The most tenants tracked at once; the others share one entry ("other").
+  int max_tenants = 64;
+
+  /// Throws std::invalid_argument naming the field when the window is not positive, the share is outside
+  /// [0, 1) or max_tenants is outside [1, 1000].
+  void validate() const {
+    if (window <= std::chrono::milliseconds::zero())
+      detail::throw_invalid_argument("TenantShares::window must be positive");
+    if (!(past_share_kept_free >= 0.0 && past_share_kept_free < 1.0))
+      detail::throw_invalid_argument("TenantShares::past_share_kept_free must be in [0, 1)");
+    if (max_tenants < 1 || max_tenants > 1000)
+      detail::throw_invalid_argument("TenantShares::max_tenants must be in [1, 1000]");
+  }
 };
 
 /// What each class leaves to the ones above it, and how a held-back call is kept from starving.
@@ -65,12 +112,11 @@ struct PriorityOptions {
 
   /// Returns how a reservation of `priority` yields.
   [[nodiscard]] constexpr Precedence precedence(Priority priority) const noexcept {
-    switch (priority) {
-      case Priority::interactive: break;
-      case Priority::standard: return Precedence{standard_kept_free, false};
-      case Priority::batch: return Precedence{batch_kept_free, false};
-    }
-    return Precedence{};
+    Precedence yields;
+    if (priority == Priority::interactive) return yields;
+    yields.kept_free = priority == Priority::standard ? standard_kept_free : batch_kept_free;
+    yields.ahead = false;
+    return yields;
   }
 };
 

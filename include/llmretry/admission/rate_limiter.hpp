@@ -9,7 +9,9 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "../detail/saturate.hpp"
 #include "../detail/spin_lock.hpp"
@@ -169,7 +171,8 @@ struct RateLimiterStats {
 /// levels (learn), a deployment-wide pause after a 429 (pause_until), and a multiplicative slow-down
 /// for providers that report nothing (slow_down).
 /// Thread-safe: every operation holds one lock for its whole length, so that each sees and leaves all the
-/// limits and levels of every dimension together. Allocates nothing; reads no clock (every call takes `now`).
+/// limits and levels of every dimension together. Allocates only when made (the tenants' accounts); reads no
+/// clock (every call takes `now`).
 class RateLimiter {
  public:
   using time_point = std::chrono::steady_clock::time_point;
@@ -181,10 +184,13 @@ class RateLimiter {
   /// The least time between two slow-downs, so that a burst of 429s from one overload counts once.
   static constexpr std::chrono::seconds slow_down_interval{1};
 
-  /// A limiter with `limits`; a dimension left unset is not paced until learn() reports a limit for it.
-  /// Throws std::invalid_argument naming the dimension and field when a limit makes no sense.
-  explicit RateLimiter(const Limits& limits = {}) {
+  /// A limiter with `limits`, sharing capacity between tenants as `shares` says; a dimension left unset is
+  /// not paced until learn() reports a limit for it. Throws std::invalid_argument naming the dimension and
+  /// field when a limit or a share makes no sense.
+  explicit RateLimiter(const Limits& limits = {}, const TenantShares& shares = {}) : shares_(shares) {
     limits.validate();
+    shares.validate();
+    tenants_.resize(static_cast<std::size_t>(shares.max_tenants) + 1);  // the last one: "other"
     for (std::size_t i = 0; i < dimension_count; ++i)
       if (limits.by_dimension[i]) configure(i, *limits.by_dimension[i]);
   }
@@ -199,10 +205,11 @@ class RateLimiter {
   /// dimension's limit; too_long (holding nothing) when the start would be more than `max_wait` after
   /// `now`; held_back (holding nothing, start() when to ask again) when `precedence` may not reserve ahead
   /// and some dimension has not `cost` free now beyond the share of its burst kept free (a cost above
-  /// what the burst leaves waits for a full bucket), or a pause holds every call.
+  /// what the burst leaves waits for a full bucket), or a pause holds every call. A reservation for a
+  /// tenant past what it is owed yields as Precedence::tenant says.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt,
-                                    const Precedence& precedence = {}) noexcept {
+                                    Precedence precedence = {}) noexcept {
     Reservation reservation(cost);
     const std::int64_t now_ns = ns(now);
     const Charges charges = charges_of(cost);
@@ -214,6 +221,18 @@ class RateLimiter {
       reservation.limited_by_ = static_cast<Dimension>(i);
       ++stats_.refused;
       return reservation;  // too_large
+    }
+    TenantEntry* tenant = nullptr;
+    std::int64_t owed_weight = 0;  // thousandths, every tenant counted in the sharing
+    if (!precedence.tenant.empty()) {
+      tenant = &tenant_entry(precedence.tenant, detail::weight_in_thousandths(precedence.weight), now_ns, owed_weight);
+      std::int64_t burst_time = 0;
+      for (std::size_t k = 0; k < count; ++k)
+        if (charges[active_[k]] > 0) burst_time = std::max(burst_time, cells_[active_[k]].tolerance());
+      if (tenant->owed_from > saturated_sum(now_ns, burst_time)) {  // past its share
+        precedence.ahead = false;
+        precedence.kept_free = std::max(precedence.kept_free, shares_.past_share_kept_free);
+      }
     }
     if (!precedence.ahead) {
       std::int64_t free_from = std::max(now_ns, paused_until_);
@@ -258,6 +277,15 @@ class RateLimiter {
       reservation.status_ = ReservationStatus::too_long;
       ++stats_.refused;
       return reservation;
+    }
+    if (tenant != nullptr) {
+      std::int64_t cost_time = 0;  // the capacity taken on its tightest dimension
+      for (std::size_t k = 0; k < count; ++k) cost_time = std::max(cost_time, reservation.held_[active_[k]]);
+      const std::int64_t weight = detail::weight_in_thousandths(precedence.weight);
+      tenant->owed_from =
+          saturated_sum(std::max(tenant->owed_from, now_ns), detail::mul_div_up(cost_time, owed_weight, weight));
+      tenant->last = now_ns;
+      tenant->weight = weight;
     }
     reservation.status_ = ReservationStatus::granted;
     reservation.generation_ = generation_.load(std::memory_order_relaxed);
@@ -461,6 +489,9 @@ class RateLimiter {
       return from + std::min<std::int64_t>(held - tolerance_, 0);
     }
 
+    /// Returns the time a full burst takes to refill.
+    [[nodiscard]] std::int64_t tolerance() const noexcept { return tolerance_; }
+
     /// Returns the instant from which `units` can be taken at once leaving `kept_free` (in [0, 1)) of the
     /// burst free: once the TAT is that far back. Taking more than the rest of the burst needs it full.
     [[nodiscard]] std::int64_t free_from(std::int64_t units, double kept_free) const noexcept {
@@ -553,6 +584,45 @@ class RateLimiter {
   /// The lock: a spin on one atomic flag, yielding the processor when the holder does not let go soon.
   using Guard = std::lock_guard<detail::SpinLock>;
 
+  /// A tenant's account: how far ahead of now what it reserved puts it, at its owed share of the capacity.
+  struct TenantEntry {
+    std::uint64_t key = 0;             ///< a hash of its name; 0: unused
+    std::int64_t owed_from = no_time;  ///< from when it is owed capacity again
+    std::int64_t last = no_time;       ///< when it last reserved
+    std::int64_t weight = 1000;        ///< thousandths
+  };
+
+  /// Returns the account of tenant `name` of `weight` at `now_ns` (taking a free or lapsed one, or the
+  /// shared "other" when max_tenants are counted) and sets `owed_weight` to the weights of every tenant
+  /// counted, this one included. Requires the lock.
+  TenantEntry& tenant_entry(std::string_view name, std::int64_t weight, std::int64_t now_ns,
+                            std::int64_t& owed_weight) noexcept {
+    const std::uint64_t key = detail::tenant_hash(name);
+    const std::int64_t lapsed = now_ns - std::chrono::nanoseconds{shares_.window}.count();
+    TenantEntry* found = nullptr;
+    TenantEntry* free = nullptr;
+    owed_weight = 0;
+    for (std::size_t t = 0; t + 1 < tenants_.size(); ++t) {
+      TenantEntry& entry = tenants_[t];
+      if (entry.key != 0 && entry.last < lapsed) entry = TenantEntry{};
+      if (entry.key == key) found = &entry;
+      if (entry.key == 0 && free == nullptr) free = &entry;
+      if (entry.key != 0) owed_weight += entry.weight;
+    }
+    TenantEntry& other = tenants_.back();
+    if (other.key != 0 && other.last < lapsed) other = TenantEntry{};
+    if (other.key != 0) owed_weight += other.weight;
+    if (found == nullptr) {
+      found = free != nullptr ? free : &other;
+      if (found->key == 0) {
+        found->key = found == &other ? 1 : key;
+        found->weight = weight;
+        owed_weight += weight;
+      }
+    }
+    return *found;
+  }
+
   /// Paces dimension `i` with `limit` from now on (it is not paced yet).
   void configure(std::size_t i, const Limit& limit) noexcept {
     cells_[i].configure(limit);
@@ -617,6 +687,8 @@ class RateLimiter {
   std::int64_t last_slow_down_ = no_time;
   std::int64_t set_back_until_ = no_time;
   std::array<Cell, dimension_count> cells_;
+  TenantShares shares_;
+  std::vector<TenantEntry> tenants_;                      ///< max_tenants accounts, then "other"
   alignas(64) std::atomic<std::uint64_t> generation_{0};  ///< one more at each change of the limits
   alignas(64) std::atomic<std::int64_t> tokens_used_{0};
 };

@@ -43,7 +43,11 @@ namespace detail {
 // dimension's configured limit (0: none), burst and period (µs).
 // reserve: ARGV[21..26] the cost's charge per dimension, ARGV[27] the most wait allowed (µs, -1: any),
 //   ARGV[28] the share of each burst kept free in millionths for a reservation that may not reserve ahead
-//   (-1: it may). Returns {1 granted, 0 too long, 2 too large or 3 held back; the wait in µs (held back:
+//   (-1: it may); ARGV[29] the tenant ('' none: its account is the fields a:<tenant> from when it is owed
+//   capacity again, l:<tenant> when it last reserved, w:<tenant> its weight), ARGV[30] its weight in
+//   thousandths, ARGV[31] the window in µs within which a tenant counts, ARGV[32] the share of each burst kept
+//   free by a tenant past its share in millionths, ARGV[33] the most tenants counted (others: "other").
+//   Returns {1 granted, 0 too long, 2 too large or 3 held back; the wait in µs (held back:
 //   until it may ask again); the dimension that decided or -1; then the µs of capacity held per dimension}.
 //   Takes nothing unless granted.
 // finish: ARGV[21..26] the µs held per dimension, ARGV[27..32] the charge kept per dimension, ARGV[33]
@@ -125,6 +129,35 @@ if op == 'reserve' then
     end
   end
   local kept = arg(28)
+  local tenant, weight, owed, account = ARGV[29], arg(30), 0, nil
+  if tenant ~= '' then
+    local lapsed, counted, seen = now - arg(31), 0, false
+    for field, value in pairs(state) do
+      if string.sub(field, 1, 2) == 'l:' then
+        local name = string.sub(field, 3)
+        if value < lapsed then
+          redis.call('HDEL', key, 'a:' .. name, 'l:' .. name, 'w:' .. name)
+          state['a:' .. name], state['w:' .. name] = nil, nil
+        else
+          counted = counted + 1
+          owed = owed + (state['w:' .. name] or 1000)
+          if name == tenant then seen = true end
+        end
+      end
+    end
+    if not seen and counted >= arg(33) and tenant ~= 'other' then
+      tenant = 'other'
+      seen = state['l:other'] ~= nil and state['l:other'] >= lapsed
+    end
+    if not seen then owed = owed + weight end
+    account = state['a:' .. tenant] or now
+    local burst_time = 0
+    for d = 0, 5 do
+      local c = cells[d]
+      if c and arg(21 + d) > 0 then burst_time = math.max(burst_time, tolerance(c)) end
+    end
+    if account > now + burst_time then kept = math.max(kept, arg(32)) end
+  end
   if kept >= 0 then
     local free_from, limited = math.max(now, state['P'] or now), -1
     for d = 0, 5 do
@@ -174,6 +207,13 @@ if op == 'reserve' then
   for _, take in ipairs(takes) do
     set('t' .. take[1], take[2])
     set('s' .. take[1], math.max(state['s' .. take[1]] or take[3], take[3]))
+  end
+  if account then
+    local taken = 0
+    for d = 1, 6 do taken = math.max(taken, held[d]) end
+    set('a:' .. tenant, math.max(account, now) + math.ceil(taken * owed / weight))
+    set('l:' .. tenant, now)
+    set('w:' .. tenant, weight)
   end
   save()
   return {1, start - now, limited, held[1], held[2], held[3], held[4], held[5], held[6]}
@@ -279,12 +319,16 @@ class RateLimiter final : public SharedPacing {
   /// The limiter `name` on `connection` (which must outlive it) with `limits`; its guards and the round trip
   /// of a reserve read `clock` (empty: the real one). Throws std::invalid_argument naming the dimension and
   /// field when a limit makes no sense (Limits::validate).
-  RateLimiter(Connection& connection, std::string_view name, const Limits& limits, Clock clock = {})
+  RateLimiter(Connection& connection, std::string_view name, const Limits& limits, Clock clock = {},
+              const TenantShares& shares = {})
       : connection_(connection),
         key_(connection.options().prefix + "limit:{" + std::string(name) + "}"),
         limits_(limits),
         clock_(std::move(clock)) {
     limits_.validate();
+    shares.validate();
+    shares_ = {std::to_string(std::chrono::microseconds{shares.window}.count()),
+               std::to_string(std::lround(shares.past_share_kept_free * 1e6)), std::to_string(shares.max_tenants)};
     std::chrono::milliseconds longest{0};
     for (std::size_t i = 0; i < dimension_count; ++i) {
       const std::optional<Limit>& limit = limits_.by_dimension[i];
@@ -322,6 +366,9 @@ class RateLimiter final : public SharedPacing {
     const bool bounded = max_wait && *max_wait < llmretry::detail::longest_wait;
     args.push_back(bounded ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1");
     args.push_back(precedence.ahead ? "-1" : std::to_string(std::lround(precedence.kept_free * 1e6)));
+    args.push_back(precedence.tenant.empty() ? std::string() : tenant_field(precedence.tenant));
+    args.push_back(std::to_string(llmretry::detail::weight_in_thousandths(precedence.weight)));
+    args.insert(args.end(), shares_.begin(), shares_.end());
     const time_point sent = this->now();
     const Reply reply = run("rate limiter reserve", args);
     const std::chrono::microseconds wait{reply[1].integer()};
@@ -420,6 +467,16 @@ class RateLimiter final : public SharedPacing {
     (void)run(operation, args);
   }
 
+  /// Returns the name of `tenant`'s fields: a hash of it (16 hexadecimal digits), so that a client key
+  /// given as the tenant never reaches Redis.
+  [[nodiscard]] static std::string tenant_field(std::string_view tenant) {
+    std::uint64_t hash = llmretry::detail::tenant_hash(tenant);
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string field(16, '0');
+    for (int i = 15; i >= 0; --i, hash >>= 4) field[static_cast<std::size_t>(i)] = digits[hash & 15U];
+    return field;
+  }
+
   /// Returns the script's first arguments: the operation, the linger and the configured limits.
   [[nodiscard]] std::vector<std::string> header(const char* operation) const {
     std::vector<std::string> args{operation, linger_};
@@ -436,6 +493,7 @@ class RateLimiter final : public SharedPacing {
   Limits limits_;
   std::vector<std::string> configured_;  ///< each dimension's limit, burst and period (µs), "0" when unset
   std::string linger_;                   ///< the longest period in ms: how long the hash outlives its last TAT
+  std::vector<std::string> shares_;      ///< TenantShares: window (µs), kept free (millionths), max tenants
   Clock clock_;
 };
 

@@ -244,6 +244,164 @@ struct PriorityTotals {
   return totals;
 }
 
+/// Two tenants' interactive calls on one deployment for `duration`, each a Poisson process, each tenant
+/// with at most `in_progress` calls under way (the others wait their turn, their wait counted): the heavy
+/// tenant "a" `heavy_mean_gap` apart on average (unless `heavy` is false: "b" alone), the light one "b"
+/// `light_mean_gap` apart.
+struct TenantScenario {
+  ProviderSpec provider;  ///< its requests and tokens buckets and latency
+  Limits limits;          ///< what the deployment is told
+  std::int64_t prompt_tokens = 500;
+  std::int64_t max_tokens = 300;
+  std::chrono::milliseconds heavy_mean_gap{40};   ///< tenant a: 25 calls a second on average
+  std::chrono::milliseconds light_mean_gap{400};  ///< tenant b: 2.5 calls a second on average
+  int in_progress = 64;                           ///< per tenant
+  Time duration{std::chrono::minutes{5}};
+  bool heavy = true;    ///< false: tenant b alone
+  bool tenants = true;  ///< false: no tenant given (first come, first served)
+  std::uint64_t seed = 1;
+
+  /// Throws std::invalid_argument naming the field when the scenario makes no sense.
+  void validate() const {
+    if (heavy_mean_gap <= std::chrono::milliseconds::zero() || light_mean_gap <= std::chrono::milliseconds::zero())
+      detail::throw_invalid_argument("TenantScenario: the mean gaps must be positive");
+    if (in_progress < 1) detail::throw_invalid_argument("TenantScenario::in_progress must be at least 1");
+    if (duration <= Time::zero()) detail::throw_invalid_argument("TenantScenario::duration must be positive");
+    provider.validate();
+    limits.validate();
+  }
+};
+
+/// What each tenant saw: its calls' waits from arrival to the first attempt, and how many were served.
+struct TenantTotals {
+  WaitFigures heavy;
+  WaitFigures light;
+  std::int64_t heavy_served = 0;
+  std::int64_t light_served = 0;
+};
+
+/// Runs `scenario` in virtual time, every call interactive and driven by its CallEngine through one
+/// Deployment (Deployment::pace with its tenant when `tenants`). Calls that arrive in the last 30 s of
+/// `duration` are not counted in the waits (their wait may run past its end). The same scenario gives the
+/// same totals on every run. Throws std::invalid_argument naming the field when it makes no sense.
+[[nodiscard]] inline TenantTotals simulate_tenants(const TenantScenario& scenario) {
+  scenario.validate();
+  const Cost estimate{1, scenario.prompt_tokens, scenario.max_tokens};
+  ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
+  Time now{0};
+  DeploymentOptions options;
+  options.name = "simulated";
+  options.limits = scenario.limits;
+  options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
+  Deployment deployment(options);
+  const RetryPolicy policy = RetryPolicy::batch();
+  const CallOptions call_options;
+  struct Call {
+    int tenant = 0;
+    Time arrived{0};
+    bool started = false;
+    std::optional<CallEngine<Deployment::Pacing>> engine;
+  };
+  struct Tenant {
+    const char* name;
+    std::chrono::milliseconds gap;
+    SplitMix64 arrivals;
+    std::deque<std::size_t> backlog;
+    int under_way = 0;
+    std::vector<std::chrono::milliseconds> waits;
+    WaitFigures* figures;
+    std::int64_t* served;
+  };
+  TenantTotals totals;
+  std::vector<Tenant> tenants{
+      {"a", scenario.heavy_mean_gap, stream(scenario.seed, 1), {}, 0, {}, &totals.heavy, &totals.heavy_served},
+      {"b", scenario.light_mean_gap, stream(scenario.seed, 2), {}, 0, {}, &totals.light, &totals.light_served}};
+  std::deque<Call> calls;
+  enum class Kind : std::uint8_t { arrive, resume, answered };
+  struct Due {
+    Kind kind = Kind::arrive;
+    std::size_t index = 0;  // arrive: the tenant; otherwise the call
+    Reply reply;
+  };
+  EventQueue<Due> queue;
+  SplitMix64 rng = stream(scenario.seed, 3);
+  const Time counted_until = scenario.duration - std::min(scenario.duration, Time{std::chrono::seconds{30}});
+  const auto next_arrival = [&](std::size_t t) {
+    const double u = (static_cast<double>(tenants[t].arrivals() >> 11) + 1.0) / 9007199254740992.0;
+    const auto gap = std::llround(-static_cast<double>(tenants[t].gap.count()) * std::log(u));
+    if (now + Time{gap} < scenario.duration) queue.push(now + Time{gap}, 0, Due{Kind::arrive, t, {}});
+  };
+  std::function<void(std::size_t, const Step&)> carry_out;
+  const auto begin = [&](std::size_t i) {
+    ++tenants[static_cast<std::size_t>(calls[i].tenant)].under_way;
+    carry_out(i, calls[i].engine->start());
+  };
+  carry_out = [&](std::size_t i, const Step& step) {
+    Call& call = calls[i];
+    Tenant& tenant = tenants[static_cast<std::size_t>(call.tenant)];
+    if (step.kind == Step::Kind::wait) {
+      queue.push(now + step.wait, 1, Due{Kind::resume, i, {}});
+      return;
+    }
+    if (step.kind == Step::Kind::done) {
+      if (call.engine->gave_up() == nullptr) ++*tenant.served;
+      else if (call.arrived < counted_until) ++tenant.figures->gave_up;
+      call.engine.reset();
+      --tenant.under_way;
+      if (!tenant.backlog.empty()) {
+        const std::size_t next = tenant.backlog.front();
+        tenant.backlog.pop_front();
+        begin(next);
+      }
+      return;
+    }
+    if (!std::exchange(call.started, true) && call.arrived < counted_until) tenant.waits.push_back(now - call.arrived);
+    const Reply reply = provider.request(now, estimate.tokens());
+    queue.push(now + reply.latency, 2, Due{Kind::answered, i, reply});
+  };
+  if (scenario.heavy) next_arrival(0);
+  next_arrival(1);
+  while (!queue.empty()) {
+    Event<Due> event = queue.pop();
+    now = event.at;
+    const std::size_t i = event.payload.index;
+    switch (event.payload.kind) {
+      case Kind::arrive: {
+        Tenant& tenant = tenants[i];
+        Call& call = calls.emplace_back();
+        call.tenant = static_cast<int>(i);
+        call.arrived = now;
+        call.engine.emplace(detail::prevalidated, policy,
+                            deployment.pace(estimate, Priority::interactive, scenario.tenants ? tenant.name : ""),
+                            call_options);
+        if (now < counted_until) ++tenant.figures->calls;
+        if (tenant.under_way < scenario.in_progress) begin(calls.size() - 1);
+        else tenant.backlog.push_back(calls.size() - 1);
+        next_arrival(i);
+        break;
+      }
+      case Kind::resume: carry_out(i, calls[i].engine->resume()); break;
+      case Kind::answered: {
+        const Reply& reply = event.payload.reply;
+        if (!reply.failure) {
+          carry_out(i, calls[i].engine->succeeded(detail::PacedAnswer{std::nullopt, reply.reported}));
+          break;
+        }
+        if (reply.outcome == Outcome::refused && calls[i].arrived < counted_until)
+          ++tenants[static_cast<std::size_t>(calls[i].tenant)].figures->refused;
+        carry_out(i, calls[i].engine->failed(*reply.failure, rng));
+        break;
+      }
+    }
+  }
+  for (Tenant& tenant : tenants) {
+    std::sort(tenant.waits.begin(), tenant.waits.end());
+    tenant.figures->p50 = percentile(tenant.waits, 50);
+    tenant.figures->p95 = percentile(tenant.waits, 95);
+  }
+  return totals;
+}
+
 /// Returns the scenario of the comparison: the 38,000-ticket backlog's provider (1,800 RPM and 900,000 TPM
 /// enforced per second: 30 requests and 15,000 tokens a second, 2.8 s per answer, the precise
 /// `retry-after-ms`), calls of 800 tokens (prompt 500, max_tokens 300: 18.75 a second at most),
@@ -260,6 +418,35 @@ struct PriorityTotals {
   s.limits[Dimension::tokens_per_minute] = Limit::per_minute(900'000, 15'000);
   s.priorities = priorities;
   return s;
+}
+
+/// Returns the tenants' comparison: the provider of interactive_and_batch, tenant a sending 25 calls a
+/// second on average (more than the 18.75 the limits allow), tenant b 2.5, for five minutes; `heavy`
+/// false: b alone; `tenants` false: no tenant given to the deployment.
+[[nodiscard]] inline TenantScenario two_tenants(bool heavy, bool tenants) {
+  const PriorityScenario base = interactive_and_batch(false);
+  TenantScenario s;
+  s.provider = base.provider;
+  s.limits = base.limits;
+  s.heavy = heavy;
+  s.tenants = tenants;
+  return s;
+}
+
+/// Writes the side-by-side table of `rows` (a title and a run's totals each): each tenant's waits.
+inline void write_tenant_table(std::ostream& out, const std::vector<std::pair<std::string, TenantTotals>>& rows) {
+  const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
+  out << "                     tenant a (ten times b's rate)               tenant b\n"
+      << "                     calls   served  P50        P95        429s  calls   P50      P95      429s\n";
+  char line[320];
+  for (const auto& [title, t] : rows) {
+    std::snprintf(line, sizeof line, "%-20s %-7lld %-7lld %-10s %-10s %-5lld %-7lld %-8s %-8s %lld\n", title.c_str(),
+                  static_cast<long long>(t.heavy.calls), static_cast<long long>(t.heavy_served),
+                  ms(t.heavy.p50).c_str(), ms(t.heavy.p95).c_str(), static_cast<long long>(t.heavy.refused),
+                  static_cast<long long>(t.light.calls), ms(t.light.p50).c_str(), ms(t.light.p95).c_str(),
+                  static_cast<long long>(t.light.refused));
+    out << line;
+  }
 }
 
 /// Writes the side-by-side table of `rows` (a title and a run's totals each): the interactive calls'
