@@ -177,6 +177,11 @@ struct FallbackOptions {
   CallOptions call;
   /// The estimated cost of one attempt, reserved on each route's Deployment (see estimate_cost).
   Cost estimate;
+  /// The call's class in each route's admission (Deployment::pace).
+  Priority priority = Priority::interactive;
+  /// The tenant the call is for (empty: none) and its weight, in each route's admission (Precedence::tenant).
+  std::string tenant;
+  double tenant_weight = 1.0;
   /// Asked before moving after an ambiguous failure of a call that is not safe to repeat; empty: unknown.
   CompletedCheck completed;
   /// Told each move, before the next route is called. Empty: nobody.
@@ -220,15 +225,23 @@ OptionalGuard<G> optional_guard(bool present, Make make) {
 using RouteGuard = GuardSet<OptionalGuard<CircuitBreaker::Guard>, OptionalGuard<RetryBudget::Guard>,
                             OptionalGuard<Deployment::Pacing>>;
 
-/// Returns the guard of one call on `route` whose attempts cost `estimate`: what call_with_fallback
-/// admits each attempt on the route with, and what another driver of the route's calls uses (such as a
-/// simulator on a CallEngine). The route's breaker, budget and deployment must outlive it.
-[[nodiscard]] inline RouteGuard route_guard(const Route& route, const Cost& estimate) {
+/// Returns the guard of one call on `route` whose attempts cost `estimate`, of class `priority` for
+/// `tenant` of `weight` (see Deployment::pace): what call_with_fallback admits each attempt on the route
+/// with, and what another driver of the route's calls uses (such as a simulator on a CallEngine). The
+/// route's breaker, budget and deployment must outlive it.
+[[nodiscard]] inline RouteGuard route_guard(const Route& route, const Cost& estimate,
+                                            Priority priority = Priority::interactive, std::string_view tenant = {},
+                                            double weight = 1.0) {
   return RouteGuard(
       detail::optional_guard<CircuitBreaker::Guard>(route.breaker != nullptr, [&] { return route.breaker->guard(); }),
       detail::optional_guard<RetryBudget::Guard>(route.budget != nullptr, [&] { return route.budget->guard(); }),
-      detail::optional_guard<Deployment::Pacing>(route.deployment != nullptr,
-                                                 [&] { return route.deployment->pace(estimate); }));
+      detail::optional_guard<Deployment::Pacing>(
+          route.deployment != nullptr, [&] { return route.deployment->pace(estimate, priority, tenant, weight); }));
+}
+
+/// Returns route_guard(route, options.estimate) with the class and tenant of `options`.
+[[nodiscard]] inline RouteGuard route_guard(const Route& route, const FallbackOptions& options) {
+  return route_guard(route, options.estimate, options.priority, options.tenant, options.tenant_weight);
 }
 
 /// Guards of the user's for each route of call_with_fallback (made by route_guards).
@@ -337,7 +350,7 @@ Routed<detail::route_result_t<Call>> call_with_fallback(const FallbackChain& cha
       if (options.call.on_give_up) options.call.on_give_up(report);
     };
     detail::LastSentFailure last;
-    auto guard = guards(last, extra.make(route), route_guard(route, options.estimate));
+    auto guard = guards(last, extra.make(route), route_guard(route, options));
     const auto retry_on_route = [&](const auto& attempt_on_route) -> R {
       return std::apply(
           [&](auto&... kept) { return call_with_retry(attempt_on_route, policy, guard, call_options, kept...); },

@@ -49,16 +49,19 @@ namespace relay {
 
 /// A checked request to forward.
 struct Incoming {
-  Format format = Format::openai;        ///< the API the client speaks (its route's)
-  std::string anthropic_version;         ///< the client's anthropic-version, sent upstream (Anthropic's API)
-  std::string anthropic_beta;            ///< the client's anthropic-beta, sent upstream when set (Anthropic's API)
-  std::string path;                      ///< such as "/v1/chat/completions"
-  std::string body;                      ///< as received
-  nlohmann::json json;                   ///< the body parsed: an object whose "model" is a string
-  std::string model;                     ///< the body's "model"
-  std::string model_label;               ///< its value in the metrics' model label (bounded: see ModelLabels)
-  std::string idempotency_key;           ///< sent upstream as Idempotency-Key; empty: none
-  llmretry::Cost estimate;               ///< reserved on each route's Deployment
+  Format format = Format::openai;  ///< the API the client speaks (its route's)
+  std::string anthropic_version;   ///< the client's anthropic-version, sent upstream (Anthropic's API)
+  std::string anthropic_beta;      ///< the client's anthropic-beta, sent upstream when set (Anthropic's API)
+  std::string path;                ///< such as "/v1/chat/completions"
+  std::string body;                ///< as received
+  nlohmann::json json;             ///< the body parsed: an object whose "model" is a string
+  std::string model;               ///< the body's "model"
+  std::string model_label;         ///< its value in the metrics' model label (bounded: see ModelLabels)
+  std::string idempotency_key;     ///< sent upstream as Idempotency-Key; empty: none
+  llmretry::Cost estimate;         ///< reserved on each route's Deployment
+  std::string priority_name;       ///< its X-LLMRetry-Priority; empty: none
+  llmretry::Priority priority = llmretry::Priority::interactive;  ///< its class in admission
+  std::string tenant;                    ///< its X-LLMRetry-Tenant, whom it is for in admission; empty: nobody named
   std::shared_ptr<const Routes> routes;  ///< the model table it was routed with, kept until it is answered
 };
 
@@ -139,12 +142,18 @@ class Forwarder {
                StreamTo stream_to, boost::asio::cancellation_slot gone, Done done) const {
     auto call = std::make_shared<Forwarding>(chain, std::move(in), std::move(stream_to));
     call->options.estimate = call->in->estimate;
+    call->options.priority = call->in->priority;
+    call->options.tenant = call->in->tenant;
     call->options.on_move = [this, raw = call.get()](const llmretry::Move& move) {
       observer_.fell_back(target(raw->chain, move.from, *raw->in), target(raw->chain, move.to, *raw->in), move.reason);
     };
     call->options.on_give_up = [raw = call.get()](const llmretry::FallbackGiveUp& report) { raw->gave_up = report; };
+    call->queue = {llmretry::to_string(call->in->priority), task_type(call->in->path)};
+    call->queued_since = std::chrono::steady_clock::now();
+    Reporting::tell([&] { observer_.queue_entered(call->queue); });
     const auto send = [this, call, &client](const llmretry::Route& route, const llmretry::Attempt& attempt,
                                             auto handler) {
+      left_queue(*call);
       call->current = &route;
       const llmretry::curl::Request* request = nullptr;
       try {
@@ -164,6 +173,7 @@ class Forwarder {
     auto completion = boost::asio::bind_cancellation_slot(
         gone, [this, call, done = std::move(done)](std::exception_ptr error,
                                                    llmretry::Routed<llmretry::curl::Response> routed) mutable {
+          left_queue(*call);
           Answer answer = answer_to(*call, std::move(error), std::move(routed));
           answer.body = llmretry::curl::detail::redact(std::move(answer.body), call->keys);
           for (auto& header : answer.headers)
@@ -241,7 +251,16 @@ class Forwarder {
     const llmretry::Route* current = nullptr;                      ///< the route of the last attempt
     llmretry::FallbackOptions options;
     std::optional<llmretry::FallbackGiveUp> gave_up;
+    llmretry::metrics::Queue queue;  ///< its class and task type, until its first attempt is sent
+    std::optional<std::chrono::steady_clock::time_point> queued_since;  ///< set until then
   };
+
+  /// Tells the observer that `call` left its queue (its first attempt is sent, or it ended without one).
+  void left_queue(Forwarding& call) const {
+    if (!call.queued_since) return;
+    const auto waited = std::chrono::steady_clock::now() - *std::exchange(call.queued_since, std::nullopt);
+    Reporting::tell([&] { observer_.queue_left(call.queue, waited); });
+  }
 
   /// The relay's guard on each route: reports each attempt sent (tokens reserved), each retry (with the
   /// failure before it) and each rate-limit hit to the observer.

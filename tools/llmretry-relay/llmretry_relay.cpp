@@ -80,6 +80,7 @@ struct Options {
   std::int64_t request_timeout_ms = relay::FrontLimits{}.request_timeout.count();
   std::int64_t grace_ms = 30'000;
   std::int64_t coalesce_wait_ms = 0;
+  std::string default_priority = "interactive";
   std::size_t max_body_memory_mb = relay::FrontLimits{}.max_body_memory >> 20;
   std::size_t max_stored_mb = 256;
 };
@@ -136,6 +137,9 @@ Options parse(int argc, char** argv) {
                  "how long, in ms, a duplicate of a request in flight (same Idempotency-Key and body) waits for "
                  "the first's answer instead of an immediate 409 (default 0: 409 at once)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{600'000}));
+  app.add_option("--default-priority", options.default_priority,
+                 "the class of a request without X-LLMRetry-Priority: interactive (default), standard or batch")
+      ->check(CLI::IsMember({"interactive", "standard", "batch"}));
   app.add_option("--grace", options.grace_ms,
                  "after SIGTERM, the most the requests in flight are given to finish, in ms (default 30000)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
@@ -221,6 +225,7 @@ int run(const Options& options) {
   relay::ServerSettings settings;
   settings.max_requests = options.max_requests;
   settings.coalesce_wait = std::chrono::milliseconds{options.coalesce_wait_ms};
+  settings.default_priority = *relay::priority_named(options.default_priority);
   relay::FrontLimits limits;
   limits.max_body = options.max_body;
   limits.max_connections = options.max_connections;

@@ -60,7 +60,16 @@ struct ServerSettings {
   /// The idempotency store makes network round trips (Redis): its calls run on a pool of threads, never on
   /// a worker.
   bool remote_store = false;
+  /// The class of a request without X-LLMRetry-Priority.
+  llmretry::Priority default_priority = llmretry::Priority::interactive;
 };
+
+/// Returns the class named `name` ("interactive", "standard", "batch"), or nullopt.
+inline std::optional<llmretry::Priority> priority_named(std::string_view name) {
+  for (const auto priority : {llmretry::Priority::interactive, llmretry::Priority::standard, llmretry::Priority::batch})
+    if (name == llmretry::to_string(priority)) return priority;
+  return std::nullopt;
+}
 
 /// The text of /metrics and its content type.
 struct MetricsPage {
@@ -261,6 +270,22 @@ class Server final : public Service {
       if (std::next(keys.first) != keys.second || !is_header_token(in->idempotency_key))
         return refuse(bad_request("Idempotency-Key: must be sent once, 1 to 255 visible ASCII characters",
                                   "invalid_idempotency_key"));
+    }
+    for (const auto& [field, into] :
+         {std::pair{"x-llmretry-priority", &in->priority_name}, std::pair{"x-llmretry-tenant", &in->tenant}}) {
+      const auto found = request.head.equal_range(field);
+      if (found.first == found.second) continue;
+      *into = std::string(found.first->value());
+      if (std::next(found.first) != found.second || into->size() > 64 || !is_header_token(*into))
+        return refuse(bad_request(std::string(field) + ": must be sent once, 1 to 64 visible ASCII characters",
+                                  "invalid_header"));
+    }
+    if (in->priority_name.empty()) {
+      in->priority = settings_.default_priority;
+    } else if (const auto priority = priority_named(in->priority_name)) {
+      in->priority = *priority;
+    } else {
+      return refuse(bad_request("x-llmretry-priority: must be interactive, standard or batch", "invalid_header"));
     }
     if (chain == nullptr && !routes.has_model_table())
       return refuse({404, "the relay has no upstream for Anthropic's API: start it with --anthropic-upstream",

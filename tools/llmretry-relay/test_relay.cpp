@@ -1081,3 +1081,47 @@ TEST_CASE("SIGHUP reloads --config: new requests use the new table, requests in 
   CHECK(post(relay, "/v1/chat/completions", chat("b"))->status == 200);
   CHECK(relay.stop() == 0);
 }
+
+TEST_CASE("X-LLMRetry-Priority: a batch request leaves half the burst to interactive ones, and is counted by class") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  // 120 a minute, 2 at once: one unit refills in 500 ms.
+  Relay relay("priority",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--rpm", "120", "--max-wait", "100ms"});
+  relay.started();
+  const httplib::Headers batch{{"X-LLMRetry-Priority", "batch"}, {"X-LLMRetry-Tenant", "nightly"}};
+  CHECK(post(relay, "/v1/chat/completions", chat(), batch)->status == 200);
+  // The second unit is the half kept for interactive requests: the batch request is held back past --max-wait.
+  const auto held = post(relay, "/v1/chat/completions", chat(), batch);
+  CHECK(held->status == 429);
+  CHECK(error_of(held->body).at("code") == "no_capacity");
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);  // interactive: the unit kept for it
+  CHECK(provider.request_count() == 2);
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"X-LLMRetry-Priority", "urgent"},
+                                                        {"X-LLMRetry-Tenant", std::string(65, 't')},
+                                                        {"X-LLMRetry-Tenant", "a b"}}) {
+    const auto refused = post(relay, "/v1/chat/completions", chat(), {{name, value}});
+    CHECK(refused->status == 400);
+    CHECK_THAT(error_of(refused->body).at("message").get<std::string>(), llmretry_catch::contains("x-llmretry-"));
+  }
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  INFO(metrics->body);
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="batch",task_type="chat"} 2)"));
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="interactive",task_type="chat"} 1)"));
+  CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_queue_depth{priority="batch",task_type="chat"} 0)"));
+}
+
+TEST_CASE("--default-priority batch: requests without the header are batch") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("default_priority", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--rpm", "120",
+                                   "--max-wait", "100ms", "--default-priority", "batch"});
+  relay.started();
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 429);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"X-LLMRetry-Priority", "interactive"}})->status == 200);
+}

@@ -148,7 +148,7 @@ class FallbackOp {
     state.hop.reset();
     state.guard.reset();
     try {
-      state.guard.emplace(guards(state.last, state.make(route), route_guard(route, state.options.estimate)));
+      state.guard.emplace(guards(state.last, state.make(route), route_guard(route, state.options)));
     } catch (...) {
       // Never completed inside the initiation: through post, as a call that did not give up.
       boost::asio::post(executor_,
