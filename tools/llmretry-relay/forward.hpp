@@ -61,7 +61,9 @@ struct Incoming {
   llmretry::Cost estimate;         ///< reserved on each route's Deployment
   std::string priority_name;       ///< its X-LLMRetry-Priority; empty: none
   llmretry::Priority priority = llmretry::Priority::interactive;  ///< its class in admission
-  std::string tenant;                    ///< its X-LLMRetry-Tenant, whom it is for in admission; empty: nobody named
+  std::string tenant;     ///< its X-LLMRetry-Tenant, whom it is for in admission; empty: nobody named
+  std::string sent_body;  ///< the body sent upstream when it is not `body` (degraded); empty: `body`
+  std::string degraded;   ///< what the relay changed under pressure, told in x-llmretry-degraded; empty: nothing
   std::shared_ptr<const Routes> routes;  ///< the model table it was routed with, kept until it is answered
 };
 
@@ -175,6 +177,7 @@ class Forwarder {
                                                    llmretry::Routed<llmretry::curl::Response> routed) mutable {
           left_queue(*call);
           Answer answer = answer_to(*call, std::move(error), std::move(routed));
+          if (!call->in->degraded.empty()) answer.headers.emplace_back("x-llmretry-degraded", call->in->degraded);
           answer.body = llmretry::curl::detail::redact(std::move(answer.body), call->keys);
           for (auto& header : answer.headers)
             header.second = llmretry::curl::detail::redact(std::move(header.second), call->keys);
@@ -205,6 +208,7 @@ class Forwarder {
           for (const auto& [name, value] : stream.response_headers())
             if (passed_back(name) && !llmretry::detail::iequals(name, "content-type"))
               passed.emplace_back(name, llmretry::curl::detail::redact(value, keys));
+          if (!in->degraded.empty()) passed.emplace_back("x-llmretry-degraded", in->degraded);
           to.start(std::move(passed));
         }
         if (keys.empty()) return to.event(event);
@@ -369,8 +373,9 @@ class Forwarder {
 
   /// Returns the body sent to `upstream`: the client's, with the model replaced when the route has its own.
   static std::string body_for(const Upstream& upstream, const Incoming& in) {
-    if (upstream.model.empty() || upstream.model == in.model) return in.body;
-    nlohmann::json body = nlohmann::json::parse(in.body);  // checked when it arrived
+    const std::string& sent = in.sent_body.empty() ? in.body : in.sent_body;
+    if (upstream.model.empty() || upstream.model == in.model) return sent;
+    nlohmann::json body = nlohmann::json::parse(sent);  // checked when it arrived
     body["model"] = upstream.model;
     return body.dump();
   }

@@ -289,7 +289,8 @@ int run(const Options& options) {
                        {[&registry, &serving, &answering] {
                           std::string text = registry.prometheus_text();
                           if (serving != nullptr && answering != nullptr)
-                            text += relay::front_metrics(serving->stats(), answering->requests_in_flight());
+                            text += relay::front_metrics(serving->stats(), answering->requests_in_flight()) +
+                                    answering->degraded_metrics();
                           return text;
                         },
                         std::string(llmretry::metrics::prometheus_content_type)},

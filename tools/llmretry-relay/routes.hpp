@@ -62,6 +62,7 @@ struct Chain {
   llmretry::FallbackChain fallback_chain;
   std::vector<const Upstream*> upstreams;
   Format format = Format::openai;
+  DegradeRules degrade;  ///< what pressure on the first upstream does to the chain's requests
 
   /// Returns the upstream of `route`, one of fallback_chain.routes().
   const Upstream& upstream_of(const llmretry::Route& route) const {
@@ -100,12 +101,12 @@ class Routes {
       used.push_back(&added);
     }
     any_model_.emplace(Format::openai,
-                       Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), Format::openai});
+                       Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), Format::openai, {}});
     if (!anthropic_upstream.empty()) {
       const Upstream& added = add(upstream_named("anthropic", Format::anthropic, anthropic_upstream,
                                                  environment("ANTHROPIC_API_KEY"), {}, pace));
       any_model_.emplace(Format::anthropic,
-                         Chain{llmretry::FallbackChain({route_to(added, true)}), {&added}, Format::anthropic});
+                         Chain{llmretry::FallbackChain({route_to(added, true)}), {&added}, Format::anthropic, {}});
     }
   }
 
@@ -141,7 +142,8 @@ class Routes {
         routes.push_back(route_to(*by_name.at(next), routes.empty()));
         used.push_back(by_name.at(next));
       }
-      by_model_.emplace(name, Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), row.format});
+      by_model_.emplace(name,
+                        Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), row.format, row.degrade});
     }
   }
 

@@ -4,6 +4,7 @@
 #ifndef LLMRETRY_RELAY_SERVER_HPP
 #define LLMRETRY_RELAY_SERVER_HPP
 
+#include <llmretry/admission/pressure.hpp>
 #include <llmretry/curl/async.hpp>
 #include <llmretry/http/idempotency.hpp>
 #include <llmretry/json/canonical.hpp>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -311,13 +313,92 @@ class Server final : public Service {
       }
     }
     in->body = std::move(request.body);
-    in->estimate = llmretry::json::estimate_of(in->json, in->body);
+    if (routes.has_model_table()) {
+      const Upstream& primary = *chain->upstreams.front();
+      const llmretry::Pressure level = llmretry::pressure(*primary.deployment, primary.breaker.get());
+      if (const Degrade* rule = rule_at(chain->degrade, level)) {
+        if (rule->hold && in->priority >= *rule->hold) {
+          count_degraded(DegradeAction::hold, level);
+          Reply held_back =
+              refusal(*in, {429,
+                            "model \"" + in->model + "\" is under " + llmretry::to_string(level) +
+                                " pressure: " + llmretry::to_string(in->priority) + " requests are held; retry after " +
+                                std::to_string(retry_after_seconds()) + " s",
+                            "rate_limit_error", "held_under_pressure"});
+          held_back.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds()));
+          held_back.headers.emplace_back("x-llmretry-degraded",
+                                         "hold=" + std::string(llmretry::to_string(in->priority)));
+          return held->exchange().send(std::move(held_back));
+        }
+        degrade(*rule, level, routes, chain, *in);
+      }
+    }
+    in->estimate = llmretry::json::estimate_of(in->json, in->sent_body.empty() ? in->body : in->sent_body);
     in->json = nlohmann::json();  // the parsed body costs many times its bytes: not kept while it is in flight
     llmretry::curl::AsyncClient& client = *clients_.at(request.worker);
     if (in->idempotency_key.empty()) return send(client, *chain, std::move(in), streamed, std::move(held), {});
     deduplicated(client, *chain, std::move(in), streamed, std::move(held));
   }
 
+  /// What a degradation did to a request, for llm_relay_degraded_total{action}.
+  enum class DegradeAction { max_tokens, model, hold };
+
+  /// Applies `rule` (the rule at `level` of the model of `in`) to `in`: another model's `chain`, output tokens
+  /// cut (its body re-written into in.sent_body); each change told in in.degraded and counted.
+  void degrade(const Degrade& rule, llmretry::Pressure level, const Routes& routes, const Chain*& chain, Incoming& in) {
+    const auto told = [&](const std::string& change) { in.degraded += (in.degraded.empty() ? "" : ", ") + change; };
+    if (!rule.model.empty()) {
+      chain = routes.chain_for(rule.model, in.format);  // checked with the table: same format
+      told("model=" + rule.model);
+      count_degraded(DegradeAction::model, level);
+    }
+    if (rule.max_tokens) {
+      bool cut = false;
+      bool asked = false;
+      for (const char* field : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+        const auto found = in.json.find(field);
+        if (found == in.json.end() || !found->is_number_integer()) continue;
+        asked = true;
+        if (found->get<std::int64_t>() > *rule.max_tokens) *found = *rule.max_tokens, cut = true;
+      }
+      if (!asked && in.path != "/v1/embeddings") {  // no bound asked: the cap is the bound
+        in.json[in.path == "/v1/responses" ? "max_output_tokens" : "max_tokens"] = *rule.max_tokens;
+        cut = true;
+      }
+      if (cut) {
+        in.sent_body = in.json.dump();
+        told("max_tokens=" + std::to_string(*rule.max_tokens));
+        count_degraded(DegradeAction::max_tokens, level);
+      }
+    }
+  }
+
+  void count_degraded(DegradeAction action, llmretry::Pressure level) {
+    ++degraded_[static_cast<std::size_t>(action) * 4 + static_cast<std::size_t>(level) - 1];
+  }
+
+ public:
+  /// Returns the text of llm_relay_degraded_total{action,pressure}.
+  [[nodiscard]] std::string degraded_metrics() const {
+    std::string text =
+        "# HELP llm_relay_degraded_total Requests the relay changed under pressure (a model's degrade rules): "
+        "max_tokens cut, sent to another model, or held (429).\n# TYPE llm_relay_degraded_total counter\n";
+    for (const auto action : {DegradeAction::max_tokens, DegradeAction::model, DegradeAction::hold})
+      for (const auto level : {llmretry::Pressure::light, llmretry::Pressure::moderate, llmretry::Pressure::high,
+                               llmretry::Pressure::extreme}) {
+        const char* name = action == DegradeAction::max_tokens ? "max_tokens"
+                           : action == DegradeAction::model    ? "model"
+                                                               : "hold";
+        text.append("llm_relay_degraded_total{action=\"").append(name).append("\",pressure=\"");
+        text.append(llmretry::to_string(level)).append("\"} ");
+        text.append(
+                std::to_string(degraded_[static_cast<std::size_t>(action) * 4 + static_cast<std::size_t>(level) - 1]))
+            .append("\n");
+      }
+    return text;
+  }
+
+ private:
   /// What happens once the upstream call ended, before the answer goes out (the Idempotency-Key's
   /// completion); it calls its argument when done.
   using AfterCall = std::function<void(const Answer& answer, std::function<void()> then)>;
@@ -599,6 +680,7 @@ class Server final : public Service {
   std::vector<llmretry::curl::AsyncClient*> clients_;  ///< per worker
   std::optional<boost::asio::thread_pool> store_pool_;
   std::atomic<std::size_t> in_flight_{0};
+  std::array<std::atomic<std::uint64_t>, 12> degraded_{};  ///< by DegradeAction, then pressure level (light first)
   std::atomic<double> typical_seconds_{1.0};
 };
 

@@ -1125,3 +1125,54 @@ TEST_CASE("--default-priority batch: requests without the header are batch") {
   CHECK(post(relay, "/v1/chat/completions", chat())->status == 429);
   CHECK(post(relay, "/v1/chat/completions", chat(), {{"X-LLMRetry-Priority", "interactive"}})->status == 200);
 }
+
+TEST_CASE("a model's degrade rules act under pressure and say what they changed: another model, fewer tokens, held") {
+  LoopbackProvider main_provider;
+  LoopbackProvider small_provider;
+  serve_freely(main_provider);
+  serve_freely(small_provider);
+  const auto dir = work_dir("degrade");
+  const std::string path = (dir / "relay.json").string();
+  // 12 a minute, one at once: after one request the next waits 5 s, moderate pressure (a wait of 1 s or more).
+  std::ofstream(path) << nlohmann::json{
+      {"models",
+       {{"main",
+         {{"upstream", main_provider.base_url()},
+          {"rpm", 12},
+          {"degrade", {{"light", {{"max_tokens", 8}}}, {"moderate", {{"model", "small"}, {"max_tokens", 5}}}}}}},
+        {"small", {{"upstream", small_provider.base_url()}}},
+        {"held",
+         {{"upstream", main_provider.base_url()}, {"rpm", 12}, {"degrade", {{"moderate", {{"hold", "batch"}}}}}}}}}};
+  Relay relay("degrade_relay", {"--listen", "127.0.0.1:0", "--config", path});
+  relay.started();
+  const auto first = post(relay, "/v1/chat/completions", chat("main"));
+  CHECK(first->status == 200);
+  CHECK_FALSE(first->has_header("x-llmretry-degraded"));
+  const auto second = post(relay, "/v1/chat/completions", chat("main"));
+  CHECK(second->status == 200);
+  CHECK(second->get_header_value("x-llmretry-degraded") == "model=small, max_tokens=5");
+  REQUIRE(small_provider.request_count() == 1);
+  const auto sent = nlohmann::json::parse(small_provider.requests().front().body);
+  CHECK(sent.at("model") == "small");
+  CHECK(sent.at("max_tokens") == 5);
+  CHECK(nlohmann::json::parse(main_provider.requests().front().body).at("max_tokens") == 10);  // untouched
+
+  CHECK(post(relay, "/v1/chat/completions", chat("held"))->status == 200);
+  const auto held = post(relay, "/v1/chat/completions", chat("held"), {{"X-LLMRetry-Priority", "batch"}});
+  CHECK(held->status == 429);
+  CHECK(error_of(held->body).at("code") == "held_under_pressure");
+  CHECK(held->has_header("Retry-After"));
+  CHECK(held->get_header_value("x-llmretry-degraded") == "hold=batch");
+  // An interactive request is not held: it waits for capacity (5 s) and is served.
+  CHECK(post(relay, "/v1/chat/completions", chat("held"))->status == 200);
+
+  const auto metrics = relay.client().Get("/metrics");
+  REQUIRE(metrics);
+  INFO(metrics->body);
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="model",pressure="moderate"} 1)"));
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="max_tokens",pressure="moderate"} 1)"));
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="hold",pressure="moderate"} 1)"));
+}
