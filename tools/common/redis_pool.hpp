@@ -71,8 +71,9 @@ class PooledIdempotencyStore final : public llmretry::store::IdempotencyStore {
   std::vector<std::unique_ptr<llmretry::redis::IdempotencyStore>> stores_;
 };
 
-/// Returns the name under which every process paces the deployment `label` (a model, or the tool's name)
-/// that sends to `base_url` with `api_key`: providers set limits per key. The key itself never reaches Redis.
+/// Returns the name under which every process paces the deployment `label` (a model of a relay's table;
+/// empty: any model) that sends to `base_url` with `api_key`: providers set limits per key, so relays and
+/// llmretry-batch workers sending with one key share one quota. The key itself never reaches Redis.
 inline std::string shared_pacing_name(const std::string& label, const std::string& base_url,
                                       const std::string& api_key) {
   return label + "@" + llmretry::store::fingerprint(base_url + "\n" + api_key);

@@ -211,7 +211,7 @@ std::size_t pacing_connection_count(int concurrency) { return static_cast<std::s
 void share_pacing(llmretry::DeploymentOptions& deployment, llmretry_tools::RedisPool& pool, const std::string& base_url,
                   const std::string& api_key) {
   deployment.shared = std::make_shared<llmretry_tools::PooledRateLimiter>(
-      pool, llmretry_tools::shared_pacing_name("llmretry-batch", base_url, api_key), deployment.limits);
+      pool, llmretry_tools::shared_pacing_name("", base_url, api_key), deployment.limits);
 }
 
 /// One worker's stores in Redis, over a connection of its own.

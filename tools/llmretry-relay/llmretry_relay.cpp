@@ -197,10 +197,10 @@ class RedisState {
   /// in turn).
   relay::ShareLimits share_limits() {
 #if LLMRETRY_RELAY_REDIS
-    return [this](const std::string& name, const std::string& base_url, const std::string& api_key,
+    return [this](const std::string& model, const std::string& base_url, const std::string& api_key,
                   const llmretry::Limits& limits) -> std::shared_ptr<llmretry::SharedPacing> {
       return std::make_shared<llmretry_tools::PooledRateLimiter>(
-          *pool_, llmretry_tools::shared_pacing_name(name, base_url, api_key), limits);
+          *pool_, llmretry_tools::shared_pacing_name(model, base_url, api_key), limits);
     };
 #else
     return {};

@@ -41,10 +41,11 @@ struct Pace {
   std::chrono::milliseconds max_wait{8000};  ///< the longest wait for capacity before a refusal
 };
 
-/// Returns the pacing state that the upstream `name`, sending to `base_url` with `api_key`, shares with other
-/// relays, configured with `limits`.
+/// Returns the pacing state that the upstream of `model` (a model of the table; empty: any model), sending
+/// to `base_url` with `api_key`, shares with other relays and llmretry-batch workers, configured with
+/// `limits`.
 using ShareLimits = std::function<std::shared_ptr<llmretry::SharedPacing>(
-    const std::string& name, const std::string& base_url, const std::string& api_key, const llmretry::Limits& limits)>;
+    const std::string& model, const std::string& base_url, const std::string& api_key, const llmretry::Limits& limits)>;
 
 /// One upstream: where its requests go, with which key, and what guards them.
 struct Upstream {
@@ -180,7 +181,7 @@ class Routes {
       deployment.limits[llmretry::Dimension::requests_per_minute] = llmretry::Limit::per_minute_paced(*pace.rpm);
     if (pace.tpm)
       deployment.limits[llmretry::Dimension::tokens_per_minute] = llmretry::Limit::per_minute_paced(*pace.tpm);
-    if (share_) deployment.shared = share_(name, base_url, key, deployment.limits);
+    if (share_) deployment.shared = share_(model, base_url, key, deployment.limits);
     deployment.concurrency = pace.concurrency;
     deployment.max_queue_wait = pace.max_wait;
     deployment.read_usage = [](std::string_view body) { return llmretry::json::usage_of(body); };
