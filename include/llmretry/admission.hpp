@@ -10,6 +10,7 @@
 #include "admission/hedging.hpp"
 #include "admission/limits.hpp"
 #include "admission/pressure.hpp"
+#include "admission/priority.hpp"
 #include "admission/rate_limiter.hpp"
 #include "admission/retry_budget.hpp"
 #include "admission/settlement.hpp"

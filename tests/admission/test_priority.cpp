@@ -236,3 +236,24 @@ TEST_CASE("Tenants beyond max_tenants share one account", "[priority][tenant]") 
   bad.past_share_kept_free = 1.0;
   CHECK_THROWS_AS(RateLimiter(Limits{}, bad), std::invalid_argument);
 }
+
+TEST_CASE("A tenant past its share held back longest_hold is promoted: it reserves in line, no spin",
+          "[priority][tenant]") {
+  for (const auto longest_hold : {0ms, 2000ms}) {
+    ManualClock clock{t0};
+    FakeSleep sleep{clock};
+    DeploymentOptions options;
+    options.limits = ten_at_once();
+    options.clock = std::ref(clock);
+    options.priorities.longest_hold = longest_hold;
+    Deployment deployment{options};
+    Precedence a;
+    a.tenant = "tenant-a";
+    for (int i = 0; i < 30; ++i) (void)deployment.limiter().reserve(Cost{}, t0, std::nullopt, a);  // past its share
+    auto pacing = deployment.pace(Cost{}, Priority::interactive, "tenant-a");
+    CHECK(call_with_retry([] { return 1; }, no_jitter(), sleep, pacing) == 1);
+    INFO(longest_hold.count() << " ms");
+    CHECK(sleep.waits().size() <= 3);  // held back until promoted, then in line: no wait of 0 ms over and over
+    CHECK(clock.now() <= t0 + 3s);
+  }
+}

@@ -79,6 +79,7 @@ struct Options {
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
   llmretry::Priority priority = llmretry::Priority::interactive;
+  std::string tenant;
   std::string redis;
   bool retry_errors = false;
   bool fresh = false;
@@ -96,13 +97,22 @@ void add_priority_option(CLI::App& app, llmretry::Priority& priority) {
   app.add_option_function<std::string>(
          "--priority",
          [&priority](const std::string& name) {
-           for (const auto known :
-                {llmretry::Priority::interactive, llmretry::Priority::standard, llmretry::Priority::batch})
-             if (name == llmretry::to_string(known)) priority = known;
+           if (const auto known = llmretry::priority_from_string(name)) priority = *known;
          },
          "interactive (default: in line with every call), standard or batch (only what calls of the classes "
          "above leave, through the same limiter or Redis)")
       ->check(CLI::IsMember({"interactive", "standard", "batch"}));
+}
+
+/// Adds --tenant to `app`, read into `tenant`.
+void add_tenant_option(CLI::App& app, std::string& tenant) {
+  app.add_option("--tenant", tenant,
+                 "whom the requests are for: tenants share the capacity in equal parts while each wants more than "
+                 "its share (1 to 64 visible ASCII characters)")
+      ->check([](const std::string& name) -> std::string {
+        const bool visible = std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 127; });
+        return !name.empty() && name.size() <= 64 && visible ? "" : "1 to 64 visible ASCII characters";
+      });
 }
 
 /// Returns true when `word` names a command of the fleet form.
@@ -126,6 +136,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
       ->check(CLI::Range(1, 256));
   add_priority_option(app, options.priority);
+  add_tenant_option(app, options.tenant);
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: keep the job queue and operations table in Redis, and pace with every "
                  "process that uses the same provider and key on it (default: in memory, paced alone)");
@@ -387,6 +398,7 @@ int run(const Options& options) {
   batch::Settings settings;
   settings.workers = options.concurrency;
   settings.priority = options.priority;
+  settings.tenant = options.tenant;
   settings.api_key = api_key;
   settings.provider = base_url;
   settings.batch_name = batch_name(options.output) + ":";
@@ -433,7 +445,7 @@ int run(const Options& options) {
 constexpr const char* fleet_description = R"(The fleet form: one batch, many workers, through one Redis.
   llmretry-batch submit  INPUT.jsonl --redis URL --batch NAME
   llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--rpm N] [--tpm N] [--lease DURATION]
-                         [--redis-wait DURATION] [--priority CLASS]
+                         [--redis-wait DURATION] [--priority CLASS] [--tenant NAME]
   llmretry-batch collect --redis URL --batch NAME OUTPUT.jsonl [--errors ERRORS.jsonl]
   llmretry-batch status  --redis URL --batch NAME)";
 
@@ -456,6 +468,7 @@ struct FleetOptions {
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
   llmretry::Priority priority = llmretry::Priority::interactive;
+  std::string tenant;
   std::chrono::milliseconds lease = visibility_timeout;
   std::chrono::milliseconds redis_wait{30'000};
 };
@@ -500,6 +513,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
     app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
         ->check(CLI::Range(1, 256));
     add_priority_option(app, options.priority);
+    add_tenant_option(app, options.tenant);
     app.add_option("--lease", lease, "how long a job stays this worker's without being renewed (default 30s)");
     app.add_option("--redis-wait", redis_wait,
                    "how long Redis may stay unreachable or slow before this worker stops (default 30s)");
@@ -665,6 +679,7 @@ int work(const FleetOptions& options) {
   batch::Settings settings;
   settings.workers = options.concurrency;
   settings.priority = options.priority;
+  settings.tenant = options.tenant;
   settings.api_key = api_key;
   settings.provider = base_url;
   settings.batch_name = keys.operations;

@@ -114,10 +114,18 @@ class QueueDestination final : public Destination {
 /// InputError when its payload is not a request.
 using ReadJob = std::function<Request(const llmretry::store::Job&)>;
 
+/// The shared pacing state could not be reached (StopReason::pacing_unavailable): an outage when outages
+/// are ridden out (Settings::is_outage).
+class PacingUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// How the requests are sent.
 struct Settings {
   int workers = 8;                                                ///< requests in flight at most
   llmretry::Priority priority = llmretry::Priority::interactive;  ///< every request's class in admission
+  std::string tenant;  ///< whom every request is for in admission (Precedence::tenant); empty: nobody named
   llmretry::RetryPolicy policy = llmretry::RetryPolicy::batch();
   std::chrono::milliseconds attempt_timeout{60'000};
   std::string api_key;     ///< sent as "Authorization: Bearer ..."; empty: no Authorization header
@@ -241,7 +249,8 @@ class Runner {
 
   /// Gives `line` a new engine, its first step not taken yet.
   void start_engine(Line& line) const {
-    line.engine.emplace(settings_.policy, deployment_.pace(line.request.estimate, settings_.priority), call_options_);
+    line.engine.emplace(settings_.policy, deployment_.pace(line.request.estimate, settings_.priority, settings_.tenant),
+                        call_options_);
     line.engine->wake_with(line.waits.waker());
     line.started = false;
   }
@@ -347,7 +356,8 @@ class Runner {
     /// Returns false when `error` stops the run: it is no outage, or the outage has lasted outage_limit.
     /// Else waits before the next try (less once `stopped` is set) and returns true.
     bool ride_out(const std::exception& error, const std::atomic<bool>& stopped) {
-      if (!settings_.is_outage || !settings_.is_outage(error)) return false;
+      if (!settings_.is_outage) return false;
+      if (dynamic_cast<const PacingUnavailable*>(&error) == nullptr && !settings_.is_outage(error)) return false;
       const auto now = std::chrono::steady_clock::now();
       if (!since_) {
         since_ = now;
@@ -492,16 +502,15 @@ class Runner {
   /// answer, if any); an operation that certainly did not run is marked failed, one of which any attempt
   /// may have run (not only the last) stays in flight.
   /// A call given up because the shared pacing was out of reach while outages are ridden out
-  /// (Settings::is_outage) is not the request's failure: its engine starts again and its job goes back to
-  /// the queue for a second (or the outage reaches the worker through the queue).
+  /// (Settings::is_outage) is not the request's failure: its engine starts again, its job goes back to the
+  /// queue for a second, and PacingUnavailable is thrown, an outage the worker rides out as any other.
   void give_up(Line& line, const llmretry::store::Job& job, Stores& stores,
                const llmretry::curl::Response* response = nullptr) {
     const llmretry::GiveUp& gave_up = *line.engine->gave_up();
     if (gave_up.reason == llmretry::StopReason::pacing_unavailable && settings_.is_outage) {
       start_engine(line);
-      stats_.retried(llmretry::to_string(gave_up.reason));
       (void)stores.queue().retry_later(job.id, job.token, std::chrono::seconds{1});
-      return;
+      throw PacingUnavailable("the shared pacing in Redis was out of reach");
     }
     if (!finish(line, job, stores,
                 failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response), false))

@@ -225,7 +225,7 @@ int run(const Options& options) {
   relay::ServerSettings settings;
   settings.max_requests = options.max_requests;
   settings.coalesce_wait = std::chrono::milliseconds{options.coalesce_wait_ms};
-  settings.default_priority = *relay::priority_named(options.default_priority);
+  settings.default_priority = *llmretry::priority_from_string(options.default_priority);
   relay::FrontLimits limits;
   limits.max_body = options.max_body;
   limits.max_connections = options.max_connections;

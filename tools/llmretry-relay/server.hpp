@@ -66,13 +66,6 @@ struct ServerSettings {
   llmretry::Priority default_priority = llmretry::Priority::interactive;
 };
 
-/// Returns the class named `name` ("interactive", "standard", "batch"), or nullopt.
-inline std::optional<llmretry::Priority> priority_named(std::string_view name) {
-  for (const auto priority : {llmretry::Priority::interactive, llmretry::Priority::standard, llmretry::Priority::batch})
-    if (name == llmretry::to_string(priority)) return priority;
-  return std::nullopt;
-}
-
 /// The text of /metrics and its content type.
 struct MetricsPage {
   std::function<std::string()> text;
@@ -284,7 +277,7 @@ class Server final : public Service {
     }
     if (in->priority_name.empty()) {
       in->priority = settings_.default_priority;
-    } else if (const auto priority = priority_named(in->priority_name)) {
+    } else if (const auto priority = llmretry::priority_from_string(in->priority_name)) {
       in->priority = *priority;
     } else {
       return refuse(bad_request("x-llmretry-priority: must be interactive, standard or batch", "invalid_header"));
@@ -313,7 +306,9 @@ class Server final : public Service {
       }
     }
     in->body = std::move(request.body);
-    if (routes.has_model_table()) {
+    // A request with an Idempotency-Key is never degraded: its retries must find its stored answer and send
+    // the body it was first sent with.
+    if (routes.has_model_table() && in->idempotency_key.empty()) {
       const Upstream& primary = *chain->upstreams.front();
       const llmretry::Pressure level = llmretry::pressure(*primary.deployment, primary.breaker.get());
       if (const Degrade* rule = rule_at(chain->degrade, level)) {
@@ -359,10 +354,16 @@ class Server final : public Service {
         const auto found = in.json.find(field);
         if (found == in.json.end() || !found->is_number_integer()) continue;
         asked = true;
-        if (found->get<std::int64_t>() > *rule.max_tokens) *found = *rule.max_tokens, cut = true;
+        if (found->get<std::int64_t>() > *rule.max_tokens) {
+          *found = *rule.max_tokens;
+          cut = true;
+        }
       }
-      if (!asked && in.path != "/v1/embeddings") {  // no bound asked: the cap is the bound
-        in.json[in.path == "/v1/responses" ? "max_output_tokens" : "max_tokens"] = *rule.max_tokens;
+      if (!asked && in.path != "/v1/embeddings") {            // no bound asked: the cap is the bound
+        const bool chat = in.path == "/v1/chat/completions";  // max_tokens is refused by reasoning models there
+        in.json[in.path == "/v1/responses" ? "max_output_tokens"
+                : chat                     ? "max_completion_tokens"
+                                           : "max_tokens"] = *rule.max_tokens;
         cut = true;
       }
       if (cut) {

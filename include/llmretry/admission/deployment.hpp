@@ -359,11 +359,10 @@ class Deployment::Pacing {
       const StopReason reason = reason_for_wait(attempt.time_left, queue_left);
       if (!reservation_.open()) {
         if (now < hold.ask_at) return held(hold.ask_at, now, bound, reason);
-        Precedence precedence = hold.precedence;
-        if (now >= hold.promoted) precedence.kept_free = 0, precedence.ahead = true;
+        Precedence precedence = now >= hold.promoted ? promoted(hold.precedence) : hold.precedence;
         precedence.tenant = hold.tenant;
         Reservation again = deployment_->reserve(hold.estimate, now, bound, precedence);
-        if (again.status() == ReservationStatus::held_back) {
+        if (again.status() == ReservationStatus::held_back) {  // never once promoted
           hold.ask_at = std::min(again.start(), hold.promoted);
           if (!bound || hold.ask_at - now <= *bound) return held(hold.ask_at, now, bound, reason);
         }
@@ -376,11 +375,12 @@ class Deployment::Pacing {
       return std::nullopt;
     }
 
-    /// Returns the wait until `until` of a held-back attempt, or its refusal for `reason` when that passes
-    /// `bound`.
+    /// Returns the wait until `until` (at least 1 ms) of a held-back attempt, or its refusal for `reason`
+    /// when that passes `bound`.
     static Begin held(time_point until, time_point now, std::optional<std::chrono::milliseconds> bound,
                       StopReason reason) {
-      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+      const auto wait =
+          std::max(std::chrono::milliseconds{1}, std::chrono::ceil<std::chrono::milliseconds>(until - now));
       if (bound && wait > *bound) {
         Failure failure = Failure::of(FailureKind::rate_limited, Sent::not_sent);
         failure.provider_wait = wait;
@@ -443,9 +443,8 @@ class Deployment::Pacing {
   [[nodiscard]] Admission<Ticket> admit(const Attempt& attempt) {
     const time_point now = deployment_->now();
     const DeploymentOptions& options = deployment_->options();
-    Precedence precedence = precedence_;
-    if (options.priorities.longest_hold <= std::chrono::milliseconds::zero())
-      precedence.kept_free = 0, precedence.ahead = true;  // never held back for a class
+    Precedence precedence =
+        options.priorities.longest_hold <= std::chrono::milliseconds::zero() ? promoted(precedence_) : precedence_;
     precedence.tenant = tenant_;
     Reservation reservation = deployment_->reserve(
         estimate_, now, attempt.hedge ? std::chrono::milliseconds::zero() : attempt.time_left, precedence);

@@ -229,7 +229,7 @@ class RateLimiter {
       std::int64_t burst_time = 0;
       for (std::size_t k = 0; k < count; ++k)
         if (charges[active_[k]] > 0) burst_time = std::max(burst_time, cells_[active_[k]].tolerance());
-      if (tenant->owed_from > saturated_sum(now_ns, burst_time)) {  // past its share
+      if (!precedence.promoted && tenant->owed_from > saturated_sum(now_ns, burst_time)) {  // past its share
         precedence.ahead = false;
         precedence.kept_free = std::max(precedence.kept_free, shares_.past_share_kept_free);
       }
@@ -495,7 +495,7 @@ class RateLimiter {
     /// Returns the instant from which `units` can be taken at once leaving `kept_free` (in [0, 1)) of the
     /// burst free: once the TAT is that far back. Taking more than the rest of the burst needs it full.
     [[nodiscard]] std::int64_t free_from(std::int64_t units, double kept_free) const noexcept {
-      const auto usable = static_cast<std::int64_t>(static_cast<double>(tolerance_) * (1.0 - kept_free));
+      const auto usable = static_cast<std::int64_t>(static_cast<double>(tolerance_) * detail::usable_share(kept_free));
       return tat_ - std::max<std::int64_t>(usable - time_of(units), 0);
     }
 

@@ -46,7 +46,8 @@ namespace detail {
 //   (-1: it may); ARGV[29] the tenant ('' none: its account is the fields a:<tenant> from when it is owed
 //   capacity again, l:<tenant> when it last reserved, w:<tenant> its weight), ARGV[30] its weight in
 //   thousandths, ARGV[31] the window in µs within which a tenant counts, ARGV[32] the share of each burst kept
-//   free by a tenant past its share in millionths, ARGV[33] the most tenants counted (others: "other").
+//   free by a tenant past its share in millionths, ARGV[33] the most tenants counted (others: "other"),
+//   ARGV[34] "1" when the reservation was promoted (it yields no more as a tenant past its share).
 //   Returns {1 granted, 0 too long, 2 too large or 3 held back; the wait in µs (held back:
 //   until it may ask again); the dimension that decided or -1; then the µs of capacity held per dimension}.
 //   Takes nothing unless granted.
@@ -139,7 +140,7 @@ if op == 'reserve' then
           redis.call('HDEL', key, 'a:' .. name, 'l:' .. name, 'w:' .. name)
           state['a:' .. name], state['w:' .. name] = nil, nil
         else
-          counted = counted + 1
+          if name ~= 'other' then counted = counted + 1 end
           owed = owed + (state['w:' .. name] or 1000)
           if name == tenant then seen = true end
         end
@@ -156,7 +157,7 @@ if op == 'reserve' then
       local c = cells[d]
       if c and arg(21 + d) > 0 then burst_time = math.max(burst_time, tolerance(c)) end
     end
-    if account > now + burst_time then kept = math.max(kept, arg(32)) end
+    if ARGV[34] ~= '1' and account > now + burst_time then kept = math.max(kept, arg(32)) end
   end
   if kept >= 0 then
     local free_from, limited = math.max(now, state['P'] or now), -1
@@ -365,10 +366,13 @@ class RateLimiter final : public SharedPacing {
     for (const std::int64_t charge : charges) args.push_back(std::to_string(charge));
     const bool bounded = max_wait && *max_wait < llmretry::detail::longest_wait;
     args.push_back(bounded ? std::to_string(std::chrono::microseconds{*max_wait}.count()) : "-1");
-    args.push_back(precedence.ahead ? "-1" : std::to_string(std::lround(precedence.kept_free * 1e6)));
+    args.push_back(precedence.ahead ? "-1"
+                                    : std::to_string(std::lround(
+                                          (1.0 - llmretry::detail::usable_share(precedence.kept_free)) * 1e6)));
     args.push_back(precedence.tenant.empty() ? std::string() : tenant_field(precedence.tenant));
     args.push_back(std::to_string(llmretry::detail::weight_in_thousandths(precedence.weight)));
     args.insert(args.end(), shares_.begin(), shares_.end());
+    args.emplace_back(precedence.promoted ? "1" : "0");
     const time_point sent = this->now();
     const Reply reply = run("rate limiter reserve", args);
     const std::chrono::microseconds wait{reply[1].integer()};
