@@ -15,23 +15,16 @@
 #include <llmretry/loopback/provider.hpp>
 
 #include <curl/curl.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#if defined(__linux__)
-#include <sys/prctl.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -44,16 +37,17 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "stream_server.hpp"
-
-extern char** environ;  // NOLINT(readability-redundant-declaration,*-avoid-non-const-global-variables): POSIX
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using bench::Child;
+using bench::discard;
+using bench::percentile;
 using llmretry::testing::LoopbackLimits;
 using llmretry::testing::LoopbackProvider;
 
@@ -67,15 +61,6 @@ struct Figures {
   std::vector<double> latencies_ms;  ///< of every request, sorted
   double seconds = 0;                ///< from the first request sent to the last answer
 };
-
-/// Returns the `p`th percentile (nearest rank) of the sorted `values`, or 0 when there are none.
-double percentile(const std::vector<double>& values, double p) {
-  if (values.empty()) return 0;
-  const auto rank = static_cast<std::size_t>(std::ceil(p / 100 * static_cast<double>(values.size())));
-  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-
-std::size_t discard(char* /*data*/, std::size_t size, std::size_t count, void* /*user*/) { return size * count; }
 
 /// Sends `count` chat completions to `base_url`, `parallel` at once, with one libcurl multi handle in this
 /// thread (a request is sent as soon as one before it is answered). Each request times out after `timeout`.
@@ -242,127 +227,6 @@ int open_files(pid_t pid) {
     ++count;
   return error ? -1 : count;
 }
-
-/// llmretry-relay, or a program started the same way (the provider of the event-loop scenarios), as a child
-/// process in a process group of its own: started with `arguments` and OPENAI_API_KEY set, its address read
-/// from the line it prints when it accepts connections. The destructor ends the group (SIGTERM, then
-/// SIGKILL) and waits for it; on Linux the child is also killed if this process dies first.
-class Child {
- public:
-  /// Starts `program`, called `name` in messages ("relay"). Throws std::runtime_error when it cannot start
-  /// or does not print "listening on http://HOST:PORT" within `startup`.
-  Child(std::string name, const std::string& program, const std::vector<std::string>& arguments,
-        std::chrono::milliseconds startup)
-      : name_(std::move(name)) {
-    std::vector<std::string> words{program};
-    words.insert(words.end(), arguments.begin(), arguments.end());
-    std::vector<char*> argv;
-    for (std::string& word : words) argv.push_back(word.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> variables{"OPENAI_API_KEY=sk-loopback"};
-    for (char** variable = environ; *variable != nullptr; ++variable)
-      if (std::strncmp(*variable, "OPENAI_API_KEY=", 15) != 0) variables.emplace_back(*variable);
-    std::vector<char*> envp;
-    for (std::string& variable : variables) envp.push_back(variable.data());
-    envp.push_back(nullptr);
-
-    int out[2];
-    if (::pipe(out) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    pid_ = ::fork();
-    if (pid_ < 0) {
-      ::close(out[0]);
-      ::close(out[1]);
-      throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    }
-    if (pid_ == 0) {  // the child: only async-signal-safe calls until exec
-      ::setpgid(0, 0);
-#if defined(__linux__)
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-#endif
-      ::dup2(out[1], STDOUT_FILENO);
-      ::close(out[0]);
-      ::close(out[1]);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    ::setpgid(pid_, pid_);  // also here: whichever runs first, the group exists before it is signalled
-    ::close(out[1]);
-    output_ = out[0];
-    try {
-      base_url_ = read_address(startup);
-    } catch (...) {
-      stop();
-      throw;
-    }
-    // The rest of what it prints is read and dropped, so that a full pipe never blocks it.
-    drain_ = std::thread([fd = output_] {
-      char buffer[4096];
-      while (::read(fd, buffer, sizeof buffer) > 0) {}
-    });
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  Child(Child&&) = delete;
-  Child& operator=(Child&&) = delete;
-  ~Child() { stop(); }
-
-  /// Returns the address it printed, such as "http://127.0.0.1:41234".
-  [[nodiscard]] const std::string& base_url() const noexcept { return base_url_; }
-  /// Returns its process id.
-  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
-
- private:
-  /// Reads the first line of the child's output. Returns the address in it.
-  std::string read_address(std::chrono::milliseconds startup) const {
-    const std::string prefix = "listening on ";
-    std::string line;
-    const auto until = clock_type::now() + startup;
-    char c = 0;
-    while (line.size() < 1024) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now());
-      pollfd ready{output_, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&ready, 1, static_cast<int>(left.count())) <= 0)
-        throw std::runtime_error("the " + name_ + " printed no address within " + std::to_string(startup.count()) +
-                                 " ms");
-      if (::read(output_, &c, 1) != 1)
-        throw std::runtime_error("the " + name_ + " ended before it printed its address" +
-                                 (line.empty() ? std::string() : " (it printed \"" + line + "\")"));
-      if (c == '\n') break;
-      line += c;
-    }
-    if (line.rfind(prefix + "http://", 0) != 0)
-      throw std::runtime_error("the " + name_ + " printed \"" + line + "\", not \"listening on http://HOST:PORT\"");
-    return line.substr(prefix.size());
-  }
-
-  /// Ends the child's group: SIGTERM, SIGKILL after 2 s, and waits for the child.
-  void stop() noexcept {
-    if (pid_ > 0) {
-      ::kill(-pid_, SIGTERM);
-      int status = 0;
-      const auto until = clock_type::now() + std::chrono::seconds(2);
-      while (::waitpid(pid_, &status, WNOHANG) == 0) {
-        if (clock_type::now() >= until) {
-          ::kill(-pid_, SIGKILL);
-          ::waitpid(pid_, &status, 0);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      ::kill(-pid_, SIGKILL);  // whatever else is left in its group
-      pid_ = -1;
-    }
-    if (drain_.joinable()) drain_.join();  // the pipe's writers are gone: the read ends
-    if (output_ >= 0) ::close(output_);
-    output_ = -1;
-  }
-
-  std::string name_;
-  pid_t pid_ = -1;
-  int output_ = -1;
-  std::string base_url_;
-  std::thread drain_;
-};
 
 void print_heading() {
   std::printf("  %-8s %7s %7s %8s %8s %8s %8s %9s %6s %6s\n", "", "count", "ok", "P50 ms", "P95 ms", "P99 ms", "max ms",
