@@ -74,9 +74,15 @@ class PooledIdempotencyStore final : public llmretry::store::IdempotencyStore {
 /// Returns the name under which every process paces the deployment `label` (a model of a relay's table;
 /// empty: any model) that sends to `base_url` with `api_key`: providers set limits per key, so relays and
 /// llmretry-batch workers sending with one key share one quota. The key itself never reaches Redis.
+/// The URL counts without trailing slashes and a last "/v1" ("http://x", "http://x/" and "http://x/v1" are
+/// one provider to both programs).
 inline std::string shared_pacing_name(const std::string& label, const std::string& base_url,
                                       const std::string& api_key) {
-  return label + "@" + llmretry::store::fingerprint(base_url + "\n" + api_key);
+  std::string_view url = base_url;
+  while (!url.empty() && url.back() == '/') url.remove_suffix(1);
+  if (url.size() >= 3 && url.substr(url.size() - 3) == "/v1") url.remove_suffix(3);
+  while (!url.empty() && url.back() == '/') url.remove_suffix(1);
+  return label + "@" + llmretry::store::fingerprint(std::string(url) + "\n" + api_key);
 }
 
 /// A redis::RateLimiter on each connection of a RedisPool (which must outlive it), each operation made on
