@@ -92,6 +92,27 @@ struct PriorityTotals {
   }
 };
 
+namespace detail {
+
+/// Returns the options of a simulated deployment told `limits`, on the virtual clock `now` (which must
+/// outlive it).
+[[nodiscard]] inline DeploymentOptions simulated_deployment(const Limits& limits, const Time& now) {
+  DeploymentOptions options;
+  options.name = "simulated";
+  options.limits = limits;
+  options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
+  return options;
+}
+
+/// Returns the next gap between two arrivals of a Poisson process whose mean gap is `mean`: -mean x ln(U),
+/// U drawn from `rng` in (0, 1].
+[[nodiscard]] inline Time exponential_gap(SplitMix64& rng, std::chrono::milliseconds mean) {
+  const double u = (static_cast<double>(rng() >> 11) + 1.0) / 9007199254740992.0;
+  return Time{std::llround(-static_cast<double>(mean.count()) * std::log(u))};
+}
+
+}  // namespace detail
+
 /// Returns the calls per second `provider`'s buckets allow for calls of `tokens` each.
 [[nodiscard]] inline double capacity_rate(const ProviderSpec& provider, std::int64_t tokens) {
   double rate = 1e18;
@@ -111,11 +132,8 @@ struct PriorityTotals {
   const Cost estimate{1, scenario.prompt_tokens, scenario.max_tokens};
   ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
   Time now{0};
-  DeploymentOptions options;
-  options.name = "simulated";
-  options.limits = scenario.limits;
+  DeploymentOptions options = detail::simulated_deployment(scenario.limits, now);
   options.priorities = scenario.options;
-  options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
   Deployment deployment(options);
   const RetryPolicy policy = RetryPolicy::batch();
   const CallOptions call_options;  // safe to repeat, no deadline: the waits are virtual
@@ -155,12 +173,9 @@ struct PriorityTotals {
     if (!batch) ++window_of(call).calls;
     return calls.size() - 1;
   };
-  const auto next_arrival = [&] {
-    // Exponential gaps: -mean x ln(U), U in (0, 1].
-    const double u = (static_cast<double>(arrivals() >> 11) + 1.0) / 9007199254740992.0;
-    const auto gap = static_cast<std::int64_t>(
-        std::llround(-static_cast<double>(scenario.interactive_mean_gap.count()) * std::log(u)));
-    queue.push(now + Time{gap}, 0, Due{Kind::arrive, calls.size(), {}});  // call index unused for arrivals
+  const auto next_arrival = [&] {  // the call index is not used for arrivals
+    queue.push(now + detail::exponential_gap(arrivals, scenario.interactive_mean_gap), 0,
+               Due{Kind::arrive, calls.size(), {}});
   };
   std::function<void(std::size_t, const Step&)> carry_out;
   const auto take_batch = [&] {
@@ -263,6 +278,8 @@ struct TenantScenario {
 
   /// Throws std::invalid_argument naming the field when the scenario makes no sense.
   void validate() const {
+    if (prompt_tokens < 0 || max_tokens < 0)
+      detail::throw_invalid_argument("TenantScenario::prompt_tokens and max_tokens must not be negative");
     if (heavy_mean_gap <= std::chrono::milliseconds::zero() || light_mean_gap <= std::chrono::milliseconds::zero())
       detail::throw_invalid_argument("TenantScenario: the mean gaps must be positive");
     if (in_progress < 1) detail::throw_invalid_argument("TenantScenario::in_progress must be at least 1");
@@ -272,7 +289,8 @@ struct TenantScenario {
   }
 };
 
-/// What each tenant saw: its calls' waits from arrival to the first attempt, and how many were served.
+/// What each tenant saw: its calls' waits from arrival to the first attempt (the calls that arrived before the
+/// last 30 s), and how many of all its calls were served.
 struct TenantTotals {
   WaitFigures heavy;
   WaitFigures light;
@@ -289,11 +307,7 @@ struct TenantTotals {
   const Cost estimate{1, scenario.prompt_tokens, scenario.max_tokens};
   ProviderModel provider{scenario.provider, stream(scenario.seed, 0)(), detail::prevalidated};
   Time now{0};
-  DeploymentOptions options;
-  options.name = "simulated";
-  options.limits = scenario.limits;
-  options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
-  Deployment deployment(options);
+  Deployment deployment(detail::simulated_deployment(scenario.limits, now));
   const RetryPolicy policy = RetryPolicy::batch();
   const CallOptions call_options;
   struct Call {
@@ -327,9 +341,8 @@ struct TenantTotals {
   SplitMix64 rng = stream(scenario.seed, 3);
   const Time counted_until = scenario.duration - std::min(scenario.duration, Time{std::chrono::seconds{30}});
   const auto next_arrival = [&](std::size_t t) {
-    const double u = (static_cast<double>(tenants[t].arrivals() >> 11) + 1.0) / 9007199254740992.0;
-    const auto gap = std::llround(-static_cast<double>(tenants[t].gap.count()) * std::log(u));
-    if (now + Time{gap} < scenario.duration) queue.push(now + Time{gap}, 0, Due{Kind::arrive, t, {}});
+    const Time at = now + detail::exponential_gap(tenants[t].arrivals, tenants[t].gap);
+    if (at < scenario.duration) queue.push(at, 0, Due{Kind::arrive, t, {}});
   };
   std::function<void(std::size_t, const Step&)> carry_out;
   const auto begin = [&](std::size_t i) {
