@@ -56,7 +56,7 @@ struct Incoming {
   std::string body;                ///< as received
   nlohmann::json json;             ///< the body parsed: an object whose "model" is a string
   std::string model;               ///< the body's "model"
-  std::string model_label;         ///< its value in the metrics' model label (bounded: see ModelLabels)
+  std::string model_label;         ///< its value in the metrics' model label (bounded: see BoundedLabels)
   std::string idempotency_key;     ///< sent upstream as Idempotency-Key; empty: none
   llmretry::Cost estimate;         ///< reserved on each route's Deployment
   std::string priority_name;       ///< its X-LLMRetry-Priority; empty: none

@@ -284,13 +284,13 @@ int run(const Options& options) {
   if (redis) pacing_pool.emplace(redis_connections);
   const relay::Forwarder forwarder(registry, std::chrono::minutes{10}, pacing_pool ? &*pacing_pool : nullptr);
   const relay::Front* serving = nullptr;  // set once the front exists
-  const relay::Server* answering = nullptr;
+  relay::Server* answering = nullptr;
   relay::Server server(routes, forwarder, idempotency, registry,
                        {[&registry, &serving, &answering] {
                           std::string text = registry.prometheus_text();
                           if (serving != nullptr && answering != nullptr)
                             text += relay::front_metrics(serving->stats(), answering->requests_in_flight()) +
-                                    answering->degraded_metrics();
+                                    answering->own_metrics();
                           return text;
                         },
                         std::string(llmretry::metrics::prometheus_content_type)},

@@ -27,7 +27,9 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,7 +39,7 @@
 #include "errors.hpp"
 #include "forward.hpp"
 #include "front.hpp"
-#include "model_labels.hpp"
+#include "labels.hpp"
 #include "routes.hpp"
 #include "security.hpp"
 #include "stream.hpp"
@@ -328,6 +330,11 @@ class Server final : public Service {
         degrade(*rule, level, routes, chain, *in);
       }
     }
+    if (!in->tenant.empty()) {
+      const std::string label = tenant_labels_.of(in->tenant);
+      const std::lock_guard<std::mutex> lock(tenants_mutex_);
+      ++by_tenant_[label];
+    }
     in->estimate = llmretry::json::estimate_of(in->json, in->sent_body.empty() ? in->body : in->sent_body);
     in->json = nlohmann::json();  // the parsed body costs many times its bytes: not kept while it is in flight
     llmretry::curl::AsyncClient& client = *clients_.at(request.worker);
@@ -379,8 +386,9 @@ class Server final : public Service {
   }
 
  public:
-  /// Returns the text of llm_relay_degraded_total{action,pressure}.
-  [[nodiscard]] std::string degraded_metrics() const {
+  /// Returns the text of the server's own families: llm_relay_degraded_total{action,pressure} and
+  /// llm_relay_tenant_requests_total{tenant}.
+  [[nodiscard]] std::string own_metrics() {
     std::string text =
         "# HELP llm_relay_degraded_total Requests the relay changed under pressure (a model's degrade rules): "
         "max_tokens cut, sent to another model, or held (429).\n# TYPE llm_relay_degraded_total counter\n";
@@ -396,6 +404,18 @@ class Server final : public Service {
                 std::to_string(degraded_[static_cast<std::size_t>(action) * 4 + static_cast<std::size_t>(level) - 1]))
             .append("\n");
       }
+    text.append(
+        "# HELP llm_relay_tenant_requests_total API requests by X-LLMRetry-Tenant (the first 64 tenants named, "
+        "then other).\n# TYPE llm_relay_tenant_requests_total counter\n");
+    const std::lock_guard<std::mutex> lock(tenants_mutex_);
+    for (const auto& [tenant, count] : by_tenant_) {
+      text.append("llm_relay_tenant_requests_total{tenant=\"");
+      for (const char c : tenant) {
+        if (c == '\\' || c == '"') text.push_back('\\');
+        text.push_back(c);
+      }
+      text.append("\"} ").append(std::to_string(count)).append("\n");
+    }
     return text;
   }
 
@@ -677,8 +697,11 @@ class Server final : public Service {
   llmretry::metrics::Observer& observer_;
   MetricsPage metrics_;
   ServerSettings settings_;
-  ModelLabels model_labels_;
-  std::vector<llmretry::curl::AsyncClient*> clients_;  ///< per worker
+  BoundedLabels model_labels_{100};  ///< the first 100 models named, then "other"
+  BoundedLabels tenant_labels_{64};  ///< the first 64 tenants named, then "other"
+  std::mutex tenants_mutex_;
+  std::map<std::string, std::uint64_t, std::less<>> by_tenant_;  ///< label -> requests
+  std::vector<llmretry::curl::AsyncClient*> clients_;            ///< per worker
   std::optional<boost::asio::thread_pool> store_pool_;
   std::atomic<std::size_t> in_flight_{0};
   std::array<std::atomic<std::uint64_t>, 12> degraded_{};  ///< by DegradeAction, then pressure level (light first)

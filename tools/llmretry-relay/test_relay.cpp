@@ -1113,6 +1113,7 @@ TEST_CASE("X-LLMRetry-Priority: a batch request leaves half the burst to interac
   CHECK_THAT(metrics->body,
              llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="interactive",task_type="chat"} 1)"));
   CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_queue_depth{priority="batch",task_type="chat"} 0)"));
+  CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="nightly"} 2)"));
 }
 
 TEST_CASE("--default-priority batch: requests without the header are batch") {

@@ -30,6 +30,27 @@
 #include "simulation.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
+namespace detail {
+
+/// Returns the options of a simulated deployment told `limits`, on the virtual clock `now` (which must
+/// outlive it).
+[[nodiscard]] inline DeploymentOptions simulated_deployment(const Limits& limits, const sim::Time& now) {
+  DeploymentOptions options;
+  options.name = "simulated";
+  options.limits = limits;
+  options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
+  return options;
+}
+
+/// Returns the next gap between two arrivals of a Poisson process whose mean gap is `mean`: -mean x ln(U),
+/// U drawn from `rng` in (0, 1].
+[[nodiscard]] inline sim::Time exponential_gap(sim::SplitMix64& rng, std::chrono::milliseconds mean) {
+  const double u = (static_cast<double>(rng() >> 11) + 1.0) / 9007199254740992.0;
+  return sim::Time{std::llround(-static_cast<double>(mean.count()) * std::log(u))};
+}
+
+}  // namespace detail
+
 namespace sim {
 
 /// One deployment, interactive calls arriving at a steady rate (a Poisson process) from the start, and a
@@ -91,27 +112,6 @@ struct PriorityTotals {
     return left > 0 ? batch_rate / left : 0.0;
   }
 };
-
-namespace detail {
-
-/// Returns the options of a simulated deployment told `limits`, on the virtual clock `now` (which must
-/// outlive it).
-[[nodiscard]] inline DeploymentOptions simulated_deployment(const Limits& limits, const Time& now) {
-  DeploymentOptions options;
-  options.name = "simulated";
-  options.limits = limits;
-  options.clock = [&now] { return std::chrono::steady_clock::time_point{} + now; };
-  return options;
-}
-
-/// Returns the next gap between two arrivals of a Poisson process whose mean gap is `mean`: -mean x ln(U),
-/// U drawn from `rng` in (0, 1].
-[[nodiscard]] inline Time exponential_gap(SplitMix64& rng, std::chrono::milliseconds mean) {
-  const double u = (static_cast<double>(rng() >> 11) + 1.0) / 9007199254740992.0;
-  return Time{std::llround(-static_cast<double>(mean.count()) * std::log(u))};
-}
-
-}  // namespace detail
 
 /// Returns the calls per second `provider`'s buckets allow for calls of `tokens` each.
 [[nodiscard]] inline double capacity_rate(const ProviderSpec& provider, std::int64_t tokens) {
