@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -27,6 +26,7 @@
 #include "pacing.hpp"
 #include "provider.hpp"
 #include "random.hpp"
+#include "report.hpp"
 #include "simulation.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
@@ -449,36 +449,33 @@ struct TenantTotals {
 /// Writes the side-by-side table of `rows` (a title and a run's totals each): each tenant's waits.
 inline void write_tenant_table(std::ostream& out, const std::vector<std::pair<std::string, TenantTotals>>& rows) {
   const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
-  out << "                     tenant a (ten times b's rate)               tenant b\n"
-      << "                     calls   served  P50        P95        429s  calls   P50      P95      429s\n";
-  char line[320];
-  for (const auto& [title, t] : rows) {
-    std::snprintf(line, sizeof line, "%-20s %-7lld %-7lld %-10s %-10s %-5lld %-7lld %-8s %-8s %lld\n", title.c_str(),
-                  static_cast<long long>(t.heavy.calls), static_cast<long long>(t.heavy_served),
-                  ms(t.heavy.p50).c_str(), ms(t.heavy.p95).c_str(), static_cast<long long>(t.heavy.refused),
-                  static_cast<long long>(t.light.calls), ms(t.light.p50).c_str(), ms(t.light.p95).c_str(),
-                  static_cast<long long>(t.light.refused));
-    out << line;
-  }
+  std::vector<std::vector<std::string>> table{
+      {"", "a: calls", "served", "P50", "P95", "429s", "b: calls", "P50", "P95", "429s"}};
+  for (const auto& [title, t] : rows)
+    table.push_back({title, std::to_string(t.heavy.calls), std::to_string(t.heavy_served), ms(t.heavy.p50),
+                     ms(t.heavy.p95), std::to_string(t.heavy.refused), std::to_string(t.light.calls), ms(t.light.p50),
+                     ms(t.light.p95), std::to_string(t.light.refused)});
+  detail::write_columns(out, table);
 }
 
-/// Writes the side-by-side table of `rows` (a title and a run's totals each): the interactive calls'
-/// waits and 429s before and during the batch, and the batch's rate as a share of what they left.
+/// Writes the side-by-side table of `rows` (a title and a run's totals each): the interactive calls' waits
+/// and 429s before and during the batch, and the batch's rate as a share of what they left.
 inline void write_priority_table(std::ostream& out, const std::vector<std::pair<std::string, PriorityTotals>>& rows) {
   const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
-  out << "                     interactive before the batch       interactive during the batch       batch\n"
-      << "                     calls   P50      P95      429s      calls   P50      P95      429s      served  "
-         "429s  per s   leftover used\n";
-  char line[320];
-  for (const auto& [title, t] : rows) {
-    std::snprintf(
-        line, sizeof line, "%-20s %-7lld %-8s %-8s %-9lld %-7lld %-8s %-8s %-9lld %-7lld %-5lld %-7.2f %.1f %%\n",
-        title.c_str(), static_cast<long long>(t.before.calls), ms(t.before.p50).c_str(), ms(t.before.p95).c_str(),
-        static_cast<long long>(t.before.refused), static_cast<long long>(t.during.calls), ms(t.during.p50).c_str(),
-        ms(t.during.p95).c_str(), static_cast<long long>(t.during.refused), static_cast<long long>(t.batch_served),
-        static_cast<long long>(t.batch_refused), t.batch_rate, 100.0 * t.leftover_share());
-    out << line;
-  }
+  const auto hundredths = [](double value) {  // "12.45"
+    const long long scaled = std::llround(value * 100.0);
+    const std::string fraction = std::to_string(scaled % 100);
+    return std::to_string(scaled / 100) + (fraction.size() < 2 ? ".0" : ".") + fraction;
+  };
+  std::vector<std::vector<std::string>> table{{"", "before: calls", "P50", "P95", "429s", "during: calls", "P50", "P95",
+                                               "429s", "batch: served", "429s", "per s", "leftover used"}};
+  for (const auto& [title, t] : rows)
+    table.push_back({title, std::to_string(t.before.calls), ms(t.before.p50), ms(t.before.p95),
+                     std::to_string(t.before.refused), std::to_string(t.during.calls), ms(t.during.p50),
+                     ms(t.during.p95), std::to_string(t.during.refused), std::to_string(t.batch_served),
+                     std::to_string(t.batch_refused), hundredths(t.batch_rate),
+                     hundredths(100.0 * t.leftover_share()) + " %"});
+  detail::write_columns(out, table);
 }
 
 }  // namespace sim
