@@ -314,8 +314,8 @@ class Runner {
     }
     const llmretry::store::QueueCounts counts = stores.queue().counts();
     const auto jobs = static_cast<std::int64_t>(counts.ready + counts.delayed + counts.taken);
-    if (jobs == 0) return true;
     const auto accounted = jobs + static_cast<std::int64_t>(counts.done + counts.failed + counts.dead);
+    if (accounted >= settings_.submitted && jobs == 0) return true;
     if (accounted < settings_.submitted)
       throw std::runtime_error("the batch's queue holds " + std::to_string(accounted) + " jobs and results for " +
                                std::to_string(settings_.submitted) +
@@ -363,8 +363,10 @@ class Runner {
         since_ = now;
         pause_ = std::chrono::milliseconds{100};
       }
-      if (now - *since_ >= settings_.outage_limit) return false;
-      for (auto slept = std::chrono::milliseconds::zero(); slept < pause_ && !stopped; slept += step)
+      const auto left = settings_.outage_limit - std::chrono::duration_cast<std::chrono::milliseconds>(now - *since_);
+      if (left <= std::chrono::milliseconds::zero()) return false;
+      const auto pause = std::min(pause_, left);  // the last try comes when the outage has lasted its limit
+      for (auto slept = std::chrono::milliseconds::zero(); slept < pause && !stopped; slept += step)
         std::this_thread::sleep_for(step);
       pause_ = std::min(2 * pause_, std::chrono::milliseconds{2'000});
       return true;

@@ -308,9 +308,9 @@ class Server final : public Service {
       }
     }
     in->body = std::move(request.body);
-    // A request with an Idempotency-Key is never degraded: its retries must find its stored answer and send
-    // the body it was first sent with.
-    if (routes.has_model_table() && in->idempotency_key.empty()) {
+    // Held back or degraded under pressure (a model of the table): a request with an Idempotency-Key may be
+    // held, never changed, since its retries must find its stored answer and send the body first sent.
+    if (routes.has_model_table()) {
       const Upstream& primary = *chain->upstreams.front();
       const llmretry::Pressure level = llmretry::pressure(*primary.deployment, primary.breaker.get());
       if (const Degrade* rule = rule_at(chain->degrade, level)) {
@@ -327,7 +327,7 @@ class Server final : public Service {
                                          "hold=" + std::string(llmretry::to_string(in->priority)));
           return held->exchange().send(std::move(held_back));
         }
-        degrade(*rule, level, routes, chain, *in);
+        if (in->idempotency_key.empty()) degrade(*rule, level, routes, chain, *in);
       }
     }
     if (!in->tenant.empty()) {
@@ -359,9 +359,9 @@ class Server final : public Service {
       bool asked = false;
       for (const char* field : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
         const auto found = in.json.find(field);
-        if (found == in.json.end() || !found->is_number_integer()) continue;
-        asked = true;
-        if (found->get<std::int64_t>() > *rule.max_tokens) {
+        if (found == in.json.end()) continue;
+        asked = true;  // a bound that is no number is the upstream's to refuse: left as sent
+        if (found->is_number() && found->get<double>() > static_cast<double>(*rule.max_tokens)) {
           *found = *rule.max_tokens;
           cut = true;
         }

@@ -1157,6 +1157,15 @@ TEST_CASE("a model's degrade rules act under pressure and say what they changed:
   CHECK(sent.at("model") == "small");
   CHECK(sent.at("max_tokens") == 5);
   CHECK(nlohmann::json::parse(main_provider.requests().front().body).at("max_tokens") == 10);  // untouched
+  // Any number is cut, one out of int64's range too; a bound that is no number is left to the upstream.
+  const auto huge =
+      post(relay, "/v1/chat/completions", R"({"model": "main", "max_tokens": 18446744073709551615, "messages": []})");
+  CHECK(huge->get_header_value("x-llmretry-degraded") == "model=small, max_tokens=5");
+  CHECK(nlohmann::json::parse(small_provider.requests().back().body).at("max_tokens") == 5);
+  const auto text = post(relay, "/v1/chat/completions", R"({"model": "main", "max_tokens": "500", "messages": []})");
+  CHECK(text->get_header_value("x-llmretry-degraded") == "model=small");
+  CHECK(nlohmann::json::parse(small_provider.requests().back().body).at("max_tokens") == "500");
+  CHECK_FALSE(nlohmann::json::parse(small_provider.requests().back().body).contains("max_completion_tokens"));
 
   CHECK(post(relay, "/v1/chat/completions", chat("held"))->status == 200);
   const auto held = post(relay, "/v1/chat/completions", chat("held"), {{"X-LLMRetry-Priority", "batch"}});
@@ -1164,6 +1173,9 @@ TEST_CASE("a model's degrade rules act under pressure and say what they changed:
   CHECK(error_of(held->body).at("code") == "held_under_pressure");
   CHECK(held->has_header("Retry-After"));
   CHECK(held->get_header_value("x-llmretry-degraded") == "hold=batch");
+  const auto keyed = post(relay, "/v1/chat/completions", chat("held"),
+                          {{"X-LLMRetry-Priority", "batch"}, {"Idempotency-Key", "held-1"}});
+  CHECK(keyed->status == 429);  // a key does not pass a hold
   // An interactive request is not held: it waits for capacity (5 s) and is served.
   CHECK(post(relay, "/v1/chat/completions", chat("held"))->status == 200);
 
@@ -1171,9 +1183,9 @@ TEST_CASE("a model's degrade rules act under pressure and say what they changed:
   REQUIRE(metrics);
   INFO(metrics->body);
   CHECK_THAT(metrics->body,
-             llmretry_catch::contains(R"(llm_relay_degraded_total{action="model",pressure="moderate"} 1)"));
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="model",pressure="moderate"} 3)"));
   CHECK_THAT(metrics->body,
-             llmretry_catch::contains(R"(llm_relay_degraded_total{action="max_tokens",pressure="moderate"} 1)"));
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="max_tokens",pressure="moderate"} 2)"));
   CHECK_THAT(metrics->body,
-             llmretry_catch::contains(R"(llm_relay_degraded_total{action="hold",pressure="moderate"} 1)"));
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="hold",pressure="moderate"} 2)"));
 }

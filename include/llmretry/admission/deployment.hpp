@@ -259,6 +259,7 @@ class Deployment::Pacing {
       time_point admitted;  ///< when it was first held back
       time_point ask_at;    ///< when asking again may find capacity
       time_point promoted;  ///< from when it reserves as an interactive call
+      int asked = 0;        ///< how many times it asked again and was held back
     };
 
     Ticket(Deployment& deployment, Reservation reservation, std::optional<std::chrono::milliseconds> slot_wait,
@@ -363,7 +364,7 @@ class Deployment::Pacing {
         precedence.tenant = hold.tenant;
         Reservation again = deployment_->reserve(hold.estimate, now, bound, precedence);
         if (again.status() == ReservationStatus::held_back) {  // never once promoted
-          hold.ask_at = std::min(again.start(), hold.promoted);
+          hold.ask_at = std::min(std::max(again.start(), now + spread(hold)), hold.promoted);
           if (!bound || hold.ask_at - now <= *bound) return held(hold.ask_at, now, bound, reason);
         }
         if (!again.granted()) return Begin::refuse(refusal_of(again, now, attempt.time_left, queue_left));
@@ -373,6 +374,19 @@ class Deployment::Pacing {
       slot_wait_ = queue_left;
       hold_.reset();
       return std::nullopt;
+    }
+
+    /// Returns how long after now `hold` asks again at the soonest: from 10 ms, twice as long each time it was
+    /// held back again, up to 1 s, each between half and all of it (a hash of the ticket and the count), so
+    /// that the calls held back together do not all ask again at the instant capacity frees.
+    [[nodiscard]] std::chrono::milliseconds spread(Hold& hold) const noexcept {
+      const int doublings = std::min(hold.asked++, 7);
+      const std::int64_t most = std::min<std::int64_t>(10LL << doublings, 1000);
+      std::uint64_t mixed = reinterpret_cast<std::uintptr_t>(this) ^ (static_cast<std::uint64_t>(hold.asked) << 32U);
+      mixed = (mixed ^ (mixed >> 33U)) * 0xff51afd7ed558ccdULL;
+      mixed ^= mixed >> 33U;
+      return std::chrono::milliseconds{most / 2 +
+                                       static_cast<std::int64_t>(mixed % static_cast<std::uint64_t>(most / 2 + 1))};
     }
 
     /// Returns the wait until `until` (at least 1 ms) of a held-back attempt, or its refusal for `reason`
