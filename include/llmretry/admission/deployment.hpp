@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -120,6 +121,9 @@ class Deployment {
   /// Returns the concurrency limit, or null when there is none.
   [[nodiscard]] ConcurrencyLimit* concurrency() noexcept { return concurrency_.get(); }
 
+  /// Returns a number for each call held back (Priority), one more each time: the same sequence on every run.
+  [[nodiscard]] std::uint64_t hold_seed() noexcept { return holds_.fetch_add(1, std::memory_order_relaxed) + 1; }
+
   /// Returns how many exchanges with the shared pacing state failed (see DeploymentOptions::shared).
   [[nodiscard]] std::int64_t shared_failures() const noexcept {
     return shared_failures_.load(std::memory_order_relaxed);
@@ -230,6 +234,7 @@ class Deployment {
   RateLimiter limiter_;
   std::unique_ptr<ConcurrencyLimit> concurrency_;
   std::atomic<std::int64_t> shared_failures_{0};
+  std::atomic<std::uint64_t> holds_{0};
 };
 
 /// The guard of one call through a Deployment. Before each attempt it reserves the estimate (the wait
@@ -259,6 +264,7 @@ class Deployment::Pacing {
       time_point admitted;  ///< when it was first held back
       time_point ask_at;    ///< when asking again may find capacity
       time_point promoted;  ///< from when it reserves as an interactive call
+      std::uint64_t seed;   ///< spreads its asks from those of the calls held back with it (Deployment::hold_seed)
       int asked = 0;        ///< how many times it asked again and was held back
     };
 
@@ -377,12 +383,12 @@ class Deployment::Pacing {
     }
 
     /// Returns how long after now `hold` asks again at the soonest: from 10 ms, twice as long each time it was
-    /// held back again, up to 1 s, each between half and all of it (a hash of the ticket and the count), so
+    /// held back again, up to 1 s, each between half and all of it (a hash of its seed and the count), so
     /// that the calls held back together do not all ask again at the instant capacity frees.
-    [[nodiscard]] std::chrono::milliseconds spread(Hold& hold) const noexcept {
+    [[nodiscard]] static std::chrono::milliseconds spread(Hold& hold) noexcept {
       const int doublings = std::min(hold.asked++, 7);
       const std::int64_t most = std::min<std::int64_t>(10LL << doublings, 1000);
-      std::uint64_t mixed = reinterpret_cast<std::uintptr_t>(this) ^ (static_cast<std::uint64_t>(hold.asked) << 32U);
+      std::uint64_t mixed = hold.seed ^ (static_cast<std::uint64_t>(hold.asked) << 32U);
       mixed = (mixed ^ (mixed >> 33U)) * 0xff51afd7ed558ccdULL;
       mixed ^= mixed >> 33U;
       return std::chrono::milliseconds{most / 2 +
@@ -464,7 +470,8 @@ class Deployment::Pacing {
         estimate_, now, attempt.hedge ? std::chrono::milliseconds::zero() : attempt.time_left, precedence);
     if (reservation.status() == ReservationStatus::held_back && !attempt.hedge) {
       const time_point until = now + options.priorities.longest_hold;
-      Ticket::Hold hold{estimate_, precedence_, tenant_, now, std::min(reservation.start(), until), until};
+      Ticket::Hold hold{
+          estimate_, precedence_, tenant_, now, std::min(reservation.start(), until), until, deployment_->hold_seed()};
       return Admission<Ticket>::go(
           Ticket{*deployment_, std::move(reservation), options.max_queue_wait, std::move(hold)});
     }
