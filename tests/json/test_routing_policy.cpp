@@ -16,7 +16,9 @@ constexpr const char* policy_text = R"({
     {"provider": "openai", "model": "gpt-5.5", "when": ["provider_5xx", "rate_limit_after_retry_budget"]},
     {"provider": "google", "model": "gemini-3", "when": ["context_length_needed", "primary_unavailable"]}
   ],
-  "degrade_to": {"provider": "open_model_cluster", "model": "qwen", "when": ["batch_low_priority"]}
+  "degrade_to": {"provider": "open_model_cluster", "model": "qwen", "when": ["batch_low_priority"]},
+  "under_pressure": {"light": {"max_tokens": 512}, "moderate": {"model": "claude-haiku-4.5", "max_tokens": 256},
+                     "high": {"hold": "batch"}}
 })";
 
 std::string error_of(const std::string& text) {
@@ -48,6 +50,19 @@ TEST_CASE("A routing policy is read into the routes of a chain", "[routing_polic
   REQUIRE(policy.degrade_to);
   CHECK(policy.degrade_to->when == std::vector<std::string>{"batch_low_priority"});
 
+  const PressureRules& rules = policy.under_pressure;
+  CHECK(rules.at(Pressure::normal) == nullptr);
+  REQUIRE(rules.at(Pressure::light) != nullptr);
+  CHECK(rules.at(Pressure::light)->max_tokens == 512);
+  CHECK(rules.at(Pressure::light)->model.empty());
+  CHECK_FALSE(rules.at(Pressure::light)->hold);
+  REQUIRE(rules.at(Pressure::moderate) != nullptr);
+  CHECK(rules.at(Pressure::moderate)->model == "claude-haiku-4.5");
+  CHECK(rules.at(Pressure::moderate)->max_tokens == 256);
+  REQUIRE(rules.at(Pressure::high) != nullptr);
+  CHECK(rules.at(Pressure::high)->hold == Priority::batch);
+  CHECK(rules.at(Pressure::extreme) == rules.at(Pressure::high));  // no rule of its own: the one below
+
   const FallbackChain chain{policy.routes()};
   REQUIRE(chain.routes().size() == 3);
   CHECK(chain.routes()[0].name == "anthropic/claude-sonnet-4.6");
@@ -75,4 +90,46 @@ TEST_CASE("A bad routing policy is refused, naming the field", "[routing_policy]
   CHECK(error_of("{\"primary\": ") == "routing: not valid JSON");
   CHECK(error_of(edited("\"when\": [\"batch_low_priority\"]", "\"when\": \"batch_low_priority\"")) ==
         "routing.degrade_to.when: must be a non-empty array of strings");
+}
+
+TEST_CASE("Pressure rules: a level without a rule takes the one below, none at normal", "[routing_policy]") {
+  const PressureRules rules = json::pressure_rules(nlohmann::json::parse(R"({"moderate": {"hold": "standard"}})"));
+  CHECK_FALSE(rules.empty());
+  CHECK(rules.at(Pressure::normal) == nullptr);
+  CHECK(rules.at(Pressure::light) == nullptr);
+  REQUIRE(rules.at(Pressure::moderate) != nullptr);
+  CHECK(rules.at(Pressure::moderate)->hold == Priority::standard);
+  CHECK(rules.at(Pressure::extreme) == rules.at(Pressure::moderate));
+  CHECK(PressureRules{}.empty());
+  CHECK(PressureRules{}.at(Pressure::extreme) == nullptr);
+  CHECK(json::routing_policy(std::string(R"({"primary": {"provider": "a", "model": "b"}})")).under_pressure.empty());
+}
+
+TEST_CASE("Bad pressure rules are refused, naming the field", "[routing_policy]") {
+  const auto rules_error = [](const std::string& rules) {
+    return error_of(R"({"primary": {"provider": "a", "model": "b"}, "under_pressure": )" + rules + "}");
+  };
+  CHECK(rules_error(R"({"severe": {"max_tokens": 5}})") == "routing.under_pressure.severe: unknown field");
+  CHECK(rules_error("{}") == "routing.under_pressure: must name at least one level (light, moderate, high, extreme)");
+  CHECK(rules_error("[]") == "routing.under_pressure: must be an object");
+  CHECK(rules_error(R"({"light": {}})") ==
+        "routing.under_pressure.light: must say what it does: max_tokens, model or hold");
+  CHECK(rules_error(R"({"light": 5})") == "routing.under_pressure.light: must be an object");
+  CHECK(rules_error(R"({"light": {"max_token": 5}})") == "routing.under_pressure.light.max_token: unknown field");
+  for (const char* tokens : {"0", "-1", "1.5", "\"5\"", "10000001", "true"})
+    CHECK(rules_error(std::string(R"({"light": {"max_tokens": )") + tokens + "}}") ==
+          "routing.under_pressure.light.max_tokens: must be a whole number in [1, 10000000]");
+  CHECK(rules_error(R"({"high": {"model": ""}})") == "routing.under_pressure.high.model: must be a non-empty string");
+  for (const char* hold : {"\"interactive\"", "\"urgent\"", "1"})
+    CHECK(rules_error(std::string(R"({"high": {"hold": )") + hold + "}}")
+              .rfind("routing.under_pressure.high.hold: must", 0) == 0);
+  CHECK(rules_error(R"({"high": {"hold": "interactive"}})") ==
+        "routing.under_pressure.high.hold: must be \"standard\" or \"batch\" (the class held, with those below it)");
+  try {
+    (void)json::pressure_rules(nlohmann::json::parse(R"({"light": {"max_tokens": 0}})"), "models.gpt.under_pressure");
+    FAIL("no error");
+  } catch (const std::invalid_argument& error) {
+    CHECK(std::string(error.what()) ==
+          "models.gpt.under_pressure.light.max_tokens: must be a whole number in [1, 10000000]");
+  }
 }

@@ -4,7 +4,7 @@
 #define LLMRETRY_RELAY_CONFIG_HPP
 
 #include <llmretry/admission/pressure.hpp>
-#include <llmretry/admission/priority.hpp>
+#include <llmretry/json/routing_policy.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -28,18 +28,6 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// What the relay does to a request for a model whose primary upstream is under pressure (llmretry::Pressure):
-/// each change recorded in the answer's x-llmretry-degraded header and in llm_relay_degraded_total.
-struct Degrade {
-  std::optional<std::int64_t> max_tokens;  ///< the most output tokens asked for: larger asks are cut to it
-  std::string model;                       ///< another model of the table to send the request to; empty: none
-  std::optional<llmretry::Priority> hold;  ///< requests of this class and below are answered 429 (come back later)
-};
-
-/// The rule of each pressure level from light to extreme (index: the level - 1); a level without one takes
-/// the rule of the highest level below it that has one.
-using DegradeRules = std::array<std::optional<Degrade>, 4>;
-
 /// One row of the model table.
 struct ModelRow {
   Format format = Format::openai;  ///< the API the upstream speaks, and the routes that reach the model
@@ -49,7 +37,9 @@ struct ModelRow {
   std::optional<std::int64_t> tpm;
   std::optional<int> concurrency;
   std::string fallback;  ///< the model of the table to move to; empty: none
-  DegradeRules degrade;  ///< what pressure on its upstream does to its requests
+  /// What pressure on its first upstream does to its requests, each change recorded in the answer's
+  /// x-llmretry-degraded header and in llm_relay_degraded_total.
+  llmretry::PressureRules under_pressure;
 };
 
 /// The model table, by model name.
@@ -78,48 +68,7 @@ inline std::string optional_string(const nlohmann::json& row, const char* field,
   return found->get<std::string>();
 }
 
-/// Returns the rules of `row["degrade"]` (at `at`): {"light": {"max_tokens": 256}, "moderate": {"model":
-/// "small"}, "high": {"hold": "batch"}}. Throws ConfigError.
-inline DegradeRules degrade_rules(const nlohmann::json& row, const std::string& at) {
-  DegradeRules rules;
-  const auto found = row.find("degrade");
-  if (found == row.end()) return rules;
-  if (!found->is_object() || found->empty())
-    throw ConfigError(at + "degrade: must be an object of pressure levels (light, moderate, high, extreme)");
-  for (const auto& [level, rule] : found->items()) {
-    std::size_t index = 0;
-    for (const auto pressure : {llmretry::Pressure::light, llmretry::Pressure::moderate, llmretry::Pressure::high,
-                                llmretry::Pressure::extreme})
-      if (level == llmretry::to_string(pressure)) index = static_cast<std::size_t>(pressure);
-    const std::string here = at + "degrade." + level + ".";
-    if (index == 0)
-      throw ConfigError(at + "degrade." + level + ": unknown level (expected light, moderate, high, extreme)");
-    if (!rule.is_object() || rule.empty())
-      throw ConfigError(at + "degrade." + level + ": must be an object of max_tokens, model, hold");
-    for (const auto& field : rule.items())
-      if (field.key() != "max_tokens" && field.key() != "model" && field.key() != "hold")
-        throw ConfigError(here + field.key() + ": unknown field (expected max_tokens, model, hold)");
-    Degrade degrade;
-    degrade.max_tokens = bounded_number(rule, "max_tokens", 1, 10'000'000, here);
-    degrade.model = optional_string(rule, "model", here);
-    const std::string hold = optional_string(rule, "hold", here);
-    if (hold == "standard") degrade.hold = llmretry::Priority::standard;
-    else if (hold == "batch") degrade.hold = llmretry::Priority::batch;
-    else if (!hold.empty()) throw ConfigError(here + "hold: must be \"standard\" or \"batch\"");
-    rules[index - 1] = std::move(degrade);
-  }
-  return rules;
-}
-
 }  // namespace detail
-
-/// Returns the rule in force for `rules` at `pressure`: that of the highest level at or below it that has
-/// one; null at normal or when none applies.
-inline const Degrade* rule_at(const DegradeRules& rules, llmretry::Pressure pressure) {
-  for (auto level = static_cast<std::size_t>(pressure); level > 0; --level)
-    if (rules[level - 1]) return &*rules[level - 1];
-  return nullptr;
-}
 
 /// Returns the model table of the JSON `text` read from `file`, such as
 /// {"models": {"deepseek-chat": {"upstream": "https://...", "api_key_env": "DEEPSEEK_KEY", "rpm": 600,
@@ -142,11 +91,11 @@ inline ModelTable parse_config(const std::string& text, const std::string& file)
     if (!row.is_object()) throw ConfigError(file + ": models." + name + ": must be an object");
     for (const auto& field : row.items()) {
       static const std::set<std::string> known{"format", "upstream",    "api_key_env", "rpm",
-                                               "tpm",    "concurrency", "fallback",    "degrade"};
+                                               "tpm",    "concurrency", "fallback",    "under_pressure"};
       if (known.count(field.key()) == 0)
         throw ConfigError(at + field.key() +
                           ": unknown field (expected format, upstream, api_key_env, rpm, tpm, concurrency, fallback, "
-                          "degrade)");
+                          "under_pressure)");
     }
     ModelRow parsed;
     const std::string format = detail::optional_string(row, "format", at);
@@ -160,7 +109,13 @@ inline ModelTable parse_config(const std::string& text, const std::string& file)
     if (const auto concurrency = detail::bounded_number(row, "concurrency", 1, 100'000, at))
       parsed.concurrency = static_cast<int>(*concurrency);
     parsed.fallback = detail::optional_string(row, "fallback", at);
-    parsed.degrade = detail::degrade_rules(row, at);
+    if (const auto rules = row.find("under_pressure"); rules != row.end()) {
+      try {
+        parsed.under_pressure = llmretry::json::pressure_rules(*rules, "models." + name + ".under_pressure");
+      } catch (const std::invalid_argument& error) {
+        throw ConfigError(file + ": " + error.what());
+      }
+    }
     table.emplace(name, std::move(parsed));
   }
   for (const auto& [name, row] : table) {
@@ -171,10 +126,11 @@ inline ModelTable parse_config(const std::string& text, const std::string& file)
                         to_string(table.at(row.fallback).format) + ", \"" + name + "\" " + to_string(row.format));
   }
   for (const auto& [name, row] : table) {
-    for (std::size_t level = 0; level < row.degrade.size(); ++level) {
-      if (!row.degrade[level] || row.degrade[level]->model.empty()) continue;
-      const std::string& to = row.degrade[level]->model;
-      const std::string at = file + ": models." + name + ".degrade." +
+    for (std::size_t level = 0; level < row.under_pressure.levels.size(); ++level) {
+      const auto& rule = row.under_pressure.levels[level];
+      if (!rule || rule->model.empty()) continue;
+      const std::string& to = rule->model;
+      const std::string at = file + ": models." + name + ".under_pressure." +
                              llmretry::to_string(static_cast<llmretry::Pressure>(level + 1)) + ".model: \"" + to +
                              "\" ";
       if (table.count(to) == 0) throw ConfigError(at + "is not a model of the table");

@@ -63,7 +63,7 @@ struct Chain {
   llmretry::FallbackChain fallback_chain;
   std::vector<const Upstream*> upstreams;
   Format format = Format::openai;
-  DegradeRules degrade;  ///< what pressure on the first upstream does to the chain's requests
+  llmretry::PressureRules under_pressure;  ///< what pressure on the first upstream does to the chain's requests
 
   /// Returns the upstream of `route`, one of fallback_chain.routes().
   const Upstream& upstream_of(const llmretry::Route& route) const {
@@ -143,8 +143,8 @@ class Routes {
         routes.push_back(route_to(*by_name.at(next), routes.empty()));
         used.push_back(by_name.at(next));
       }
-      by_model_.emplace(name,
-                        Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), row.format, row.degrade});
+      by_model_.emplace(
+          name, Chain{llmretry::FallbackChain(std::move(routes)), std::move(used), row.format, row.under_pressure});
     }
   }
 

@@ -313,7 +313,7 @@ class Server final : public Service {
     if (routes.has_model_table()) {
       const Upstream& primary = *chain->upstreams.front();
       const llmretry::Pressure level = llmretry::pressure(*primary.deployment, primary.breaker.get());
-      if (const Degrade* rule = rule_at(chain->degrade, level)) {
+      if (const llmretry::PressureRule* rule = chain->under_pressure.at(level)) {
         if (rule->hold && in->priority >= *rule->hold) {
           count_degraded(DegradeAction::hold, level);
           Reply held_back =
@@ -347,7 +347,8 @@ class Server final : public Service {
 
   /// Applies `rule` (the rule at `level` of the model of `in`) to `in`: another model's `chain`, output tokens
   /// cut (its body re-written into in.sent_body); each change told in in.degraded and counted.
-  void degrade(const Degrade& rule, llmretry::Pressure level, const Routes& routes, const Chain*& chain, Incoming& in) {
+  void degrade(const llmretry::PressureRule& rule, llmretry::Pressure level, const Routes& routes, const Chain*& chain,
+               Incoming& in) {
     const auto told = [&](const std::string& change) { in.degraded += (in.degraded.empty() ? "" : ", ") + change; };
     if (!rule.model.empty()) {
       chain = routes.chain_for(rule.model, in.format);  // checked with the table: same format

@@ -1140,10 +1140,12 @@ TEST_CASE("a model's degrade rules act under pressure and say what they changed:
        {{"main",
          {{"upstream", main_provider.base_url()},
           {"rpm", 12},
-          {"degrade", {{"light", {{"max_tokens", 8}}}, {"moderate", {{"model", "small"}, {"max_tokens", 5}}}}}}},
+          {"under_pressure", {{"light", {{"max_tokens", 8}}}, {"moderate", {{"model", "small"}, {"max_tokens", 5}}}}}}},
         {"small", {{"upstream", small_provider.base_url()}}},
         {"held",
-         {{"upstream", main_provider.base_url()}, {"rpm", 12}, {"degrade", {{"moderate", {{"hold", "batch"}}}}}}}}}};
+         {{"upstream", main_provider.base_url()},
+          {"rpm", 12},
+          {"under_pressure", {{"moderate", {{"hold", "batch"}}}}}}}}}};
   Relay relay("degrade_relay", {"--listen", "127.0.0.1:0", "--config", path});
   relay.started();
   const auto first = post(relay, "/v1/chat/completions", chat("main"));

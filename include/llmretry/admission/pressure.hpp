@@ -2,20 +2,25 @@
 #define LLMRETRY_ADMISSION_PRESSURE_HPP
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
 
 #include "../detail/config.hpp"
 #include "../version.hpp"
 #include "circuit_breaker.hpp"
 #include "deployment.hpp"
 #include "limits.hpp"
+#include "priority.hpp"
 
 LLMRETRY_BEGIN_NAMESPACE
 
 /// How hard a deployment is pressed, for the application to degrade its service gracefully. The
-/// library only reports it; what to do is the application's choice, for instance: light: shorter
-/// max_tokens and retrieved context; moderate: simple tasks to a smaller model; high: defer work that
-/// is not urgent; extreme: a cached or prepared answer.
+/// library reports it; what to do is the application's choice (PressureRules writes it down), for
+/// instance: light: shorter max_tokens and retrieved context; moderate: simple tasks to a smaller model;
+/// high: defer work that is not urgent; extreme: a cached or prepared answer.
 enum class Pressure {
   normal,    ///< capacity to spare
   light,     ///< little burst left: calls start at once, but not for long
@@ -89,6 +94,38 @@ struct PressureThresholds {
   if (slots != nullptr && slots->waiting() > 0) return std::max(level, Pressure::moderate);
   return level;
 }
+
+/// What to do with a request at one level of pressure; each part is optional, and they combine.
+struct PressureRule {
+  std::optional<std::int64_t> max_tokens;  ///< ask at most this many output tokens: a larger ask is cut to it
+  std::string model;                       ///< send the request to this (smaller) model instead; empty: keep it
+  std::optional<Priority> hold;  ///< requests of this class and below are held back: the caller comes back later
+};
+
+/// What each level of pressure does to requests: a rule per level above normal. A level without a rule
+/// takes the rule of the highest level below it that has one, so {light: cut max_tokens, high: hold batch}
+/// cuts at light and moderate, and holds at high and extreme.
+struct PressureRules {
+  std::array<std::optional<PressureRule>, 4> levels;  ///< light, moderate, high, extreme
+
+  /// Returns the rule in force at `level`; null at normal, or when no level at or below it has one.
+  [[nodiscard]] const PressureRule* at(Pressure level) const noexcept {
+    for (auto index = static_cast<std::size_t>(level); index > 0; --index)
+      if (levels[index - 1]) return &*levels[index - 1];
+    return nullptr;
+  }
+
+  /// Returns true when no level has a rule.
+  [[nodiscard]] bool empty() const noexcept {
+    return std::none_of(levels.begin(), levels.end(), [](const auto& rule) { return rule.has_value(); });
+  }
+
+  /// Returns the rule set for `level` (above normal), for filling in.
+  /// Requires: level != Pressure::normal.
+  std::optional<PressureRule>& operator[](Pressure level) noexcept {
+    return levels[static_cast<std::size_t>(level) - 1];
+  }
+};
 
 LLMRETRY_END_NAMESPACE
 

@@ -2,11 +2,12 @@
 #define LLMRETRY_JSON_ROUTING_POLICY_HPP
 
 /// Reads a routing policy (a primary, its fallbacks and the reasons to move to each, a degraded
-/// target) written in JSON, with nlohmann::json (target llmretry::json), into the routes of a
-/// FallbackChain.
+/// target, what each level of pressure does) written in JSON, with nlohmann::json (target llmretry::json), into the
+/// routes of a FallbackChain.
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <stdexcept>
@@ -15,6 +16,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../admission/pressure.hpp"
+#include "../admission/priority.hpp"
 #include "../fallback.hpp"
 #include "../version.hpp"
 
@@ -42,12 +45,17 @@ struct Degradation {
 ///    "primary": {"provider": "anthropic", "model": "claude-sonnet-4.6"},
 ///    "fallbacks": [{"provider": "openai", "model": "gpt-5.5",
 ///                   "when": ["provider_5xx", "rate_limit_after_retry_budget"]}, ...],
-///    "degrade_to": {"provider": "open_model_cluster", "model": "qwen", "when": ["batch_low_priority"]}}
+///    "degrade_to": {"provider": "open_model_cluster", "model": "qwen", "when": ["batch_low_priority"]},
+///    "under_pressure": {"light": {"max_tokens": 512}, "moderate": {"model": "claude-haiku-4.5"},
+///                       "high": {"hold": "batch"}}}
 struct RoutingPolicy {
   std::string task;                       ///< optional; empty when absent
   RoutingTarget primary;                  ///< required
   std::vector<RoutingTarget> fallbacks;   ///< optional; in order
   std::optional<Degradation> degrade_to;  ///< optional
+  /// Optional: what pressure on the primary (llmretry::pressure) does to its requests; a rule's model is
+  /// another model of the primary's provider.
+  PressureRules under_pressure;
 
   /// Returns the routes of a FallbackChain, the primary first, each named "provider/model". Attach each
   /// route's deployment, breaker and budget before making the chain.
@@ -115,9 +123,40 @@ inline RoutingTarget routing_target(const nlohmann::json& value, const std::stri
   return target;
 }
 
+/// Returns the rules of `value` (at `at`). Throws std::invalid_argument naming the field.
+inline PressureRules read_pressure_rules(const nlohmann::json& value, const std::string& at) {
+  check_object(value, at, {"light", "moderate", "high", "extreme"});
+  if (value.empty()) policy_error(at, "must name at least one level (light, moderate, high, extreme)");
+  PressureRules rules;
+  for (const Pressure level : {Pressure::light, Pressure::moderate, Pressure::high, Pressure::extreme}) {
+    const auto found = value.find(to_string(level));
+    if (found == value.end()) continue;
+    const std::string here = at + "." + to_string(level);
+    check_object(*found, here, {"max_tokens", "model", "hold"});
+    if (found->empty()) policy_error(here, "must say what it does: max_tokens, model or hold");
+    PressureRule rule;
+    if (const auto tokens = found->find("max_tokens"); tokens != found->end()) {
+      constexpr std::int64_t most = 10'000'000;
+      if (!tokens->is_number_integer() || tokens->get<std::int64_t>() < 1 || tokens->get<std::int64_t>() > most)
+        policy_error(here + ".max_tokens", "must be a whole number in [1, " + std::to_string(most) + "]");
+      rule.max_tokens = tokens->get<std::int64_t>();
+    }
+    if (found->contains("model")) rule.model = required_string(*found, here, "model");
+    if (found->contains("hold")) {
+      const std::string hold = required_string(*found, here, "hold");
+      const std::optional<Priority> held = priority_from_string(hold);
+      if (!held || *held == Priority::interactive)
+        policy_error(here + ".hold", "must be \"standard\" or \"batch\" (the class held, with those below it)");
+      rule.hold = held;
+    }
+    rules[level] = std::move(rule);
+  }
+  return rules;
+}
+
 inline RoutingPolicy read_policy(const nlohmann::json& document) {
   const std::string root = "routing";
-  detail::check_object(document, root, {"task", "primary", "fallbacks", "degrade_to"});
+  detail::check_object(document, root, {"task", "primary", "fallbacks", "degrade_to", "under_pressure"});
   RoutingPolicy policy;
   if (const auto task = document.find("task"); task != document.end()) {
     if (!task->is_string()) detail::policy_error(root + ".task", "must be a string");
@@ -138,6 +177,8 @@ inline RoutingPolicy read_policy(const nlohmann::json& document) {
     policy.degrade_to = Degradation{detail::required_string(*degrade, at, "provider"),
                                     detail::required_string(*degrade, at, "model"), detail::when_strings(*degrade, at)};
   }
+  if (const auto rules = document.find("under_pressure"); rules != document.end())
+    policy.under_pressure = detail::read_pressure_rules(*rules, root + ".under_pressure");
   return policy;
 }
 
@@ -151,6 +192,16 @@ inline RoutingPolicy read_policy(const nlohmann::json& document) {
 template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::json>, int> = 0>
 [[nodiscard]] RoutingPolicy routing_policy(const Json& document) {
   return detail::read_policy(document);
+}
+
+/// Returns the pressure rules in `rules`, such as {"light": {"max_tokens": 512}, "high": {"hold": "batch"}}
+/// (a routing policy's "under_pressure", or any configuration's), its fields named from `at` in errors.
+/// Throws std::invalid_argument naming the field and the problem: an unknown level or field, a level that
+/// does nothing, max_tokens not a whole number in [1, 10000000], a model not a non-empty string, a hold
+/// other than "standard" or "batch".
+[[nodiscard]] inline PressureRules pressure_rules(const nlohmann::json& rules,
+                                                  const std::string& at = "under_pressure") {
+  return detail::read_pressure_rules(rules, at);
 }
 
 /// Returns the routing policy in the JSON `text`.
