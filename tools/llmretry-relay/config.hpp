@@ -45,6 +45,23 @@ struct ModelRow {
 /// The model table, by model name.
 using ModelTable = std::map<std::string, ModelRow>;
 
+/// One client of the relay, known by its key: whom its requests are for and the classes it may ask.
+struct ClientRow {
+  std::string key_env;                                            ///< the environment variable holding the key it sends
+  llmretry::Priority priority = llmretry::Priority::interactive;  ///< its class, and the highest it may ask
+  double weight = 1.0;  ///< its weight among tenants (Precedence::weight), in (0, 1000]
+};
+
+/// The clients, by name: the tenant their requests are for.
+using ClientTable = std::map<std::string, ClientRow>;
+
+/// The config file: the models served (empty: every model, to --upstream) and the clients known by key
+/// (empty: LLMRETRY_RELAY_CLIENT_KEY alone, or no key).
+struct Config {
+  ModelTable models;
+  ClientTable clients;
+};
+
 namespace detail {
 
 /// Returns the whole number `row[field]` in [low, high], or nullopt when absent. Throws ConfigError.
@@ -68,25 +85,11 @@ inline std::string optional_string(const nlohmann::json& row, const char* field,
   return found->get<std::string>();
 }
 
-}  // namespace detail
-
-/// Returns the model table of the JSON `text` read from `file`, such as
-/// {"models": {"deepseek-chat": {"upstream": "https://...", "api_key_env": "DEEPSEEK_KEY", "rpm": 600,
-/// "fallback": "gemini-flash"}, "claude-sonnet-4-5": {"format": "anthropic"}}}. Throws ConfigError naming the
-/// file, the model and the field: not JSON, an unknown field, a field of the wrong type or out of range, a
-/// fallback naming no model or one of another format, a cycle.
-inline ModelTable parse_config(const std::string& text, const std::string& file) {
-  const auto document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (document.is_discarded()) throw ConfigError(file + ": not JSON");
-  if (!document.is_object()) throw ConfigError(file + ": must be a JSON object");
-  for (const auto& item : document.items())
-    if (item.key() != "models") throw ConfigError(file + ": " + item.key() + ": unknown field (expected models)");
-  const auto models = document.find("models");
-  if (models == document.end()) throw ConfigError(file + ": models: missing");
-  if (!models->is_object() || models->empty())
-    throw ConfigError(file + ": models: must be a non-empty object of models");
+/// Returns the model table of `models` (the config file's "models", read from `file`). Throws ConfigError.
+inline ModelTable model_table(const nlohmann::json& models, const std::string& file) {
+  if (!models.is_object() || models.empty()) throw ConfigError(file + ": models: must be a non-empty object of models");
   ModelTable table;
-  for (const auto& [name, row] : models->items()) {
+  for (const auto& [name, row] : models.items()) {
     const std::string at = file + ": models." + name + ".";
     if (!row.is_object()) throw ConfigError(file + ": models." + name + ": must be an object");
     for (const auto& field : row.items()) {
@@ -148,8 +151,68 @@ inline ModelTable parse_config(const std::string& text, const std::string& file)
   return table;
 }
 
-/// Returns the model table of the file `path`. Throws ConfigError when it cannot be read or is invalid.
-inline ModelTable read_config(const std::string& path) {
+/// Returns the client table of `clients` (the config file's "clients", read from `file`). Throws ConfigError.
+inline ClientTable client_table(const nlohmann::json& clients, const std::string& file) {
+  if (!clients.is_object() || clients.empty())
+    throw ConfigError(file + ": clients: must be a non-empty object of clients");
+  ClientTable table;
+  for (const auto& [name, row] : clients.items()) {
+    const std::string at = file + ": clients." + name + ".";
+    if (name.empty() || name.size() > 64 ||
+        name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+            std::string::npos)
+      throw ConfigError(file + ": clients.\"" + name +
+                        "\": a client's name (its tenant) must be 1 to 64 letters, digits, '.', '_' or '-'");
+    if (!row.is_object()) throw ConfigError(file + ": clients." + name + ": must be an object");
+    for (const auto& field : row.items())
+      if (field.key() != "key_env" && field.key() != "priority" && field.key() != "weight")
+        throw ConfigError(at + field.key() + ": unknown field (expected key_env, priority, weight)");
+    ClientRow parsed;
+    parsed.key_env = optional_string(row, "key_env", at);
+    if (parsed.key_env.empty()) throw ConfigError(at + "key_env: missing (the variable holding the client's key)");
+    if (const std::string priority = optional_string(row, "priority", at); !priority.empty()) {
+      const auto named = llmretry::priority_from_string(priority);
+      if (!named) throw ConfigError(at + "priority: must be interactive, standard or batch");
+      parsed.priority = *named;
+    }
+    if (const auto weight = row.find("weight"); weight != row.end()) {
+      if (!weight->is_number() || !(weight->get<double>() > 0.0) || !(weight->get<double>() <= 1000.0))
+        throw ConfigError(at + "weight: must be a number in (0, 1000]");
+      parsed.weight = weight->get<double>();
+    }
+    table.emplace(name, std::move(parsed));
+  }
+  return table;
+}
+
+}  // namespace detail
+
+/// Returns the config of the JSON `text` read from `file`, such as
+/// {"models": {"deepseek-chat": {"upstream": "https://...", "api_key_env": "DEEPSEEK_KEY", "rpm": 600,
+/// "fallback": "gemini-flash"}, "claude-sonnet-4-5": {"format": "anthropic"}},
+///  "clients": {"support": {"key_env": "SUPPORT_KEY"}, "nightly": {"key_env": "NIGHTLY_KEY", "priority": "batch"}}}.
+/// Throws ConfigError naming the file, the model or client and the field: not JSON, neither models nor
+/// clients, an unknown field, a field of the wrong type or out of range, a fallback naming no model or one
+/// of another format, a cycle, a client name that is no tenant name.
+inline Config parse_config(const std::string& text, const std::string& file) {
+  const auto document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) throw ConfigError(file + ": not JSON");
+  if (!document.is_object()) throw ConfigError(file + ": must be a JSON object");
+  for (const auto& item : document.items())
+    if (item.key() != "models" && item.key() != "clients")
+      throw ConfigError(file + ": " + item.key() + ": unknown field (expected models, clients)");
+  const auto models = document.find("models");
+  const auto clients = document.find("clients");
+  if (models == document.end() && clients == document.end())
+    throw ConfigError(file + ": models: missing (or clients: a config names its models, its clients or both)");
+  Config config;
+  if (models != document.end()) config.models = detail::model_table(*models, file);
+  if (clients != document.end()) config.clients = detail::client_table(*clients, file);
+  return config;
+}
+
+/// Returns the config of the file `path`. Throws ConfigError when it cannot be read or is invalid.
+inline Config read_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot be read");
   std::stringstream text;

@@ -61,9 +61,11 @@ struct Incoming {
   llmretry::Cost estimate;         ///< reserved on each route's Deployment
   std::string priority_name;       ///< its X-LLMRetry-Priority; empty: none
   llmretry::Priority priority = llmretry::Priority::interactive;  ///< its class in admission
-  std::string tenant;     ///< its X-LLMRetry-Tenant, whom it is for in admission; empty: nobody named
-  std::string sent_body;  ///< the body sent upstream when it is not `body` (degraded); empty: `body`
-  std::string degraded;   ///< what the relay changed under pressure, told in x-llmretry-degraded; empty: nothing
+  std::string tenant;          ///< whom it is for in admission (its client, or X-LLMRetry-Tenant); empty: nobody named
+  double tenant_weight = 1.0;  ///< the tenant's weight (its client's)
+  std::string caller_key;      ///< the client key it was sent with, scoping its Idempotency-Key; empty: none needed
+  std::string sent_body;       ///< the body sent upstream when it is not `body` (degraded); empty: `body`
+  std::string degraded;        ///< what the relay changed under pressure, told in x-llmretry-degraded; empty: nothing
   std::shared_ptr<const Routes> routes;  ///< the model table it was routed with, kept until it is answered
 };
 
@@ -146,6 +148,7 @@ class Forwarder {
     call->options.estimate = call->in->estimate;
     call->options.priority = call->in->priority;
     call->options.tenant = call->in->tenant;
+    call->options.tenant_weight = call->in->tenant_weight;
     call->options.on_move = [this, raw = call.get()](const llmretry::Move& move) {
       observer_.fell_back(target(raw->chain, move.from, *raw->in), target(raw->chain, move.to, *raw->in), move.reason);
     };

@@ -60,8 +60,8 @@ another body. GET /healthz answers "ok", GET /metrics the Prometheus metrics.)";
 
 constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY (keys never printed);
-LLMRETRY_RELAY_CLIENT_KEY, required to listen on an address other than loopback: clients then send
-Authorization: Bearer <it> (or x-api-key: <it>).
+LLMRETRY_RELAY_CLIENT_KEY or the clients of --config (each with its key), required to listen on an
+address other than loopback: clients then send Authorization: Bearer <key> (or x-api-key: <key>).
 Exit status: 0 stopped by SIGINT or SIGTERM, 1 failed to serve, 2 bad usage or configuration.)";
 
 struct Options {
@@ -114,7 +114,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
   app.add_option("--config", options.config,
-                 "JSON model table: per model its upstream, key variable, limits, fallback");
+                 "JSON config: the model table (per model its upstream, key variable, limits, fallback, under_pressure "
+                 "rules) and the clients (per client its key variable, class, weight)");
   app.add_option("--threads", options.threads, "event-loop threads (default: one per core)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   app.add_option("--max-connections", options.max_connections,
@@ -231,10 +232,7 @@ int run(const Options& options) {
   limits.max_connections = options.max_connections;
   limits.request_timeout = std::chrono::milliseconds{options.request_timeout_ms};
   limits.max_body_memory = options.max_body_memory_mb << 20;
-  settings.client_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
-  if (!relay::is_loopback(host) && settings.client_key.empty())
-    throw UsageError("--listen " + options.listen +
-                     " is not a loopback address: set LLMRETRY_RELAY_CLIENT_KEY to the key clients must send");
+  const std::string shared_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
   std::string upstream = options.upstream;
   if (upstream.empty()) upstream = environment("OPENAI_BASE_URL");
   if (upstream.empty()) upstream = "https://api.openai.com/v1";
@@ -251,23 +249,32 @@ int run(const Options& options) {
   if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
   settings.remote_store = redis.has_value();
   const relay::ShareLimits share = redis ? redis->share_limits() : relay::ShareLimits{};
-  // The model table, read at start-up and again on SIGHUP. Throws ConfigError, SetupError or
-  // std::invalid_argument (a route the library refuses).
-  const auto read_routes = [&]() -> std::shared_ptr<const relay::Routes> {
-    if (options.config.empty())
-      return std::make_shared<const relay::Routes>(upstream, options.fallbacks, options.pace, env, share,
-                                                   anthropic_upstream);
-    return std::make_shared<const relay::Routes>(relay::read_config(options.config), upstream, options.pace, env, share,
-                                                 anthropic_upstream);
-  };
-  std::shared_ptr<const relay::Routes> routes;
-  try {
-    if (options.config.empty() && environment("OPENAI_API_KEY").empty() &&
+  // The routes and the clients, read at start-up and again on SIGHUP. Throws UsageError, ConfigError,
+  // SetupError or std::invalid_argument (a route the library refuses).
+  using Served = std::pair<std::shared_ptr<const relay::Routes>, std::shared_ptr<const relay::Clients>>;
+  const auto read_served = [&]() -> Served {
+    const relay::Config config = options.config.empty() ? relay::Config{} : relay::read_config(options.config);
+    auto clients = std::make_shared<const relay::Clients>(shared_key, config.clients, env);
+    if (!relay::is_loopback(host) && !clients->required())
+      throw UsageError("--listen " + options.listen +
+                       " is not a loopback address: set LLMRETRY_RELAY_CLIENT_KEY to the key clients must send (or "
+                       "name clients in --config)");
+    if (!config.models.empty() && !options.fallbacks.empty())
+      throw UsageError("--fallback: with a model table in --config, each model names its fallback");
+    if (config.models.empty() && environment("OPENAI_API_KEY").empty() &&
         upstream.find("api.openai.com") != std::string::npos)
       throw UsageError("OPENAI_API_KEY is not set");
-    if (!options.config.empty() && !options.fallbacks.empty())
-      throw UsageError("--fallback: with --config, each model names its fallback");
-    routes = read_routes();
+    if (config.models.empty())
+      return {std::make_shared<const relay::Routes>(upstream, options.fallbacks, options.pace, env, share,
+                                                    anthropic_upstream),
+              std::move(clients)};
+    return {
+        std::make_shared<const relay::Routes>(config.models, upstream, options.pace, env, share, anthropic_upstream),
+        std::move(clients)};
+  };
+  Served served;
+  try {
+    served = read_served();
   } catch (const relay::ConfigError& error) {
     throw UsageError(error.what());
   } catch (const relay::SetupError& error) {
@@ -285,7 +292,7 @@ int run(const Options& options) {
   const relay::Forwarder forwarder(registry, std::chrono::minutes{10}, pacing_pool ? &*pacing_pool : nullptr);
   const relay::Front* serving = nullptr;  // set once the front exists
   relay::Server* answering = nullptr;
-  relay::Server server(routes, forwarder, idempotency, registry,
+  relay::Server server(served.first, served.second, forwarder, idempotency, registry,
                        {[&registry, &serving, &answering] {
                           std::string text = registry.prometheus_text();
                           if (serving != nullptr && answering != nullptr)
@@ -321,7 +328,8 @@ int run(const Options& options) {
       continue;
     }
     try {
-      server.reload(read_routes());
+      auto [routes, clients] = read_served();
+      server.reload(std::move(routes), std::move(clients));
       std::cerr << "llmretry-relay: SIGHUP: " << options.config << " reloaded\n";
     } catch (const std::exception& error) {
       std::cerr << "llmretry-relay: SIGHUP: " << options.config

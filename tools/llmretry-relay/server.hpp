@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "clients.hpp"
 #include "errors.hpp"
 #include "forward.hpp"
 #include "front.hpp"
@@ -48,7 +49,6 @@ namespace relay {
 
 /// How the relay treats its clients.
 struct ServerSettings {
-  std::string client_key;  ///< required as "Authorization: Bearer ..." on every route but /healthz; empty: none
   /// API requests in the relay's hands at once (received, not yet answered); one more is answered 503 with
   /// a Retry-After computed from how long requests have lately taken.
   std::size_t max_requests = 10'000;
@@ -77,10 +77,13 @@ struct MetricsPage {
 /// Serves the relay's routes behind a Front. Every reference must outlive it.
 class Server final : public Service {
  public:
-  Server(std::shared_ptr<const Routes> routes, const Forwarder& forwarder,
+  /// `clients`: the keys required on every route but /healthz (as "Authorization: Bearer KEY" or
+  /// "x-api-key: KEY").
+  Server(std::shared_ptr<const Routes> routes, std::shared_ptr<const Clients> clients, const Forwarder& forwarder,
          llmretry::store::IdempotencyStore& idempotency, llmretry::metrics::Observer& observer, MetricsPage metrics,
          ServerSettings settings)
       : routes_(std::move(routes)),
+        clients_(std::move(clients)),
         forwarder_(forwarder),
         idempotency_(idempotency),
         observer_(observer),
@@ -100,14 +103,17 @@ class Server final : public Service {
   void attach(Front& front) {
     for (auto& worker : front.workers()) {
       auto client = std::make_shared<llmretry::curl::AsyncClient>(worker->context().get_executor());
-      clients_.push_back(client.get());
+      upstream_clients_.push_back(client.get());
       worker->local = std::move(client);
     }
   }
 
-  /// Serves the requests that arrive from now on with `routes` (a reloaded model table); the requests in
-  /// flight finish on the routes they started with. Thread-safe.
-  void reload(std::shared_ptr<const Routes> routes) { std::atomic_store(&routes_, std::move(routes)); }
+  /// Serves the requests that arrive from now on with `routes` and `clients` (a reloaded config); the
+  /// requests in flight finish on the routes they started with. Thread-safe.
+  void reload(std::shared_ptr<const Routes> routes, std::shared_ptr<const Clients> clients) {
+    std::atomic_store(&clients_, std::move(clients));
+    std::atomic_store(&routes_, std::move(routes));
+  }
 
   /// Stops the idempotency store's pool (with --redis), dropping what it has not run: call it once the
   /// front has stopped, before it is destroyed.
@@ -127,13 +133,8 @@ class Server final : public Service {
       if (head.method() != http::verb::get && head.method() != http::verb::head) return wrong_method("GET, HEAD");
       return std::nullopt;
     }
-    if (!settings_.client_key.empty() && !authorized(head[http::field::authorization], settings_.client_key) &&
-        !equal_in_constant_time(head["x-api-key"], settings_.client_key))
-      return reply_of({401,
-                       "missing or wrong client key: send Authorization: Bearer <LLMRETRY_RELAY_CLIENT_KEY> (or "
-                       "x-api-key: <LLMRETRY_RELAY_CLIENT_KEY>)",
-                       "invalid_request_error", "invalid_api_key"},
-                      format_of(path));
+    if (!std::atomic_load(&clients_)->caller(head[http::field::authorization], head["x-api-key"]).admitted)
+      return reply_of(wrong_key(), format_of(path));
     if (path == "/metrics") {
       if (head.method() != http::verb::get) return wrong_method("GET");
       return std::nullopt;
@@ -209,6 +210,13 @@ class Server final : public Service {
     return target.substr(0, target.find('?'));
   }
 
+  static ErrorReply wrong_key() {
+    return {401,
+            "missing or wrong client key: send Authorization: Bearer <your key> (or x-api-key: <your key>): "
+            "LLMRETRY_RELAY_CLIENT_KEY, or a client's of the relay's config",
+            "invalid_request_error", "invalid_api_key"};
+  }
+
   static Reply wrong_method(const char* allowed) {
     Reply reply = reply_of(
         {405, std::string("method not allowed: use ") + allowed, "invalid_request_error", "method_not_allowed"});
@@ -277,12 +285,35 @@ class Server final : public Service {
         return refuse(bad_request(std::string(field) + ": must be sent once, 1 to 64 visible ASCII characters",
                                   "invalid_header"));
     }
+    const auto clients = std::atomic_load(&clients_);  // the config may have been reloaded since check()
+    const Caller caller = clients->caller(request.head[http::field::authorization], request.head["x-api-key"]);
+    if (!caller.admitted) return refuse(wrong_key());
     if (in->priority_name.empty()) {
-      in->priority = settings_.default_priority;
+      in->priority = caller.client != nullptr ? caller.client->priority : settings_.default_priority;
     } else if (const auto priority = llmretry::priority_from_string(in->priority_name)) {
       in->priority = *priority;
     } else {
       return refuse(bad_request("x-llmretry-priority: must be interactive, standard or batch", "invalid_header"));
+    }
+    if (caller.client != nullptr) {  // a client of the config: its requests are its tenant's, in its classes
+      const Client& client = *caller.client;
+      if (in->priority < client.priority)
+        return refuse({403,
+                       "x-llmretry-priority: client \"" + client.name + "\" may send " +
+                           llmretry::to_string(client.priority) + " requests and below, not " +
+                           llmretry::to_string(in->priority),
+                       "permission_error", "priority_not_allowed"});
+      if (!in->tenant.empty() && in->tenant != client.name)
+        return refuse({403, "x-llmretry-tenant: client \"" + client.name + "\" sends for itself only",
+                       "permission_error", "tenant_not_allowed"});
+      in->tenant = client.name;
+      in->tenant_weight = client.weight;
+    }
+    in->caller_key = std::string(caller.key);
+    if (!in->tenant.empty()) {
+      const std::string label = tenant_labels_.of(in->tenant);
+      const std::lock_guard<std::mutex> lock(tenants_mutex_);
+      ++by_tenant_[label];
     }
     if (chain == nullptr && !routes.has_model_table())
       return refuse({404, "the relay has no upstream for Anthropic's API: start it with --anthropic-upstream",
@@ -330,14 +361,9 @@ class Server final : public Service {
         if (in->idempotency_key.empty()) degrade(*rule, level, routes, chain, *in);
       }
     }
-    if (!in->tenant.empty()) {
-      const std::string label = tenant_labels_.of(in->tenant);
-      const std::lock_guard<std::mutex> lock(tenants_mutex_);
-      ++by_tenant_[label];
-    }
     in->estimate = llmretry::json::estimate_of(in->json, in->sent_body.empty() ? in->body : in->sent_body);
     in->json = nlohmann::json();  // the parsed body costs many times its bytes: not kept while it is in flight
-    llmretry::curl::AsyncClient& client = *clients_.at(request.worker);
+    llmretry::curl::AsyncClient& client = *upstream_clients_.at(request.worker);
     if (in->idempotency_key.empty()) return send(client, *chain, std::move(in), streamed, std::move(held), {});
     deduplicated(client, *chain, std::move(in), streamed, std::move(held));
   }
@@ -391,7 +417,7 @@ class Server final : public Service {
   /// llm_relay_tenant_requests_total{tenant}.
   [[nodiscard]] std::string own_metrics() {
     std::string text =
-        "# HELP llm_relay_degraded_total Requests the relay changed under pressure (a model's degrade rules): "
+        "# HELP llm_relay_degraded_total Requests the relay changed under pressure (a model's under_pressure rules): "
         "max_tokens cut, sent to another model, or held (429).\n# TYPE llm_relay_degraded_total counter\n";
     for (const auto action : {DegradeAction::max_tokens, DegradeAction::model, DegradeAction::hold})
       for (const auto level : {llmretry::Pressure::light, llmretry::Pressure::moderate, llmretry::Pressure::high,
@@ -406,8 +432,8 @@ class Server final : public Service {
             .append("\n");
       }
     text.append(
-        "# HELP llm_relay_tenant_requests_total API requests by X-LLMRetry-Tenant (the first 64 tenants named, "
-        "then other).\n# TYPE llm_relay_tenant_requests_total counter\n");
+        "# HELP llm_relay_tenant_requests_total API requests by tenant: the client of the config, or X-LLMRetry-Tenant "
+        "(the first 64 tenants named, then other).\n# TYPE llm_relay_tenant_requests_total counter\n");
     const std::lock_guard<std::mutex> lock(tenants_mutex_);
     for (const auto& [tenant, count] : by_tenant_) {
       text.append("llm_relay_tenant_requests_total{tenant=\"");
@@ -479,7 +505,7 @@ class Server final : public Service {
                                                    client.get_executor(),
                                                    {},
                                                    false});
-    duplicate->claim->key = store_key(*duplicate->in->routes, duplicate->in->idempotency_key);
+    duplicate->claim->key = store_key(*duplicate->in->routes, *duplicate->in);
     duplicate->claim->token = llmretry::new_idempotency_key();
     duplicate->fingerprint =
         llmretry::store::fingerprint(duplicate->in->path + '\n' + llmretry::json::canonical(duplicate->in->body));
@@ -664,13 +690,13 @@ class Server final : public Service {
     });
   }
 
-  /// Returns the key under which the client's Idempotency-Key `key` is stored: a hash of it with the
-  /// upstreams of `routes` and client key, so that relays sharing one store but not their upstreams or their
-  /// clients never answer each other's requests.
-  std::string store_key(const Routes& routes, std::string_view key) const {
-    std::string scope = "llmretry-relay\n" + settings_.client_key + '\n';
+  /// Returns the key under which the Idempotency-Key of `in` is stored: a hash of it with the upstreams of
+  /// `routes` and the key its client sent, so that relays sharing one store but not their upstreams, and
+  /// clients of the config, never answer each other's requests.
+  std::string store_key(const Routes& routes, const Incoming& in) const {
+    std::string scope = "llmretry-relay\n" + in.caller_key + '\n';
     for (const auto& upstream : routes.upstreams()) scope.append(upstream->base_url).append("\n");
-    return llmretry::store::fingerprint(scope.append(key));
+    return llmretry::store::fingerprint(scope.append(in.idempotency_key));
   }
 
   /// Returns `error` as a reply, told to the observer as a request that ended with its code.
@@ -692,7 +718,8 @@ class Server final : public Service {
     return reply;
   }
 
-  std::shared_ptr<const Routes> routes_;  ///< read and replaced with std::atomic_load / std::atomic_store
+  std::shared_ptr<const Routes> routes_;    ///< read and replaced with std::atomic_load / std::atomic_store
+  std::shared_ptr<const Clients> clients_;  ///< likewise
   const Forwarder& forwarder_;
   llmretry::store::IdempotencyStore& idempotency_;
   llmretry::metrics::Observer& observer_;
@@ -702,7 +729,7 @@ class Server final : public Service {
   BoundedLabels tenant_labels_{64};  ///< the first 64 tenants named, then "other"
   std::mutex tenants_mutex_;
   std::map<std::string, std::uint64_t, std::less<>> by_tenant_;  ///< label -> requests
-  std::vector<llmretry::curl::AsyncClient*> clients_;            ///< per worker
+  std::vector<llmretry::curl::AsyncClient*> upstream_clients_;   ///< per worker
   std::optional<boost::asio::thread_pool> store_pool_;
   std::atomic<std::size_t> in_flight_{0};
   std::array<std::atomic<std::uint64_t>, 12> degraded_{};  ///< by DegradeAction, then pressure level (light first)

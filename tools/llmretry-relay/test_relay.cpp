@@ -1116,6 +1116,93 @@ TEST_CASE("X-LLMRetry-Priority: a batch request leaves half the burst to interac
   CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="nightly"} 2)"));
 }
 
+TEST_CASE("clients of the config: each key is its tenant, with its class as default and highest, its own keys") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const auto dir = work_dir("clients_config_file");
+  const std::string path = (dir / "relay.json").string();
+  std::ofstream(path) << R"({"clients": {"support": {"key_env": "SUPPORT_KEY"},
+                                         "nightly": {"key_env": "NIGHTLY_KEY", "priority": "batch", "weight": 2.5}}})";
+  // Beyond loopback without LLMRETRY_RELAY_CLIENT_KEY: the clients' keys are the ones required.
+  Relay relay("clients_config", {"--listen", "0.0.0.0:0", "--upstream", provider.base_url(), "--config", path},
+              {"SUPPORT_KEY=key-of-support", "NIGHTLY_KEY=key-of-nightly"});
+  relay.started();
+  const httplib::Headers support{{"Authorization", "Bearer key-of-support"}};
+  const httplib::Headers nightly{{"x-api-key", "key-of-nightly"}};
+  const auto with = [](httplib::Headers headers, const std::string& name, const std::string& value) {
+    headers.emplace(name, value);
+    return headers;
+  };
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 401);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer key-of-nobody"}})->status == 401);
+  CHECK(relay.client().Get("/metrics")->status == 401);
+  CHECK(post(relay, "/v1/chat/completions", chat(), support)->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat(), nightly)->status == 200);  // batch, its class
+  CHECK(post(relay, "/v1/chat/completions", chat(), with(support, "X-LLMRetry-Priority", "batch"))->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat(), with(nightly, "X-LLMRetry-Tenant", "nightly"))->status == 200);
+  const auto raised = post(relay, "/v1/chat/completions", chat(), with(nightly, "X-LLMRetry-Priority", "interactive"));
+  CHECK(raised->status == 403);
+  CHECK(error_of(raised->body).at("code") == "priority_not_allowed");
+  const auto other = post(relay, "/v1/chat/completions", chat(), with(nightly, "X-LLMRetry-Tenant", "support"));
+  CHECK(other->status == 403);
+  CHECK(error_of(other->body).at("code") == "tenant_not_allowed");
+  CHECK(provider.request_count() == 4);
+
+  // One client's Idempotency-Key is its own: the same key and body from another client is sent again.
+  const auto first = post(relay, "/v1/chat/completions", chat(), with(support, "Idempotency-Key", "order-7"));
+  CHECK(first->status == 200);
+  const auto again = post(relay, "/v1/chat/completions", chat(), with(support, "Idempotency-Key", "order-7"));
+  CHECK(again->get_header_value("Idempotent-Replayed") == "true");
+  const auto theirs = post(relay, "/v1/chat/completions", chat(), with(nightly, "Idempotency-Key", "order-7"));
+  CHECK(theirs->status == 200);
+  CHECK_FALSE(theirs->has_header("Idempotent-Replayed"));
+  CHECK(provider.request_count() == 6);
+
+  const auto metrics = relay.client().Get("/metrics", support);
+  REQUIRE(metrics);
+  INFO(metrics->body);
+  CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="support"} 4)"));
+  CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="nightly"} 3)"));
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="batch",task_type="chat"} 4)"));
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="interactive",task_type="chat"} 2)"));
+
+  // SIGHUP: a config that would leave this relay open is refused; one that renames a client is taken.
+  const auto said = [&](const std::string& text) {
+    for (int i = 0; i < 2000 && relay.err().find(text) == std::string::npos; ++i) std::this_thread::sleep_for(5ms);
+    return relay.err().find(text) != std::string::npos;
+  };
+  std::ofstream(path, std::ios::trunc) << R"({"models": {"gpt-4o-mini": {}}})";
+  relay.signal(SIGHUP);
+  REQUIRE(said("not reloaded"));
+  CHECK_THAT(relay.err(), llmretry_catch::contains("not a loopback address"));
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 401);
+  std::ofstream(path, std::ios::trunc) << R"({"clients": {"helpdesk": {"key_env": "SUPPORT_KEY"}}})";
+  relay.signal(SIGHUP);
+  REQUIRE(said(" reloaded\n"));
+  CHECK(post(relay, "/v1/chat/completions", chat(), support)->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat(), nightly)->status == 401);
+  const auto renamed = relay.client().Get("/metrics", support);
+  REQUIRE(renamed);
+  CHECK_THAT(renamed->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="helpdesk"} 1)"));
+  CHECK(relay.stop() == 0);
+}
+
+TEST_CASE("clients of the config: two with one key, or one with LLMRETRY_RELAY_CLIENT_KEY's, are refused") {
+  const auto dir = work_dir("clients_same_key_file");
+  const std::string path = (dir / "relay.json").string();
+  std::ofstream(path) << R"({"clients": {"a": {"key_env": "A_KEY"}, "b": {"key_env": "B_KEY"}}})";
+  Relay same("clients_same_key", {"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--config", path},
+             {"A_KEY=one-key", "B_KEY=one-key"});
+  CHECK(same.wait() == 2);
+  CHECK_THAT(same.err(), llmretry_catch::contains("clients.b.key_env: the same key as clients.a"));
+  Relay shared("clients_shared_key", {"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--config", path},
+               {"A_KEY=one-key", "B_KEY=another-key", "LLMRETRY_RELAY_CLIENT_KEY=another-key"});
+  CHECK(shared.wait() == 2);
+  CHECK_THAT(shared.err(), llmretry_catch::contains("clients.b.key_env: the same key as LLMRETRY_RELAY_CLIENT_KEY"));
+}
+
 TEST_CASE("--default-priority batch: requests without the header are batch") {
   LoopbackProvider provider;
   serve_freely(provider);
