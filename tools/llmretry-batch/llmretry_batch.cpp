@@ -46,6 +46,7 @@
 #include "common/program.hpp"
 #include "files.hpp"
 #include "input.hpp"
+#include "replacement.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 #include "send_again.hpp"
@@ -715,60 +716,6 @@ int work(const FleetOptions& options) {
   return 0;
 }
 
-/// A file written beside `path` and renamed over it once whole and synced: a crash leaves the old
-/// version or the new one.
-class Replacement {
- public:
-  /// Creates the new version. Throws batch::FileError naming `path`.
-  explicit Replacement(std::string path) : path_(std::move(path)), temporary_(path_ + ".XXXXXX") {
-    const int fd = ::mkstemp(temporary_.data());
-    if (fd < 0) fail("cannot write its new version beside it");
-    file_ = ::fdopen(fd, "wb");
-    if (file_ == nullptr) {
-      ::close(fd);
-      fail("cannot write its new version beside it");
-    }
-  }
-  Replacement(const Replacement&) = delete;
-  Replacement& operator=(const Replacement&) = delete;
-  Replacement(Replacement&&) = delete;
-  Replacement& operator=(Replacement&&) = delete;
-  ~Replacement() {
-    if (file_ != nullptr) std::fclose(file_);
-    if (!committed_) ::unlink(temporary_.c_str());
-  }
-
-  /// Writes `line` and a newline.
-  void write(const std::string& line) {
-    std::fwrite(line.data(), 1, line.size(), file_);
-    std::fputc('\n', file_);
-    ++lines_;
-  }
-  /// Returns how many lines were written.
-  [[nodiscard]] std::size_t lines() const noexcept { return lines_; }
-  /// Syncs the new version and renames it over the file. Throws batch::FileError.
-  void commit() {
-    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0 && ::fchmod(::fileno(file_), 0644) == 0 &&
-                         ::fdatasync(::fileno(file_)) == 0;
-    std::fclose(file_);
-    file_ = nullptr;
-    if (!written) fail("cannot write its new version beside it");
-    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail("cannot be replaced by its new version");
-    committed_ = true;
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) const {
-    throw batch::FileError(path_ + ": " + what + ": " + std::error_code(errno, std::generic_category()).message());
-  }
-
-  std::string path_;
-  std::string temporary_;
-  std::FILE* file_ = nullptr;
-  std::size_t lines_ = 0;
-  bool committed_ = false;
-};
-
 /// llmretry-batch collect: writes the batch's answers and errors, one line per custom_id, streamed from
 /// Redis a page at a time. Returns the exit status: 0, 1 or 4 (not finished, nothing written).
 int collect(const FleetOptions& options) {
@@ -792,8 +739,8 @@ int collect(const FleetOptions& options) {
     // no other file is replaced; their locks keep a run of the single form away while this one writes.
     const batch::AnswerFile output_check(options.file);
     const batch::AnswerFile errors_check(options.errors);
-    Replacement output(options.file);
-    Replacement errors(options.errors);
+    batch::Replacement output(options.file);
+    batch::Replacement errors(options.errors);
     std::string cursor;
     do {
       auto page = queue.results(cursor, 1000);
