@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/labels.hpp"
+
 namespace batch {
 
 /// A problem with the input file: what() names the file, the line and the field.
@@ -32,10 +34,11 @@ class InputError : public std::runtime_error {
 struct Request {
   std::size_t line = 0;  ///< 1-based line number in the input file
   std::string custom_id;
-  std::string url;    ///< the absolute URL, resolved against the base URL
-  std::string body;   ///< the body as sent (compact JSON)
-  std::string model;  ///< the body's `model`, empty when it has none
-  std::string key;    ///< the Idempotency-Key: the same on every attempt and every rerun
+  std::string url;                  ///< the absolute URL, resolved against the base URL
+  const char* task_type = "other";  ///< the metrics' label of its url (llmretry_tools::task_type): "chat"...
+  std::string body;                 ///< the body as sent (compact JSON)
+  std::string model;                ///< the body's `model`, empty when it has none
+  std::string key;                  ///< the Idempotency-Key: the same on every attempt and every rerun
   llmretry::Cost estimate;
 };
 
@@ -79,6 +82,7 @@ inline Request parse_line(std::string_view text, std::size_t number, const std::
   if (body == line.end()) throw InputError(where + "body: missing");
   if (!body->is_object()) throw InputError(where + "body: must be a JSON object");
   request.url = llmretry::resolve_url(base_url, url);
+  request.task_type = llmretry_tools::task_type(url);
   request.body = body->dump();
   const auto model = body->find("model");
   if (model != body->end() && model->is_string()) request.model = model->get<std::string>();

@@ -2,6 +2,7 @@
 // paced by one Deployment, and writes the Batch output format; a rerun resumes where a run stopped.
 
 #include <llmretry/admission/deployment.hpp>
+#include <llmretry/metrics/registry.hpp>
 #include <llmretry/store/fingerprint.hpp>
 #include <llmretry/store/job_queue.hpp>
 #include <llmretry/store/operations.hpp>
@@ -46,6 +47,8 @@
 #include "common/program.hpp"
 #include "files.hpp"
 #include "input.hpp"
+#include "metrics_file.hpp"
+#include "replacement.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 #include "send_again.hpp"
@@ -83,6 +86,7 @@ struct Options {
   std::string redis;
   bool retry_errors = false;
   bool fresh = false;
+  std::string metrics_file;
 };
 
 /// Returns this host's name ("unknown" when it cannot be found out).
@@ -113,6 +117,14 @@ void add_tenant_option(CLI::App& app, std::string& tenant) {
         const bool visible = std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 127; });
         return !name.empty() && name.size() <= 64 && visible ? "" : "1 to 64 visible ASCII characters";
       });
+}
+
+/// Adds --metrics-file to `app`, read into `path`.
+void add_metrics_file_option(CLI::App& app, std::string& path) {
+  app.add_option("--metrics-file", path,
+                 "write the Prometheus text of this process's metrics to PATH every 5 s and at exit (written "
+                 "beside it, then renamed over it: node_exporter's textfile collector); PATH must be a regular "
+                 "file or a new path");
 }
 
 /// Returns true when `word` names a command of the fleet form.
@@ -146,6 +158,7 @@ Options parse(int argc, char** argv) {
   app.add_flag("--fresh", options.fresh,
                "with --redis: forget what Redis holds of this batch (its queue, which requests completed) and "
                "send again the requests the errors file says completed in an earlier run (already_completed)");
+  add_metrics_file_option(app, options.metrics_file);
   llmretry_tools::parse_command_line(app, argc, argv);
   if (options.input.empty()) throw UsageError("INPUT is required");
   if (options.output.empty()) throw UsageError("OUTPUT is required");
@@ -360,6 +373,8 @@ int run(const Options& options) {
   if (!options.redis.empty() && !LLMRETRY_BATCH_REDIS) throw UsageError("--redis: this build has no Redis support");
 
   batch::check_files(options.input, options.output, options.errors);
+  if (!options.metrics_file.empty())
+    batch::check_metrics_file(options.metrics_file, {options.input, options.output, options.errors});
   const std::vector<batch::Request> requests = batch::read_input(options.input, base_url);
   std::optional<batch::AnswerFile> output;
   std::optional<batch::AnswerFile> errors;
@@ -394,6 +409,15 @@ int run(const Options& options) {
   }
   const auto total = static_cast<std::int64_t>(requests.size());
   const std::int64_t done_before = total - static_cast<std::int64_t>(pending.size());
+  llmretry::metrics::Registry registry;
+  batch::Stats stats;
+  std::optional<batch::MetricsFile> metrics_file;
+  if (!options.metrics_file.empty())
+    metrics_file.emplace(options.metrics_file,
+                         [&registry, &stats, labels = batch::RunLabels{options.priority, options.tenant},
+                          remaining = total - done_before] {
+                           return registry.prometheus_text() + batch::progress_metrics(stats, labels, remaining);
+                         });
 
   batch::Settings settings;
   settings.workers = options.concurrency;
@@ -403,6 +427,7 @@ int run(const Options& options) {
   settings.provider = base_url;
   settings.batch_name = batch_name(options.output) + ":";
   settings.renew_every = visibility_timeout / 3;
+  settings.observer = &registry;
   llmretry::DeploymentOptions paced = deployment_options(options);
 #if LLMRETRY_BATCH_REDIS
   std::unique_ptr<llmretry_tools::RedisPool> pacing_connections;
@@ -425,7 +450,6 @@ int run(const Options& options) {
   }
 #endif
 
-  batch::Stats stats;
   const auto start = std::chrono::steady_clock::now();
   {
     std::optional<Progress> progress;
@@ -445,7 +469,7 @@ int run(const Options& options) {
 constexpr const char* fleet_description = R"(The fleet form: one batch, many workers, through one Redis.
   llmretry-batch submit  INPUT.jsonl --redis URL --batch NAME
   llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--rpm N] [--tpm N] [--lease DURATION]
-                         [--redis-wait DURATION] [--priority CLASS] [--tenant NAME]
+                         [--redis-wait DURATION] [--priority CLASS] [--tenant NAME] [--metrics-file PATH]
   llmretry-batch collect --redis URL --batch NAME OUTPUT.jsonl [--errors ERRORS.jsonl]
   llmretry-batch status  --redis URL --batch NAME)";
 
@@ -471,6 +495,7 @@ struct FleetOptions {
   std::string tenant;
   std::chrono::milliseconds lease = visibility_timeout;
   std::chrono::milliseconds redis_wait{30'000};
+  std::string metrics_file;  ///< work: where its metrics are written, empty: nowhere
 };
 
 /// Returns the duration "30s", "500ms", "2m" or "45" (seconds), from `least` to 1 h. Throws UsageError naming
@@ -517,6 +542,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
     app.add_option("--lease", lease, "how long a job stays this worker's without being renewed (default 30s)");
     app.add_option("--redis-wait", redis_wait,
                    "how long Redis may stay unreachable or slow before this worker stops (default 30s)");
+    add_metrics_file_option(app, options.metrics_file);
   }
   llmretry_tools::parse_command_line(app, argc - 1, argv + 1);
   if ((options.command == "submit" || options.command == "collect") && options.file.empty())
@@ -669,6 +695,7 @@ int work(const FleetOptions& options) {
   const std::pair<std::string, std::string> provider = provider_from_environment();
   const std::string& base_url = provider.first;
   const std::string& api_key = provider.second;
+  if (!options.metrics_file.empty()) batch::check_metrics_file(options.metrics_file);
   const auto redis = redis_options(options.redis);
   const FleetKeys keys(redis, options.batch);
   std::int64_t submitted = 0;
@@ -676,6 +703,14 @@ int work(const FleetOptions& options) {
     llmretry::redis::Connection connection(redis);
     submitted = submitted_lines(connection, keys, options.batch);
   }
+  llmretry::metrics::Registry registry;
+  batch::Stats stats;
+  std::optional<batch::MetricsFile> metrics_file;
+  if (!options.metrics_file.empty())
+    metrics_file.emplace(options.metrics_file,
+                         [&registry, &stats, labels = batch::RunLabels{options.priority, options.tenant}] {
+                           return registry.prometheus_text() + batch::progress_metrics(stats, labels, std::nullopt);
+                         });
   batch::Settings settings;
   settings.workers = options.concurrency;
   settings.priority = options.priority;
@@ -688,6 +723,7 @@ int work(const FleetOptions& options) {
   settings.idle_wait = std::chrono::milliseconds{25};
   settings.is_outage = is_redis_outage;
   settings.outage_limit = options.redis_wait;
+  settings.observer = &registry;
   settings.read_job = [base_url](const llmretry::store::Job& job) {
     return batch::detail::parse_line(job.payload, 0, "job " + job.id, base_url);
   };
@@ -701,7 +737,6 @@ int work(const FleetOptions& options) {
   const batch::OpenStores open_stores = [redis, name = keys.queue, lease = options.lease] {
     return std::make_unique<RedisStores>(redis, name, lease);
   };
-  batch::Stats stats;
   batch::QueueDestination destination;
   const auto start = std::chrono::steady_clock::now();
   {
@@ -714,60 +749,6 @@ int work(const FleetOptions& options) {
   batch::print_summary(stats, deployment, stats.answered + stats.failed, 0, seconds);
   return 0;
 }
-
-/// A file written beside `path` and renamed over it once whole and synced: a crash leaves the old
-/// version or the new one.
-class Replacement {
- public:
-  /// Creates the new version. Throws batch::FileError naming `path`.
-  explicit Replacement(std::string path) : path_(std::move(path)), temporary_(path_ + ".XXXXXX") {
-    const int fd = ::mkstemp(temporary_.data());
-    if (fd < 0) fail("cannot write its new version beside it");
-    file_ = ::fdopen(fd, "wb");
-    if (file_ == nullptr) {
-      ::close(fd);
-      fail("cannot write its new version beside it");
-    }
-  }
-  Replacement(const Replacement&) = delete;
-  Replacement& operator=(const Replacement&) = delete;
-  Replacement(Replacement&&) = delete;
-  Replacement& operator=(Replacement&&) = delete;
-  ~Replacement() {
-    if (file_ != nullptr) std::fclose(file_);
-    if (!committed_) ::unlink(temporary_.c_str());
-  }
-
-  /// Writes `line` and a newline.
-  void write(const std::string& line) {
-    std::fwrite(line.data(), 1, line.size(), file_);
-    std::fputc('\n', file_);
-    ++lines_;
-  }
-  /// Returns how many lines were written.
-  [[nodiscard]] std::size_t lines() const noexcept { return lines_; }
-  /// Syncs the new version and renames it over the file. Throws batch::FileError.
-  void commit() {
-    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0 && ::fchmod(::fileno(file_), 0644) == 0 &&
-                         ::fdatasync(::fileno(file_)) == 0;
-    std::fclose(file_);
-    file_ = nullptr;
-    if (!written) fail("cannot write its new version beside it");
-    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail("cannot be replaced by its new version");
-    committed_ = true;
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) const {
-    throw batch::FileError(path_ + ": " + what + ": " + std::error_code(errno, std::generic_category()).message());
-  }
-
-  std::string path_;
-  std::string temporary_;
-  std::FILE* file_ = nullptr;
-  std::size_t lines_ = 0;
-  bool committed_ = false;
-};
 
 /// llmretry-batch collect: writes the batch's answers and errors, one line per custom_id, streamed from
 /// Redis a page at a time. Returns the exit status: 0, 1 or 4 (not finished, nothing written).
@@ -792,8 +773,8 @@ int collect(const FleetOptions& options) {
     // no other file is replaced; their locks keep a run of the single form away while this one writes.
     const batch::AnswerFile output_check(options.file);
     const batch::AnswerFile errors_check(options.errors);
-    Replacement output(options.file);
-    Replacement errors(options.errors);
+    batch::Replacement output(options.file);
+    batch::Replacement errors(options.errors);
     std::string cursor;
     do {
       auto page = queue.results(cursor, 1000);

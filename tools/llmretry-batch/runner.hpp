@@ -10,8 +10,11 @@
 #include <llmretry/decision.hpp>
 #include <llmretry/engine.hpp>
 #include <llmretry/errors.hpp>
+#include <llmretry/guard.hpp>
 #include <llmretry/json/error_fields.hpp>
 #include <llmretry/json/usage.hpp>
+#include <llmretry/metrics/observe.hpp>
+#include <llmretry/metrics/observer.hpp>
 #include <llmretry/policy.hpp>
 #include <llmretry/random.hpp>
 #include <llmretry/retry.hpp>
@@ -36,6 +39,7 @@
 #include <vector>
 
 #include "answers.hpp"
+#include "common/labels.hpp"
 #include "common/periodic_thread.hpp"
 #include "input.hpp"
 #include "lines.hpp"
@@ -148,6 +152,13 @@ struct Settings {
   /// How long a worker rides out an outage, from the first failed operation of a run of failures, trying
   /// again after 100 ms, then twice as long each time up to 2 s, before the run stops with the last error.
   std::chrono::milliseconds outage_limit{30'000};
+  /// Told what the requests do (it must outlive the runner; null: nobody): each call of a request's engine
+  /// through metrics::observe (provider "openai", model the body's, the first 100 models named then
+  /// "other"; tokens reserved and used, retries, 429s, how the call ended), and the queue of requests not
+  /// yet sent (priority, task type of the url): a request enters it when the runner makes its line (at the
+  /// start of the run, or when a worker takes a submitted batch's job) and leaves it when its first attempt
+  /// is sent or its line is written without one.
+  llmretry::metrics::Observer* observer = nullptr;
 };
 
 /// The code and stop reason of an errors-file line whose request completed in an earlier run (the operations
@@ -167,7 +178,8 @@ class Runner {
   /// outlive the runner.
   Runner(std::vector<Request> pending, Destination& destination, llmretry::Deployment& deployment,
          OpenStores open_stores, Settings settings, Stats& stats)
-      : destination_(destination),
+      : observer_(settings.observer != nullptr ? *settings.observer : nobody_),
+        destination_(destination),
         deployment_(deployment),
         open_stores_(std::move(open_stores)),
         settings_(std::move(settings)),
@@ -209,7 +221,8 @@ class Runner {
   [[nodiscard]] std::int64_t remaining() const noexcept { return remaining_; }
 
  private:
-  using Engine = llmretry::CallEngine<llmretry::Deployment::Pacing>;
+  using Engine =
+      llmretry::CallEngine<llmretry::GuardSet<llmretry::metrics::ObservedCall&, llmretry::Deployment::Pacing>>;
   static constexpr llmretry::RealSleep real_sleep{};
 
   /// A request's line not yet recorded: its text, an answer when `answered` (else an errors line).
@@ -230,29 +243,65 @@ class Runner {
 
     Request request;
     llmretry::BlockingWaits<const llmretry::RealSleep> waits{real_sleep};  ///< outlives the engine
+    std::optional<llmretry::metrics::ObservedCall> observed;               ///< the engine's first guard; outlives it
     std::optional<Engine> engine;
-    bool started = false;                  ///< its engine has given its first step
-    bool begun = false;                    ///< the operation was begun in this run
+    std::optional<std::chrono::steady_clock::time_point> queued_since;  ///< set until it leaves the queue
+    bool started = false;                                               ///< its engine has given its first step
+    bool begun = false;                                                 ///< the operation was begun in this run
     bool may_have_run = false;             ///< an attempt (of this run, or of one before) may have been processed
     bool done = false;                     ///< its line is written
     std::optional<Unrecorded> unrecorded;  ///< its line, until recorded
     std::mutex mutex;
   };
 
-  /// Returns the line of `request`, its engine ready.
-  std::shared_ptr<Line> make_line(Request request) const {
+  /// Returns the line of `request`, its engine ready, in the queue of requests not yet sent.
+  std::shared_ptr<Line> make_line(Request request) {
     auto line = std::make_shared<Line>();
     line->request = std::move(request);
     start_engine(*line);
+    line->queued_since = std::chrono::steady_clock::now();
+    tell([&] { observer_.queue_entered(queue_of(*line)); });
     return line;
   }
 
-  /// Gives `line` a new engine, its first step not taken yet.
-  void start_engine(Line& line) const {
-    line.engine.emplace(settings_.policy, deployment_.pace(line.request.estimate, settings_.priority, settings_.tenant),
-                        call_options_);
+  /// Gives `line` a new engine, its first step not taken yet, observed as a new call.
+  void start_engine(Line& line) {
+    line.engine.reset();  // before the guard it holds
+    line.observed.emplace(observer_, llmretry::metrics::Target{"openai", model_labels_.of(line.request.model)},
+                          line.request.estimate, llmretry::json::usage_of);
+    line.engine.emplace(
+        settings_.policy,
+        llmretry::guards(*line.observed, deployment_.pace(line.request.estimate, settings_.priority, settings_.tenant)),
+        call_options_);
     line.engine->wake_with(line.waits.waker());
     line.started = false;
+  }
+
+  /// Ends the observed call of `line`, which succeeded (counted with status "success").
+  static void end_call(Line& line) {
+    line.engine.reset();
+    line.observed.reset();
+  }
+
+  /// Returns the queue `line` waits in before its first attempt: its class and its url's task type.
+  llmretry::metrics::Queue queue_of(const Line& line) const {
+    return {llmretry::to_string(settings_.priority), line.request.task_type};
+  }
+
+  /// Tells the observer that `line` left the queue (its first attempt is sent, or its line is written without
+  /// one); nothing when it left already.
+  void left_queue(Line& line) {
+    if (!line.queued_since) return;
+    const auto waited = std::chrono::steady_clock::now() - *std::exchange(line.queued_since, std::nullopt);
+    tell([&] { observer_.queue_left(queue_of(line), waited); });
+  }
+
+  /// Tells the observer, dropping what it throws: reporting never changes what a run does.
+  template <class Tell>
+  static void tell(const Tell& telling) noexcept {
+    try {
+      telling();
+    } catch (...) {}
   }
 
   /// Returns the line of `job`: this run's, or (a submitted batch) one made from its payload; null when the
@@ -457,6 +506,7 @@ class Runner {
     const llmretry::Step next =
         line.waits.wait_out(engine, std::exchange(line.started, true) ? engine.resume() : engine.start());
     if (next.kind == llmretry::Step::Kind::done) return give_up(line, job, stores);
+    left_queue(line);
     ++stats_.requests;
     stats_.tokens_reserved += line.request.estimate.tokens();
     std::optional<llmretry::curl::Response> response;
@@ -470,6 +520,7 @@ class Runner {
     }
     if (response) {
       (void)engine.succeeded(*response);
+      end_call(line);
       return succeed(line, job, stores, *response);
     }
     if (failure.kind == llmretry::FailureKind::rate_limited) ++stats_.rate_limited;
@@ -509,6 +560,7 @@ class Runner {
   void give_up(Line& line, const llmretry::store::Job& job, Stores& stores,
                const llmretry::curl::Response* response = nullptr) {
     const llmretry::GiveUp& gave_up = *line.engine->gave_up();
+    line.observed->gave_up(gave_up);
     if (gave_up.reason == llmretry::StopReason::pacing_unavailable && settings_.is_outage) {
       start_engine(line);
       (void)stores.queue().retry_later(job.id, job.token, std::chrono::seconds{1});
@@ -533,6 +585,7 @@ class Runner {
   /// Records the line kept in `line.unrecorded` as finish() does. When recording throws, the line stays
   /// kept (whether the destination has it is unknown): the next turn that takes its job records it then.
   bool record(Line& line, const llmretry::store::Job& job, Stores& stores) {
+    left_queue(line);
     line.done = true;
     --remaining_;  // before the job leaves the queue: check_jobs never counts fewer jobs than lines remain
     bool recorded = false;
@@ -554,7 +607,10 @@ class Runner {
     return true;
   }
 
-  std::vector<std::string> order_;  ///< the pending requests' keys, in the input's order
+  inline static llmretry::metrics::Observer nobody_;  ///< the observer when Settings::observer is null
+  llmretry::metrics::Observer& observer_;
+  llmretry_tools::BoundedLabels model_labels_{100};  ///< the first 100 models named, then "other"
+  std::vector<std::string> order_;                   ///< the pending requests' keys, in the input's order
   std::mutex lines_mutex_;
   std::unordered_map<std::string, std::shared_ptr<Line>> lines_;  ///< Idempotency-Key (the job id) -> line
   std::mutex held_mutex_;

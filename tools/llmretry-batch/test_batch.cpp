@@ -409,6 +409,137 @@ TEST_CASE("a rerun with --retry-errors sends again the lines of the errors file 
   CHECK(provider.request_count() == 4);
 }
 
+namespace {
+
+/// Returns the number after "<what> " in the summary line of `err` that begins with `line` ("tokens: "), such
+/// as the 12 of "tokens: 12 reserved" (-1 when it is not there).
+long long summary_number(const std::string& err, const std::string& line, const std::string& what) {
+  const auto at = err.find(line);
+  if (at == std::string::npos) return -1;
+  const auto end = err.find('\n', at);
+  const std::string text = err.substr(at, end - at);
+  const auto word = text.find(" " + what);
+  if (word == std::string::npos) return -1;
+  const auto start = text.rfind(' ', word - 1);
+  return std::stoll(text.substr(start + 1, word - start - 1));
+}
+
+/// Returns the files of `dir` whose name begins with `prefix`.
+std::vector<std::string> files_beginning(const std::filesystem::path& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("--metrics-file: the library's families and the batch's lines, labelled with the priority and tenant") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  // The first request sent is answered 429 (then answered when sent again), the second fails for good.
+  provider.then(LoopbackProvider::rate_limit_exceeded("requests", 50ms));
+  provider.then(LoopbackProvider::context_length_exceeded());
+  const auto dir = work_dir("metrics_file");
+  const std::string input = write_input(dir, 5);
+  const auto metrics = dir / "metrics.prom";
+  // An earlier version, also known under a second name: replaced by a rename, never written in place.
+  std::ofstream(metrics) << "# an earlier version\n";
+  std::filesystem::create_hard_link(metrics, dir / "earlier.prom");
+  Child child({input, (dir / "output.jsonl").string(), "--concurrency", "1", "--priority", "batch", "--tenant", "acme",
+               "--metrics-file", metrics.string()},
+              provider.base_url(), dir);
+  REQUIRE(child.wait() == 1);
+  INFO(child.err());
+  REQUIRE(provider.request_count() == 6);
+
+  const std::string text = llmretry_test::read_file(metrics);
+  INFO(text);
+  const auto has = [&](const std::string& line) { CHECK_THAT(text, llmretry_catch::contains(line + "\n")); };
+  has("# TYPE llm_batch_lines_total counter");
+  has(R"(llm_batch_lines_total{outcome="answered",priority="batch",tenant="acme"} 4)");
+  has(R"(llm_batch_lines_total{outcome="failed",priority="batch",tenant="acme"} 1)");
+  has("# TYPE llm_batch_lines_remaining gauge");
+  has(R"(llm_batch_lines_remaining{priority="batch",tenant="acme"} 0)");
+  has(R"(llm_requests_total{provider="openai",model="loopback",status="success"} 4)");
+  has(R"(llm_requests_total{provider="openai",model="loopback",status="not_retryable"} 1)");
+  has(R"(llm_retries_total{provider="openai",model="loopback",error_type="rate_limited"} 1)");
+  has(R"(llm_rate_limit_hits_total{provider="openai",model="loopback",limit_type="unknown"} 1)");
+  has(R"(llm_queue_depth{priority="batch",task_type="chat"} 0)");
+  has(R"(llm_queue_wait_seconds_count{priority="batch",task_type="chat"} 5)");
+  has(R"(llm_queue_wait_seconds_bucket{priority="batch",task_type="chat",le="+Inf"} 5)");
+  // The tokens are those of the summary: reserved for each of the 6 requests sent, used by the 4 answers.
+  const long long reserved = summary_number(child.err(), "tokens: ", "reserved");
+  const long long used = summary_number(child.err(), "tokens: ", "used");
+  CHECK(reserved > 0);
+  CHECK(used > 0);
+  has(R"(llm_tokens_reserved_total{provider="openai",model="loopback"} )" + std::to_string(reserved));
+  has(R"(llm_tokens_used_total{provider="openai",model="loopback"} )" + std::to_string(used));
+  CHECK(text.find("llm_requests_total{provider=\"openai\",model=\"loopback\",status=\"gave_up\"}") ==
+        std::string::npos);
+
+  // Replaced whole: the earlier version is still under its other name, no new version left beside it.
+  CHECK(llmretry_test::read_file(dir / "earlier.prom") == "# an earlier version\n");
+  CHECK(files_beginning(dir, "metrics.prom") == std::vector<std::string>{"metrics.prom"});
+}
+
+TEST_CASE("--metrics-file: without --tenant the tenant label is empty; the file is written while the run goes on") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  provider.then(LoopbackProvider::hang(60s));  // the first request holds the run open a minute
+  const auto dir = work_dir("metrics_file_periodic");
+  const auto metrics = dir / "metrics.prom";
+  Child child(
+      {write_input(dir, 3), (dir / "output.jsonl").string(), "--concurrency", "2", "--metrics-file", metrics.string()},
+      provider.base_url(), dir);
+  // The two other lines are answered at once; a later version of the file says so while the first hangs.
+  const std::string answered = R"(llm_batch_lines_total{outcome="answered",priority="interactive",tenant=""} 2)";
+  bool seen = false;
+  while (!seen && !child.ended()) {
+    seen = llmretry_test::read_file(metrics).find(answered) != std::string::npos;
+    if (!seen) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(seen);
+  CHECK(!child.ended());  // written every few seconds, not only at exit
+  const std::string text = llmretry_test::read_file(metrics);
+  CHECK_THAT(text, llmretry_catch::contains(R"(llm_batch_lines_remaining{priority="interactive",tenant=""} 1)"));
+  CHECK_THAT(text, llmretry_catch::contains(R"(llm_queue_depth{priority="interactive",task_type="chat"} 0)"));
+  if (!child.ended()) child.kill_now();
+}
+
+TEST_CASE("--metrics-file naming a directory, a link or a file of the run is refused with status 2, untouched") {
+  LoopbackProvider provider;
+  const auto dir = work_dir("metrics_file_refused");
+  const std::string input = write_input(dir, 3);
+  const std::string output = (dir / "output.jsonl").string();
+  const auto taken = dir / "taken";
+  std::filesystem::create_directories(taken / "inside");
+  std::ofstream(dir / "target.prom") << "someone else's\n";
+  std::filesystem::create_symlink(dir / "target.prom", dir / "link.prom");
+  const auto refused = [&](const std::vector<std::string>& arguments, const std::string& message) {
+    Child child(arguments, provider.base_url(), dir);
+    CHECK(child.wait() == 2);
+    INFO(child.err());
+    CHECK_THAT(child.err(), llmretry_catch::contains(message));
+  };
+  refused({input, output, "--metrics-file", taken.string()},
+          "--metrics-file " + taken.string() + ": not a regular file");
+  refused({input, output, "--metrics-file", (dir / "link.prom").string()}, "link.prom: not a regular file");
+  refused({input, output, "--metrics-file", input}, "--metrics-file " + input + " is the file " + input);
+  refused({input, output, "--metrics-file", (dir / "nowhere" / "metrics.prom").string()},
+          "nowhere/metrics.prom: cannot write its new version beside it");
+#if LLMRETRY_BATCH_TEST_REDIS
+  refused({"work", "--redis", "redis://127.0.0.1:1", "--batch", "b", "--metrics-file", taken.string()},
+          "--metrics-file " + taken.string() + ": not a regular file");
+#endif
+  CHECK(std::filesystem::is_directory(taken / "inside"));
+  CHECK(llmretry_test::read_file(dir / "target.prom") == "someone else's\n");
+  CHECK(std::filesystem::is_symlink(dir / "link.prom"));
+  CHECK(provider.request_count() == 0);
+}
+
 #if LLMRETRY_BATCH_TEST_REDIS
 namespace {
 
@@ -925,5 +1056,31 @@ TEST_CASE("fleet: a worker whose Redis stops answering for longer than --redis-w
   INFO(worker.err());
   CHECK(worker.err().find("stopped: redis") != std::string::npos);
   CHECK(worker.err().find("timeout") != std::string::npos);
+}
+
+TEST_CASE("fleet: work --metrics-file counts the worker's lines, with no remaining count of its own", "[redis]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("fleet_metrics_file");
+  const std::string input = write_input(dir, 4);
+  const std::string redis = url_of(server);
+  Child submitted({"submit", input, "--redis", redis, "--batch", "m"}, provider.base_url(), dir);
+  REQUIRE(submitted.wait() == 0);
+  const auto metrics = dir / "worker.prom";
+  Child worker({"work", "--redis", redis, "--batch", "m", "--concurrency", "2", "--priority", "standard", "--tenant",
+                "team-b", "--metrics-file", metrics.string()},
+               provider.base_url(), dir);
+  REQUIRE(worker.wait() == 0);
+  const std::string text = llmretry_test::read_file(metrics);
+  INFO(text);
+  CHECK_THAT(text, llmretry_catch::contains(
+                       R"(llm_batch_lines_total{outcome="answered",priority="standard",tenant="team-b"} 4)"));
+  CHECK_THAT(text,
+             llmretry_catch::contains(R"(llm_requests_total{provider="openai",model="loopback",status="success"} 4)"));
+  CHECK_THAT(text, llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="standard",task_type="chat"} 4)"));
+  CHECK_THAT(text, llmretry_catch::contains("# TYPE llm_batch_lines_remaining gauge\n"));
+  CHECK(text.find("llm_batch_lines_remaining{") == std::string::npos);
+  CHECK(files_beginning(dir, "worker.prom") == std::vector<std::string>{"worker.prom"});
 }
 #endif

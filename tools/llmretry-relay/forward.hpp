@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/labels.hpp"
 #include "errors.hpp"
 #include "routes.hpp"
 
@@ -77,14 +78,7 @@ struct Answer {
   bool storable = false;  ///< a final answer, kept under the request's Idempotency-Key (see README)
 };
 
-/// Returns the label task_type of a route's path: "chat", "responses", "embeddings", "messages" (or "other").
-inline const char* task_type(std::string_view path) noexcept {
-  if (path == "/v1/chat/completions") return "chat";
-  if (path == "/v1/responses") return "responses";
-  if (path == "/v1/embeddings") return "embeddings";
-  if (path == "/v1/messages") return "messages";
-  return "other";
-}
+using llmretry_tools::task_type;
 
 /// Returns true when the header name `name` begins with `prefix`, ignoring case.
 inline bool header_name_starts(std::string_view name, std::string_view prefix) noexcept {

@@ -37,15 +37,17 @@
 #include <vector>
 
 #include "clients.hpp"
+#include "common/labels.hpp"
 #include "errors.hpp"
 #include "forward.hpp"
 #include "front.hpp"
-#include "labels.hpp"
 #include "routes.hpp"
 #include "security.hpp"
 #include "stream.hpp"
 
 namespace relay {
+
+using llmretry_tools::BoundedLabels;
 
 /// How the relay treats its clients.
 struct ServerSettings {

@@ -1,0 +1,86 @@
+// A file replaced whole: its new version written beside it, synced, then renamed over it.
+#ifndef LLMRETRY_BATCH_REPLACEMENT_HPP
+#define LLMRETRY_BATCH_REPLACEMENT_HPP
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "answers.hpp"
+
+namespace batch {
+
+/// A file written beside `path` (in its directory, named `path` and a random suffix) and renamed over it
+/// once whole and synced: a crash leaves the old version or the new one, and a reader opening `path`
+/// reads one whole version. Destroyed before commit(), it removes its new version and leaves `path` as it
+/// was.
+class Replacement {
+ public:
+  /// Creates the new version. Throws FileError naming `path`.
+  explicit Replacement(std::string path) : path_(std::move(path)), temporary_(path_ + ".XXXXXX") {
+    const int fd = ::mkstemp(temporary_.data());
+    if (fd < 0) fail("cannot write its new version beside it");
+    file_ = ::fdopen(fd, "wb");
+    if (file_ == nullptr) {
+      const int error = errno;
+      ::close(fd);
+      ::unlink(temporary_.c_str());
+      errno = error;
+      fail("cannot write its new version beside it");
+    }
+  }
+  Replacement(const Replacement&) = delete;
+  Replacement& operator=(const Replacement&) = delete;
+  Replacement(Replacement&&) = delete;
+  Replacement& operator=(Replacement&&) = delete;
+  ~Replacement() {
+    if (file_ != nullptr) std::fclose(file_);
+    if (!committed_) ::unlink(temporary_.c_str());
+  }
+
+  /// Writes `text` as it is.
+  void append(std::string_view text) { std::fwrite(text.data(), 1, text.size(), file_); }
+  /// Writes `line` and a newline.
+  void write(std::string_view line) {
+    append(line);
+    std::fputc('\n', file_);
+    ++lines_;
+  }
+  /// Returns how many lines write() wrote.
+  [[nodiscard]] std::size_t lines() const noexcept { return lines_; }
+  /// Syncs the new version (mode 0644) and renames it over the file. Throws FileError naming the file.
+  void commit() {
+    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0 && ::fchmod(::fileno(file_), 0644) == 0 &&
+                         ::fdatasync(::fileno(file_)) == 0;
+    const int error = errno;
+    std::fclose(file_);
+    file_ = nullptr;
+    errno = error;
+    if (!written) fail("cannot write its new version beside it");
+    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail("cannot be replaced by its new version");
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) const {
+    throw FileError(path_ + ": " + what + ": " + std::error_code(errno, std::generic_category()).message());
+  }
+
+  std::string path_;
+  std::string temporary_;
+  std::FILE* file_ = nullptr;
+  std::size_t lines_ = 0;
+  bool committed_ = false;
+};
+
+}  // namespace batch
+
+#endif  // LLMRETRY_BATCH_REPLACEMENT_HPP
