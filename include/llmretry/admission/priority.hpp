@@ -123,8 +123,9 @@ struct PriorityOptions {
   double standard_kept_free = 0.25;
   /// The share of each dimension's burst a batch call leaves free for interactive and standard calls.
   double batch_kept_free = 0.5;
-  /// A call of a lower class held back this long in one attempt reserves as an interactive call from then
-  /// on (in line behind earlier reservations): capacity taken by higher classes delays it, never forever.
+  /// A call of a lower class (or a tenant past its share) held back this long in one attempt reserves as an
+  /// interactive call from then on (in line behind earlier reservations, Precedence::promoted): capacity
+  /// taken by higher classes delays it, never forever. Zero: no call paced by a Deployment yields at all.
   std::chrono::milliseconds longest_hold{std::chrono::seconds{30}};
 
   /// Throws std::invalid_argument naming the field when a share is outside [0, 1), batch leaves less than
