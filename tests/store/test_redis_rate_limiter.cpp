@@ -2,9 +2,13 @@
 // every dimension at once, too_large, too_long, cancel, settle) on the server's clock, shared by name.
 // Limits are per hour (one unit every few seconds) so that the time the test itself takes stays small
 // beside the waits it checks.
+#include <llmretry/admission/deployment.hpp>
+#include <llmretry/admission/pressure.hpp>
 #include <llmretry/redis/rate_limiter.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -229,4 +233,47 @@ TEST_CASE("redis rate limiter: a tenant past what it is owed is held back, anoth
   INFO(r.wait_after(t0).count() << " ms");
   CHECK(about(r.wait_after(t0), 20s));  // behind a's one in line, not nineteen more
   CHECK(limiter.stats().held_back == 19);
+}
+
+TEST_CASE("redis rate limiter: a reservation's snapshot tells the fleet's load, and pressure() reads it",
+          "[redis][rate_limiter]") {
+  const auto options = redis_fixture::unique_options();
+  llmretry::redis::Connection first_connection(options), second_connection(options);
+  const Limits limits = only(Dimension::requests_per_minute, per_hour(360, 10));  // a unit every 10 s, 10 at once
+  llmretry::redis::RateLimiter other_process(first_connection, "snapshot", limits);
+  auto shared = std::make_shared<llmretry::redis::RateLimiter>(second_connection, "snapshot", limits);
+  CHECK_FALSE(shared->snapshot());
+  llmretry::DeploymentOptions deployment_options;
+  deployment_options.limits = limits;
+  deployment_options.shared = shared;
+  llmretry::Deployment deployment(deployment_options);
+  CHECK_FALSE(deployment.shared_snapshot());
+  CHECK(llmretry::pressure(deployment) == llmretry::Pressure::normal);
+
+  // Another process takes 9 of the 10: this one's first reservation sees one left, then none.
+  for (int i = 0; i < 9; ++i) REQUIRE(other_process.reserve(Cost{}, t0).granted());
+  CHECK(llmretry::pressure(deployment) == llmretry::Pressure::normal);  // nothing seen yet: its own limiter
+  const auto now = deployment.now();
+  auto first = deployment.reserve(Cost{}, now);
+  REQUIRE(first.granted());
+  CHECK(first.wait_after(now) == 0ms);
+  REQUIRE(deployment.shared_snapshot());
+  const llmretry::SharedSnapshot seen = *deployment.shared_snapshot();
+  CHECK(seen.headroom < 0.01);  // all 10 taken: what refilled while the test ran
+  CHECK(seen.queue_wait == 0ms);
+  CHECK(seen.refill == std::chrono::microseconds{100s});
+  CHECK(llmretry::pressure(deployment) == llmretry::Pressure::light);  // under a quarter of the burst free
+
+  auto second = deployment.reserve(Cost{}, deployment.now());
+  REQUIRE(second.granted());
+  CHECK(about(deployment.shared_snapshot()->queue_wait, 10s));
+  CHECK(llmretry::pressure(deployment) == llmretry::Pressure::moderate);  // a new call waits 1 s or more
+  // Carried forward: the wait shortens and the burst refills with the time passed.
+  const llmretry::SharedSnapshot later = deployment.shared_snapshot()->at(deployment.shared_snapshot()->as_of + 5s);
+  CHECK(about(later.queue_wait, 5s));
+  CHECK(std::abs(later.headroom - (deployment.shared_snapshot()->headroom + 0.05)) < 1e-9);
+  CHECK(deployment.shared_snapshot()->at(deployment.shared_snapshot()->as_of + 1h).headroom == 1.0);
+  CHECK(deployment.shared_snapshot()->at(deployment.shared_snapshot()->as_of + 1h).queue_wait == 0ms);
+  shared->cancel(first);
+  shared->cancel(second);
 }

@@ -105,6 +105,15 @@ class PooledRateLimiter final : public llmretry::SharedPacing {
     next().finish(reservation, end, now);
   }
   [[nodiscard]] llmretry::RateLimiterStats stats() override { return next().stats(); }
+  /// Returns the latest snapshot among the connections' limiters.
+  [[nodiscard]] std::optional<llmretry::SharedSnapshot> snapshot() const override {
+    std::optional<llmretry::SharedSnapshot> latest;
+    for (const auto& limiter : limiters_) {
+      const auto seen = limiter->snapshot();
+      if (seen && (!latest || seen->as_of > latest->as_of)) latest = seen;
+    }
+    return latest;
+  }
 
  private:
   llmretry::redis::RateLimiter& next() { return *limiters_[pool_.next()]; }

@@ -754,6 +754,38 @@ TEST_CASE("a stream cut after its first event is not retried: it ends with an in
 }
 
 #if LLMRETRY_RELAY_REDIS
+TEST_CASE("two relays on one Redis: the pressure a relay acts on is the fleet's, as its last reservation saw it") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  const auto dir = work_dir("shared_pressure");
+  const std::string path = (dir / "relay.json").string();
+  // 12 a minute, one at once: once a unit is taken, the next waits 5 s, moderate pressure (1 s or more).
+  std::ofstream(path) << nlohmann::json{
+      {"models",
+       {{"main",
+         {{"upstream", provider.base_url()}, {"rpm", 12}, {"under_pressure", {{"moderate", {{"hold", "batch"}}}}}}}}}};
+  const std::vector<std::string> arguments{"--listen", "127.0.0.1:0", "--config",   path,
+                                           "--redis",  url,           "--max-wait", "100ms"};
+  Relay a("shared_pressure_a", arguments);
+  Relay b("shared_pressure_b", arguments);
+  a.started();
+  b.started();
+  const httplib::Headers batch{{"X-LLMRetry-Priority", "batch"}};
+  CHECK(post(a, "/v1/chat/completions", chat("main"))->status == 200);  // the unit: relay b took nothing
+  // Relay b's first request finds none left: refused for want of capacity, it learns the wait.
+  const auto refused = post(b, "/v1/chat/completions", chat("main"));
+  CHECK(refused->status == 429);
+  CHECK(error_of(refused->body).at("code") == "no_capacity");
+  // Its batch request is held under the fleet's pressure, before asking Redis.
+  const auto held = post(b, "/v1/chat/completions", chat("main"), batch);
+  CHECK(held->status == 429);
+  CHECK(error_of(held->body).at("code") == "held_under_pressure");
+  CHECK(held->get_header_value("x-llmretry-degraded") == "hold=batch");
+  CHECK(provider.request_count() == 1);
+}
+
 TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on one is replayed by the other") {
   llmretry::testing::RedisServer redis;
   LoopbackProvider provider;

@@ -124,6 +124,12 @@ class Deployment {
   /// Returns a number for each call held back (Priority), one more each time: the same sequence on every run.
   [[nodiscard]] std::uint64_t hold_seed() noexcept { return holds_.fetch_add(1, std::memory_order_relaxed) + 1; }
 
+  /// Returns what the last reservation on the shared pacing state said of it (SharedPacing::snapshot);
+  /// nullopt without one, or before it said anything.
+  [[nodiscard]] std::optional<SharedSnapshot> shared_snapshot() const {
+    return options_.shared ? options_.shared->snapshot() : std::nullopt;
+  }
+
   /// Returns how many exchanges with the shared pacing state failed (see DeploymentOptions::shared).
   [[nodiscard]] std::int64_t shared_failures() const noexcept {
     return shared_failures_.load(std::memory_order_relaxed);

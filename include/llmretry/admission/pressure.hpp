@@ -74,9 +74,10 @@ struct PressureThresholds {
 }
 
 /// Returns the pressure on `deployment` now (on its clock): from its rate limiter's queue wait and
-/// headroom; at least moderate while calls wait in line for a concurrency slot; extreme while `breaker`
-/// (when given) is open and at least high while it is half-open.
-/// Throws std::invalid_argument naming the field when `thresholds` make no sense.
+/// headroom, and with a shared pacing state from what its last reservation there said (carried to now:
+/// Deployment::shared_snapshot), the greater pressure of the two; at least moderate while calls wait in line for a
+/// concurrency slot; extreme while `breaker` (when given) is open and at least high while it is half-open. Throws
+/// std::invalid_argument naming the field when `thresholds` make no sense.
 [[nodiscard]] inline Pressure pressure(Deployment& deployment, CircuitBreaker* breaker = nullptr,
                                        const PressureThresholds& thresholds = {}) {
   thresholds.validate();
@@ -89,7 +90,13 @@ struct PressureThresholds {
   double headroom = 1.0;
   for (std::size_t d = 0; d < dimension_count; ++d)
     headroom = std::min(headroom, deployment.limiter().headroom(static_cast<Dimension>(d), now));
-  const Pressure level = pressure_of(deployment.limiter().queue_wait(now), headroom, thresholds);
+  std::chrono::milliseconds queue_wait = deployment.limiter().queue_wait(now);
+  if (const std::optional<SharedSnapshot> shared = deployment.shared_snapshot()) {  // the fleet's load
+    const SharedSnapshot seen = shared->at(now);
+    headroom = std::min(headroom, seen.headroom);
+    queue_wait = std::max(queue_wait, seen.queue_wait);
+  }
+  const Pressure level = pressure_of(queue_wait, headroom, thresholds);
   const ConcurrencyLimit* slots = deployment.concurrency();
   if (slots != nullptr && slots->waiting() > 0) return std::max(level, Pressure::moderate);
   return level;

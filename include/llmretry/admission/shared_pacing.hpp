@@ -1,6 +1,7 @@
 #ifndef LLMRETRY_ADMISSION_SHARED_PACING_HPP
 #define LLMRETRY_ADMISSION_SHARED_PACING_HPP
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -20,6 +21,29 @@ struct AttemptEnd {
 
   /// Returns true when it teaches the pacing something besides the charge: headers, a 429, a slow-down.
   [[nodiscard]] bool has_news() const noexcept { return reported != nullptr || refused_for || slow_down; }
+};
+
+/// What an exchange with a shared pacing state said of it, for llmretry::pressure: the fleet's load, not
+/// this process's alone.
+struct SharedSnapshot {
+  std::chrono::steady_clock::time_point as_of;  ///< when, on the caller's clock
+  std::chrono::milliseconds queue_wait{0};      ///< how long a new call would have waited for capacity then
+  double headroom = 1.0;                        ///< the share of the burst free on the tightest dimension then
+  std::chrono::microseconds refill{0};          ///< how long that dimension takes to refill a whole burst
+
+  /// Returns the snapshot carried to `now` as if nothing was reserved since: the wait shortened and the
+  /// burst refilled by the time passed (a bound: others may have reserved meanwhile).
+  [[nodiscard]] SharedSnapshot at(std::chrono::steady_clock::time_point now) const noexcept {
+    SharedSnapshot later = *this;
+    if (now <= as_of) return later;
+    const auto passed = now - as_of;
+    later.as_of = now;
+    later.queue_wait =
+        std::max(std::chrono::milliseconds::zero(), queue_wait - std::chrono::ceil<std::chrono::milliseconds>(passed));
+    if (refill > refill.zero())
+      later.headroom = std::min(1.0, headroom + std::chrono::duration<double>(passed) / refill);
+    return later;
+  }
 };
 
 /// What a Deployment does when its shared pacing state cannot be reached (down, too slow, an error reply).
@@ -73,6 +97,10 @@ class SharedPacing {
   /// Returns the counters of every process's reservations on the shared state since it was made (state that
   /// expired or was lost starts again from zero): RateLimiter::stats of the whole fleet.
   [[nodiscard]] virtual RateLimiterStats stats() = 0;
+
+  /// Returns what the last reservation made through this object said of the shared state (no exchange);
+  /// nullopt before the first, or when the implementation cannot tell. Thread-safe.
+  [[nodiscard]] virtual std::optional<SharedSnapshot> snapshot() const { return std::nullopt; }
 };
 
 LLMRETRY_END_NAMESPACE

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,8 +50,9 @@ namespace detail {
 //   free by a tenant past its share in millionths, ARGV[33] the most tenants counted (others: "other"),
 //   ARGV[34] "1" when the reservation was promoted (it yields no more as a tenant past its share).
 //   Returns {1 granted, 0 too long, 2 too large or 3 held back; the wait in µs (held back:
-//   until it may ask again); the dimension that decided or -1; then the µs of capacity held per dimension}.
-//   Takes nothing unless granted.
+//   until it may ask again); the dimension that decided or -1; then the µs of capacity held per dimension;
+//   granted or too long: then the share of the burst free on the tightest dimension after it (millionths)
+//   and that dimension's whole burst (µs)}. Takes nothing unless granted.
 // finish: ARGV[21..26] the µs held per dimension, ARGV[27..32] the charge kept per dimension, ARGV[33]
 //   "settle", "cancel" or "none"; ARGV[34..45] the reported requests, tokens, input and output windows, each
 //   limit, remaining and reset (µs), -1 when not reported; ARGV[46] a 429's wait (µs, -1: none); ARGV[47]
@@ -117,6 +119,20 @@ local function save()
 end
 
 local function count(field, by) set(field, (state[field] or 0) + by) end
+local function headroom()
+  local least, refill = 1000000, 0
+  for d = 0, 5 do
+    local c = cells[d]
+    if c then
+      local burst = tolerance(c)
+      if burst > 0 then
+        local free = math.floor(math.max(burst - math.max((state['t' .. d] or now) - now, 0), 0) * 1000000 / burst)
+        if free < least then least, refill = free, burst end
+      end
+    end
+  end
+  return least, refill
+end
 if op == 'stats' then
   return {state['ng'] or 0, state['nr'] or 0, state['nt'] or 0, state['nu'] or 0, state['nx'] or 0, state['nh'] or 0}
 end
@@ -200,7 +216,7 @@ if op == 'reserve' then
   if max_wait >= 0 and start - now > max_wait then
     count('nr', 1)
     save()
-    return {0, start - now, limited, 0, 0, 0, 0, 0, 0}
+    return {0, start - now, limited, 0, 0, 0, 0, 0, 0, headroom()}
   end
   count('ng', 1)
   count('nt', arg(22))
@@ -217,7 +233,7 @@ if op == 'reserve' then
     set('w:' .. tenant, weight)
   end
   save()
-  return {1, start - now, limited, held[1], held[2], held[3], held[4], held[5], held[6]}
+  return {1, start - now, limited, held[1], held[2], held[3], held[4], held[5], held[6], headroom()}
 end
 
 -- finish: learn what the answer reported
@@ -380,6 +396,12 @@ class RateLimiter final : public SharedPacing {
     std::optional<Dimension> limited_by;
     if (const long long dimension = reply[2].integer(); dimension >= 0 && dimension < 6)
       limited_by = static_cast<Dimension>(dimension);
+    if (reply[0].integer() == 0 || reply[0].integer() == 1) {
+      const std::lock_guard<std::mutex> lock(snapshot_mutex_);
+      snapshot_ =
+          SharedSnapshot{now + (this->now() - sent), std::chrono::ceil<std::chrono::milliseconds>(wait),
+                         static_cast<double>(reply[9].integer()) / 1e6, std::chrono::microseconds{reply[10].integer()}};
+    }
     switch (reply[0].integer()) {
       case 1:
         for (std::size_t i = 0; i < dimension_count; ++i) Access::held(reservation)[i] = reply[3 + i].integer() * 1000;
@@ -412,6 +434,13 @@ class RateLimiter final : public SharedPacing {
     stats.tokens_released = reply[4].integer();
     stats.held_back = reply[5].integer();
     return stats;
+  }
+
+  /// Returns what the last granted or too-long reservation made here said of the shared state (see
+  /// SharedPacing::snapshot): its queue wait and free burst after it.
+  [[nodiscard]] std::optional<SharedSnapshot> snapshot() const override {
+    const std::lock_guard<std::mutex> lock(snapshot_mutex_);
+    return snapshot_;
   }
 
   /// Gives back what an open reservation holds (the call was not sent). Does nothing for a reservation that
@@ -499,6 +528,8 @@ class RateLimiter final : public SharedPacing {
   std::string linger_;                   ///< the longest period in ms: how long the hash outlives its last TAT
   std::vector<std::string> shares_;      ///< TenantShares: window (µs), kept free (millionths), max tenants
   Clock clock_;
+  mutable std::mutex snapshot_mutex_;
+  std::optional<SharedSnapshot> snapshot_;  ///< what the last reservation said of the state
 };
 
 /// The guard of one call through a redis::RateLimiter (made by RateLimiter::pace). Before each attempt it
