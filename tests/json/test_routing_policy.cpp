@@ -61,7 +61,11 @@ TEST_CASE("A routing policy is read into the routes of a chain", "[routing_polic
   CHECK(rules.at(Pressure::moderate)->max_tokens == 256);
   REQUIRE(rules.at(Pressure::high) != nullptr);
   CHECK(rules.at(Pressure::high)->hold == Priority::batch);
+  CHECK_FALSE(rules.at(Pressure::high)->fallback);
   CHECK(rules.at(Pressure::extreme) == rules.at(Pressure::high));  // no rule of its own: the one below
+  CHECK(json::pressure_rules(nlohmann::json::parse(R"({"extreme": {"fallback": true}})"))
+            .at(Pressure::extreme)
+            ->fallback);
 
   const FallbackChain chain{policy.routes()};
   REQUIRE(chain.routes().size() == 3);
@@ -113,7 +117,11 @@ TEST_CASE("Bad pressure rules are refused, naming the field", "[routing_policy]"
   CHECK(rules_error("{}") == "routing.under_pressure: must name at least one level (light, moderate, high, extreme)");
   CHECK(rules_error("[]") == "routing.under_pressure: must be an object");
   CHECK(rules_error(R"({"light": {}})") ==
-        "routing.under_pressure.light: must say what it does: max_tokens, model or hold");
+        "routing.under_pressure.light: must say what it does: max_tokens, model, hold or fallback");
+  CHECK(rules_error(R"({"extreme": {"fallback": 1}})") ==
+        "routing.under_pressure.extreme.fallback: must be true or false");
+  CHECK(rules_error(R"({"extreme": {"fallback": true, "model": "small"}})") ==
+        "routing.under_pressure.extreme: model and fallback: a request goes to one of them, choose");
   CHECK(rules_error(R"({"light": 5})") == "routing.under_pressure.light: must be an object");
   CHECK(rules_error(R"({"light": {"max_token": 5}})") == "routing.under_pressure.light.max_token: unknown field");
   for (const char* tokens : {"0", "-1", "1.5", "\"5\"", "10000001", "true"})

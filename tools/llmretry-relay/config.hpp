@@ -131,11 +131,13 @@ inline ModelTable model_table(const nlohmann::json& models, const std::string& f
   for (const auto& [name, row] : table) {
     for (std::size_t level = 0; level < row.under_pressure.levels.size(); ++level) {
       const auto& rule = row.under_pressure.levels[level];
+      const std::string here = file + ": models." + name + ".under_pressure." +
+                               llmretry::to_string(static_cast<llmretry::Pressure>(level + 1));
+      if (rule && rule->fallback && row.fallback.empty())
+        throw ConfigError(here + ".fallback: the model has no fallback to answer from");
       if (!rule || rule->model.empty()) continue;
       const std::string& to = rule->model;
-      const std::string at = file + ": models." + name + ".under_pressure." +
-                             llmretry::to_string(static_cast<llmretry::Pressure>(level + 1)) + ".model: \"" + to +
-                             "\" ";
+      const std::string at = here + ".model: \"" + to + "\" ";
       if (table.count(to) == 0) throw ConfigError(at + "is not a model of the table");
       if (to == name) throw ConfigError(at + "is the model itself");
       if (table.at(to).format != row.format) throw ConfigError(at + "speaks " + to_string(table.at(to).format));

@@ -371,7 +371,7 @@ class Server final : public Service {
   }
 
   /// What a degradation did to a request, for llm_relay_degraded_total{action}.
-  enum class DegradeAction { max_tokens, model, hold };
+  enum class DegradeAction { max_tokens, model, hold, fallback };
 
   /// Applies `rule` (the rule at `level` of the model of `in`) to `in`: another model's `chain`, output tokens
   /// cut (its body re-written into in.sent_body); each change told in in.degraded and counted.
@@ -382,6 +382,12 @@ class Server final : public Service {
       chain = routes.chain_for(rule.model, in.format);  // checked with the table: same format
       told("model=" + rule.model);
       count_degraded(DegradeAction::model, level);
+    }
+    if (rule.fallback && chain->upstreams.size() > 1) {  // checked with the table: the model has a fallback
+      const std::string& fallback = chain->upstreams[1]->name;
+      chain = routes.chain_for(fallback, in.format);  // the fallback's own chain: the rest of this one
+      told("fallback=" + fallback);
+      count_degraded(DegradeAction::fallback, level);
     }
     if (rule.max_tokens) {
       bool cut = false;
@@ -420,13 +426,16 @@ class Server final : public Service {
   [[nodiscard]] std::string own_metrics() {
     std::string text =
         "# HELP llm_relay_degraded_total Requests the relay changed under pressure (a model's under_pressure rules): "
-        "max_tokens cut, sent to another model, or held (429).\n# TYPE llm_relay_degraded_total counter\n";
-    for (const auto action : {DegradeAction::max_tokens, DegradeAction::model, DegradeAction::hold})
+        "max_tokens cut, sent to another model or to the fallback, or held (429).\n# TYPE llm_relay_degraded_total "
+        "counter\n";
+    for (const auto action :
+         {DegradeAction::max_tokens, DegradeAction::model, DegradeAction::hold, DegradeAction::fallback})
       for (const auto level : {llmretry::Pressure::light, llmretry::Pressure::moderate, llmretry::Pressure::high,
                                llmretry::Pressure::extreme}) {
         const char* name = action == DegradeAction::max_tokens ? "max_tokens"
                            : action == DegradeAction::model    ? "model"
-                                                               : "hold";
+                           : action == DegradeAction::hold     ? "hold"
+                                                               : "fallback";
         text.append("llm_relay_degraded_total{action=\"").append(name).append("\",pressure=\"");
         text.append(llmretry::to_string(level)).append("\"} ");
         text.append(
@@ -734,7 +743,7 @@ class Server final : public Service {
   std::vector<llmretry::curl::AsyncClient*> upstream_clients_;   ///< per worker
   std::optional<boost::asio::thread_pool> store_pool_;
   std::atomic<std::size_t> in_flight_{0};
-  std::array<std::atomic<std::uint64_t>, 12> degraded_{};  ///< by DegradeAction, then pressure level (light first)
+  std::array<std::atomic<std::uint64_t>, 16> degraded_{};  ///< by DegradeAction, then pressure level (light first)
   std::atomic<double> typical_seconds_{1.0};
 };
 

@@ -1246,7 +1246,7 @@ TEST_CASE("--default-priority batch: requests without the header are batch") {
   CHECK(post(relay, "/v1/chat/completions", chat(), {{"X-LLMRetry-Priority", "interactive"}})->status == 200);
 }
 
-TEST_CASE("a model's degrade rules act under pressure and say what they changed: another model, fewer tokens, held") {
+TEST_CASE("a model's under_pressure rules act and say what they changed: another model, fewer tokens, held, fallback") {
   LoopbackProvider main_provider;
   LoopbackProvider small_provider;
   serve_freely(main_provider);
@@ -1264,7 +1264,12 @@ TEST_CASE("a model's degrade rules act under pressure and say what they changed:
         {"held",
          {{"upstream", main_provider.base_url()},
           {"rpm", 12},
-          {"under_pressure", {{"moderate", {{"hold", "batch"}}}}}}}}}};
+          {"under_pressure", {{"moderate", {{"hold", "batch"}}}}}}},
+        {"fallen",
+         {{"upstream", main_provider.base_url()},
+          {"rpm", 12},
+          {"fallback", "small"},
+          {"under_pressure", {{"moderate", {{"fallback", true}}}}}}}}}};
   Relay relay("degrade_relay", {"--listen", "127.0.0.1:0", "--config", path});
   relay.started();
   const auto first = post(relay, "/v1/chat/completions", chat("main"));
@@ -1300,6 +1305,15 @@ TEST_CASE("a model's degrade rules act under pressure and say what they changed:
   // An interactive request is not held: it waits for capacity (5 s) and is served.
   CHECK(post(relay, "/v1/chat/completions", chat("held"))->status == 200);
 
+  // Answered from the fallback at once, instead of waiting for the pressed primary.
+  CHECK_FALSE(post(relay, "/v1/chat/completions", chat("fallen"))->has_header("x-llmretry-degraded"));
+  const std::size_t small_before = small_provider.request_count();
+  const auto fallen = post(relay, "/v1/chat/completions", chat("fallen"));
+  CHECK(fallen->status == 200);
+  CHECK(fallen->get_header_value("x-llmretry-degraded") == "fallback=small");
+  REQUIRE(small_provider.request_count() == small_before + 1);
+  CHECK(nlohmann::json::parse(small_provider.requests().back().body).at("model") == "small");
+
   const auto metrics = relay.client().Get("/metrics");
   REQUIRE(metrics);
   INFO(metrics->body);
@@ -1309,4 +1323,6 @@ TEST_CASE("a model's degrade rules act under pressure and say what they changed:
              llmretry_catch::contains(R"(llm_relay_degraded_total{action="max_tokens",pressure="moderate"} 2)"));
   CHECK_THAT(metrics->body,
              llmretry_catch::contains(R"(llm_relay_degraded_total{action="hold",pressure="moderate"} 2)"));
+  CHECK_THAT(metrics->body,
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="fallback",pressure="moderate"} 1)"));
 }

@@ -107,6 +107,7 @@ struct PressureRule {
   std::optional<std::int64_t> max_tokens;  ///< ask at most this many output tokens: a larger ask is cut to it
   std::string model;                       ///< send the request to this (smaller) model instead; empty: keep it
   std::optional<Priority> hold;  ///< requests of this class and below are held back: the caller comes back later
+  bool fallback = false;         ///< answer from the fallbacks at once: the request skips the pressed primary
 };
 
 /// What each level of pressure does to requests: a rule per level above normal. A level without a rule

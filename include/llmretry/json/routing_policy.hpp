@@ -54,7 +54,7 @@ struct RoutingPolicy {
   std::vector<RoutingTarget> fallbacks;   ///< optional; in order
   std::optional<Degradation> degrade_to;  ///< optional
   /// Optional: what pressure on the primary (llmretry::pressure) does to its requests; a rule's model is
-  /// another model of the primary's provider.
+  /// another model of the primary's provider, its fallback the fallbacks above.
   PressureRules under_pressure;
 
   /// Returns the routes of a FallbackChain, the primary first, each named "provider/model". Attach each
@@ -132,8 +132,8 @@ inline PressureRules read_pressure_rules(const nlohmann::json& value, const std:
     const auto found = value.find(to_string(level));
     if (found == value.end()) continue;
     const std::string here = at + "." + to_string(level);
-    check_object(*found, here, {"max_tokens", "model", "hold"});
-    if (found->empty()) policy_error(here, "must say what it does: max_tokens, model or hold");
+    check_object(*found, here, {"max_tokens", "model", "hold", "fallback"});
+    if (found->empty()) policy_error(here, "must say what it does: max_tokens, model, hold or fallback");
     PressureRule rule;
     if (const auto tokens = found->find("max_tokens"); tokens != found->end()) {
       constexpr std::int64_t most = 10'000'000;
@@ -148,6 +148,12 @@ inline PressureRules read_pressure_rules(const nlohmann::json& value, const std:
       if (!held || *held == Priority::interactive)
         policy_error(here + ".hold", "must be \"standard\" or \"batch\" (the class held, with those below it)");
       rule.hold = held;
+    }
+    if (const auto fallback = found->find("fallback"); fallback != found->end()) {
+      if (!fallback->is_boolean()) policy_error(here + ".fallback", "must be true or false");
+      rule.fallback = fallback->get<bool>();
+      if (rule.fallback && !rule.model.empty())
+        policy_error(here, "model and fallback: a request goes to one of them, choose");
     }
     rules[level] = std::move(rule);
   }
@@ -198,7 +204,7 @@ template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::json>, int
 /// (a routing policy's "under_pressure", or any configuration's), its fields named from `at` in errors.
 /// Throws std::invalid_argument naming the field and the problem: an unknown level or field, a level that
 /// does nothing, max_tokens not a whole number in [1, 10000000], a model not a non-empty string, a hold
-/// other than "standard" or "batch".
+/// other than "standard" or "batch", a fallback not a boolean or with a model.
 [[nodiscard]] inline PressureRules pressure_rules(const nlohmann::json& rules,
                                                   const std::string& at = "under_pressure") {
   return detail::read_pressure_rules(rules, at);
