@@ -60,7 +60,6 @@ struct Incoming {
   std::string model_label;         ///< its value in the metrics' model label (bounded: see BoundedLabels)
   std::string idempotency_key;     ///< sent upstream as Idempotency-Key; empty: none
   llmretry::Cost estimate;         ///< reserved on each route's Deployment
-  std::string priority_name;       ///< its X-LLMRetry-Priority; empty: none
   llmretry::Priority priority = llmretry::Priority::interactive;  ///< its class in admission
   std::string tenant;          ///< whom it is for in admission (its client, or X-LLMRetry-Tenant); empty: nobody named
   double tenant_weight = 1.0;  ///< the tenant's weight (its client's)

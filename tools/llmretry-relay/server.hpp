@@ -278,8 +278,9 @@ class Server final : public Service {
         return refuse(bad_request("Idempotency-Key: must be sent once, 1 to 255 visible ASCII characters",
                                   "invalid_idempotency_key"));
     }
+    std::string priority_name;
     for (const auto& [field, into] :
-         {std::pair{"x-llmretry-priority", &in->priority_name}, std::pair{"x-llmretry-tenant", &in->tenant}}) {
+         {std::pair{"x-llmretry-priority", &priority_name}, std::pair{"x-llmretry-tenant", &in->tenant}}) {
       const auto found = request.head.equal_range(field);
       if (found.first == found.second) continue;
       *into = std::string(found.first->value());
@@ -290,9 +291,9 @@ class Server final : public Service {
     const auto clients = std::atomic_load(&clients_);  // the config may have been reloaded since check()
     const Caller caller = clients->caller(request.head[http::field::authorization], request.head["x-api-key"]);
     if (!caller.admitted) return refuse(wrong_key());
-    if (in->priority_name.empty()) {
+    if (priority_name.empty()) {
       in->priority = caller.client != nullptr ? caller.client->priority : settings_.default_priority;
-    } else if (const auto priority = llmretry::priority_from_string(in->priority_name)) {
+    } else if (const auto priority = llmretry::priority_from_string(priority_name)) {
       in->priority = *priority;
     } else {
       return refuse(bad_request("x-llmretry-priority: must be interactive, standard or batch", "invalid_header"));
@@ -343,7 +344,7 @@ class Server final : public Service {
     in->body = std::move(request.body);
     // Held back or degraded under pressure (a model of the table): a request with an Idempotency-Key may be
     // held, never changed, since its retries must find its stored answer and send the body first sent.
-    if (routes.has_model_table()) {
+    if (routes.has_model_table() && !chain->under_pressure.empty()) {
       const Upstream& primary = *chain->upstreams.front();
       const llmretry::Pressure level = llmretry::pressure(*primary.deployment, primary.breaker.get());
       if (const llmretry::PressureRule* rule = chain->under_pressure.at(level)) {
