@@ -51,20 +51,20 @@ TEST_CASE("A routing policy is read into the routes of a chain", "[routing_polic
   CHECK(policy.degrade_to->when == std::vector<std::string>{"batch_low_priority"});
 
   const PressureRules& rules = policy.under_pressure;
-  CHECK(rules.at(Pressure::normal) == nullptr);
-  REQUIRE(rules.at(Pressure::light) != nullptr);
-  CHECK(rules.at(Pressure::light)->max_tokens == 512);
-  CHECK(rules.at(Pressure::light)->model.empty());
-  CHECK_FALSE(rules.at(Pressure::light)->hold);
-  REQUIRE(rules.at(Pressure::moderate) != nullptr);
-  CHECK(rules.at(Pressure::moderate)->model == "claude-haiku-4.5");
-  CHECK(rules.at(Pressure::moderate)->max_tokens == 256);
-  REQUIRE(rules.at(Pressure::high) != nullptr);
-  CHECK(rules.at(Pressure::high)->hold == Priority::batch);
-  CHECK_FALSE(rules.at(Pressure::high)->fallback);
-  CHECK(rules.at(Pressure::extreme) == rules.at(Pressure::high));  // no rule of its own: the one below
+  CHECK(rules.in_force(Pressure::normal) == nullptr);
+  REQUIRE(rules.in_force(Pressure::light) != nullptr);
+  CHECK(rules.in_force(Pressure::light)->max_tokens == 512);
+  CHECK(rules.in_force(Pressure::light)->model.empty());
+  CHECK_FALSE(rules.in_force(Pressure::light)->hold);
+  REQUIRE(rules.in_force(Pressure::moderate) != nullptr);
+  CHECK(rules.in_force(Pressure::moderate)->model == "claude-haiku-4.5");
+  CHECK(rules.in_force(Pressure::moderate)->max_tokens == 256);
+  REQUIRE(rules.in_force(Pressure::high) != nullptr);
+  CHECK(rules.in_force(Pressure::high)->hold == Priority::batch);
+  CHECK_FALSE(rules.in_force(Pressure::high)->fallback);
+  CHECK(rules.in_force(Pressure::extreme) == rules.in_force(Pressure::high));  // no rule of its own: the one below
   CHECK(json::pressure_rules(nlohmann::json::parse(R"({"extreme": {"fallback": true}})"))
-            .at(Pressure::extreme)
+            .in_force(Pressure::extreme)
             ->fallback);
 
   const FallbackChain chain{policy.routes()};
@@ -99,13 +99,13 @@ TEST_CASE("A bad routing policy is refused, naming the field", "[routing_policy]
 TEST_CASE("Pressure rules: a level without a rule takes the one below, none at normal", "[routing_policy]") {
   const PressureRules rules = json::pressure_rules(nlohmann::json::parse(R"({"moderate": {"hold": "standard"}})"));
   CHECK_FALSE(rules.empty());
-  CHECK(rules.at(Pressure::normal) == nullptr);
-  CHECK(rules.at(Pressure::light) == nullptr);
-  REQUIRE(rules.at(Pressure::moderate) != nullptr);
-  CHECK(rules.at(Pressure::moderate)->hold == Priority::standard);
-  CHECK(rules.at(Pressure::extreme) == rules.at(Pressure::moderate));
+  CHECK(rules.in_force(Pressure::normal) == nullptr);
+  CHECK(rules.in_force(Pressure::light) == nullptr);
+  REQUIRE(rules.in_force(Pressure::moderate) != nullptr);
+  CHECK(rules.in_force(Pressure::moderate)->hold == Priority::standard);
+  CHECK(rules.in_force(Pressure::extreme) == rules.in_force(Pressure::moderate));
   CHECK(PressureRules{}.empty());
-  CHECK(PressureRules{}.at(Pressure::extreme) == nullptr);
+  CHECK(PressureRules{}.in_force(Pressure::extreme) == nullptr);
   CHECK(json::routing_policy(std::string(R"({"primary": {"provider": "a", "model": "b"}})")).under_pressure.empty());
 }
 
@@ -118,6 +118,8 @@ TEST_CASE("Bad pressure rules are refused, naming the field", "[routing_policy]"
   CHECK(rules_error("[]") == "routing.under_pressure: must be an object");
   CHECK(rules_error(R"({"light": {}})") ==
         "routing.under_pressure.light: must say what it does: max_tokens, model, hold or fallback");
+  CHECK(rules_error(R"({"moderate": {"fallback": false}})") ==
+        "routing.under_pressure.moderate: must say what it does: max_tokens, model, hold or fallback");
   CHECK(rules_error(R"({"extreme": {"fallback": 1}})") ==
         "routing.under_pressure.extreme.fallback: must be true or false");
   CHECK(rules_error(R"({"extreme": {"fallback": true, "model": "small"}})") ==

@@ -106,7 +106,7 @@ class PooledRateLimiter final : public llmretry::SharedPacing {
   }
   [[nodiscard]] llmretry::RateLimiterStats stats() override { return next().stats(); }
   /// Returns the latest snapshot among the connections' limiters.
-  [[nodiscard]] std::optional<llmretry::SharedSnapshot> snapshot() const override {
+  [[nodiscard]] std::optional<llmretry::SharedSnapshot> snapshot() const noexcept override {
     std::optional<llmretry::SharedSnapshot> latest;
     for (const auto& limiter : limiters_) {
       const auto seen = limiter->snapshot();

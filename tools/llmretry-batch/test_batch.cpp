@@ -528,6 +528,11 @@ TEST_CASE("--metrics-file naming a directory, a link or a file of the run is ref
           "--metrics-file " + taken.string() + ": not a regular file");
   refused({input, output, "--metrics-file", (dir / "link.prom").string()}, "link.prom: not a regular file");
   refused({input, output, "--metrics-file", input}, "--metrics-file " + input + " is the file " + input);
+  // OUTPUT and the errors file of a first run do not exist yet: refused by name.
+  refused({input, output, "--metrics-file", output}, "--metrics-file " + output + " is the file " + output);
+  refused({input, output, "--metrics-file", (dir / "." / "output.errors.jsonl").string()},
+          "is the file " + (dir / "output.errors.jsonl").string());
+  CHECK_FALSE(std::filesystem::exists(output));
   refused({input, output, "--metrics-file", (dir / "nowhere" / "metrics.prom").string()},
           "nowhere/metrics.prom: cannot write its new version beside it");
 #if LLMRETRY_BATCH_TEST_REDIS

@@ -51,6 +51,13 @@ class Clients {
     }
   }
 
+  /// Returns true when `name` is the tenant of a client of the config: no other caller may name it.
+  [[nodiscard]] bool has_client(std::string_view name) const noexcept {
+    for (const Client& client : clients_)
+      if (client.name == name) return true;
+    return false;
+  }
+
   /// Returns true when a request must carry a key.
   [[nodiscard]] bool required() const noexcept { return !shared_key_.empty() || !clients_.empty(); }
 

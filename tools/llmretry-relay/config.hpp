@@ -55,11 +55,16 @@ struct ClientRow {
 /// The clients, by name: the tenant their requests are for.
 using ClientTable = std::map<std::string, ClientRow>;
 
+/// The most clients a config names: as many as admission keeps tenant accounts (TenantShares::max_tenants).
+inline constexpr std::size_t max_clients = 64;
+
 /// The config file: the models served (empty: every model, to --upstream) and the clients known by key
 /// (empty: LLMRETRY_RELAY_CLIENT_KEY alone, or no key).
 struct Config {
   ModelTable models;
   ClientTable clients;
+  nlohmann::json models_source;  ///< "models" as written (null when absent): a reload that changes only clients
+                                 ///< keeps the running routes
 };
 
 namespace detail {
@@ -157,6 +162,9 @@ inline ModelTable model_table(const nlohmann::json& models, const std::string& f
 inline ClientTable client_table(const nlohmann::json& clients, const std::string& file) {
   if (!clients.is_object() || clients.empty())
     throw ConfigError(file + ": clients: must be a non-empty object of clients");
+  if (clients.size() > max_clients)
+    throw ConfigError(file + ": clients: at most " + std::to_string(max_clients) +
+                      " (each a tenant with an account of its own in admission)");
   ClientTable table;
   for (const auto& [name, row] : clients.items()) {
     const std::string at = file + ": clients." + name + ".";
@@ -165,6 +173,8 @@ inline ClientTable client_table(const nlohmann::json& clients, const std::string
             std::string::npos)
       throw ConfigError(file + ": clients.\"" + name +
                         "\": a client's name (its tenant) must be 1 to 64 letters, digits, '.', '_' or '-'");
+    if (name == "other")
+      throw ConfigError(file + ": clients.other: the name of the account the tenants past the first 64 share");
     if (!row.is_object()) throw ConfigError(file + ": clients." + name + ": must be an object");
     for (const auto& field : row.items())
       if (field.key() != "key_env" && field.key() != "priority" && field.key() != "weight")
@@ -208,7 +218,10 @@ inline Config parse_config(const std::string& text, const std::string& file) {
   if (models == document.end() && clients == document.end())
     throw ConfigError(file + ": models: missing (or clients: a config names its models, its clients or both)");
   Config config;
-  if (models != document.end()) config.models = detail::model_table(*models, file);
+  if (models != document.end()) {
+    config.models = detail::model_table(*models, file);
+    config.models_source = *models;
+  }
   if (clients != document.end()) config.clients = detail::client_table(*clients, file);
   return config;
 }

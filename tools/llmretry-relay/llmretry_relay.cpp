@@ -249,10 +249,12 @@ int run(const Options& options) {
   if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
   settings.remote_store = redis.has_value();
   const relay::ShareLimits share = redis ? redis->share_limits() : relay::ShareLimits{};
-  // The routes and the clients, read at start-up and again on SIGHUP. Throws UsageError, ConfigError,
-  // SetupError or std::invalid_argument (a route the library refuses).
+  // The routes and the clients, read at start-up and again on SIGHUP; the `running` routes are kept (their
+  // pacing, learned limits and breakers with them) when the models they were made from are unchanged.
+  // Throws UsageError, ConfigError, SetupError or std::invalid_argument (a route the library refuses).
   using Served = std::pair<std::shared_ptr<const relay::Routes>, std::shared_ptr<const relay::Clients>>;
-  const auto read_served = [&]() -> Served {
+  nlohmann::json routed_models;  // the "models" the running routes were made from; null: none, the options'
+  const auto read_served = [&](std::shared_ptr<const relay::Routes> running) -> Served {
     const relay::Config config = options.config.empty() ? relay::Config{} : relay::read_config(options.config);
     auto clients = std::make_shared<const relay::Clients>(shared_key, config.clients, env);
     if (!relay::is_loopback(host) && !clients->required())
@@ -264,17 +266,20 @@ int run(const Options& options) {
     if (config.models.empty() && environment("OPENAI_API_KEY").empty() &&
         upstream.find("api.openai.com") != std::string::npos)
       throw UsageError("OPENAI_API_KEY is not set");
+    if (running && config.models_source == routed_models) return {std::move(running), std::move(clients)};
+    std::shared_ptr<const relay::Routes> routes;
     if (config.models.empty())
-      return {std::make_shared<const relay::Routes>(upstream, options.fallbacks, options.pace, env, share,
-                                                    anthropic_upstream),
-              std::move(clients)};
-    return {
-        std::make_shared<const relay::Routes>(config.models, upstream, options.pace, env, share, anthropic_upstream),
-        std::move(clients)};
+      routes = std::make_shared<const relay::Routes>(upstream, options.fallbacks, options.pace, env, share,
+                                                     anthropic_upstream);
+    else
+      routes =
+          std::make_shared<const relay::Routes>(config.models, upstream, options.pace, env, share, anthropic_upstream);
+    routed_models = config.models_source;
+    return {std::move(routes), std::move(clients)};
   };
   Served served;
   try {
-    served = read_served();
+    served = read_served(nullptr);
   } catch (const relay::ConfigError& error) {
     throw UsageError(error.what());
   } catch (const relay::SetupError& error) {
@@ -328,12 +333,15 @@ int run(const Options& options) {
       continue;
     }
     try {
-      auto [routes, clients] = read_served();
-      server.reload(std::move(routes), std::move(clients));
+      const bool keys_required = served.second->required();
+      served = read_served(served.first);
+      server.reload(served.first, served.second);
+      if (keys_required && !served.second->required())
+        std::cerr << "llmretry-relay: SIGHUP: " << options.config << " names no client: no key is required now\n";
       std::cerr << "llmretry-relay: SIGHUP: " << options.config << " reloaded\n";
     } catch (const std::exception& error) {
       std::cerr << "llmretry-relay: SIGHUP: " << options.config
-                << " not reloaded, the table before stays: " << error.what() << '\n';
+                << " not reloaded, the config before stays: " << error.what() << '\n';
     }
   }
   // Stops accepting; the requests in flight end first, within the grace period.

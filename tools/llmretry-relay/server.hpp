@@ -311,13 +311,11 @@ class Server final : public Service {
                        "permission_error", "tenant_not_allowed"});
       in->tenant = client.name;
       in->tenant_weight = client.weight;
+    } else if (!in->tenant.empty() && clients->has_client(in->tenant)) {
+      return refuse({403, "x-llmretry-tenant: \"" + in->tenant + "\" is a client of the relay's config: send its key",
+                     "permission_error", "tenant_not_allowed"});
     }
     in->caller_key = std::string(caller.key);
-    if (!in->tenant.empty()) {
-      const std::string label = tenant_labels_.of(in->tenant);
-      const std::lock_guard<std::mutex> lock(tenants_mutex_);
-      ++by_tenant_[label];
-    }
     if (chain == nullptr && !routes.has_model_table())
       return refuse({404, "the relay has no upstream for Anthropic's API: start it with --anthropic-upstream",
                      "invalid_request_error", "unknown_url"});
@@ -344,10 +342,15 @@ class Server final : public Service {
     in->body = std::move(request.body);
     // Held back or degraded under pressure (a model of the table): a request with an Idempotency-Key may be
     // held, never changed, since its retries must find its stored answer and send the body first sent.
+    if (!in->tenant.empty()) {
+      const std::string label = tenant_labels_.of(in->tenant);
+      const std::lock_guard<std::mutex> lock(tenants_mutex_);
+      ++by_tenant_[label];
+    }
     if (routes.has_model_table() && !chain->under_pressure.empty()) {
       const Upstream& primary = *chain->upstreams.front();
       const llmretry::Pressure level = llmretry::pressure(*primary.deployment, primary.breaker.get());
-      if (const llmretry::PressureRule* rule = chain->under_pressure.at(level)) {
+      if (const llmretry::PressureRule* rule = chain->under_pressure.in_force(level)) {
         if (rule->hold && in->priority >= *rule->hold) {
           count_degraded(DegradeAction::hold, level);
           Reply held_back =

@@ -1221,6 +1221,29 @@ TEST_CASE("clients of the config: each key is its tenant, with its class as defa
   CHECK(relay.stop() == 0);
 }
 
+TEST_CASE("a caller with LLMRETRY_RELAY_CLIENT_KEY names any tenant but a client's of the config") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const auto dir = work_dir("clients_and_shared_key_file");
+  const std::string path = (dir / "relay.json").string();
+  std::ofstream(path) << R"({"clients": {"nightly": {"key_env": "NIGHTLY_KEY", "priority": "batch"}}})";
+  Relay relay("clients_and_shared_key",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--config", path},
+              {"NIGHTLY_KEY=key-of-nightly", "LLMRETRY_RELAY_CLIENT_KEY=shared-key"});
+  relay.started();
+  const auto named = [&](const std::string& tenant) {
+    return post(relay, "/v1/chat/completions", chat(),
+                {{"Authorization", "Bearer shared-key"}, {"X-LLMRetry-Tenant", tenant}});
+  };
+  CHECK(named("walk-in")->status == 200);
+  const auto taken = named("nightly");
+  CHECK(taken->status == 403);
+  CHECK(error_of(taken->body).at("code") == "tenant_not_allowed");
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer shared-key"}})->status == 200);
+  CHECK(provider.request_count() == 2);
+  CHECK(relay.stop() == 0);
+}
+
 TEST_CASE("clients of the config: two with one key, or one with LLMRETRY_RELAY_CLIENT_KEY's, are refused") {
   const auto dir = work_dir("clients_same_key_file");
   const std::string path = (dir / "relay.json").string();

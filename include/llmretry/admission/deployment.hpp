@@ -126,7 +126,7 @@ class Deployment {
 
   /// Returns what the last reservation on the shared pacing state said of it (SharedPacing::snapshot);
   /// nullopt without one, or before it said anything.
-  [[nodiscard]] std::optional<SharedSnapshot> shared_snapshot() const {
+  [[nodiscard]] std::optional<SharedSnapshot> shared_snapshot() const noexcept {
     return options_.shared ? options_.shared->snapshot() : std::nullopt;
   }
 

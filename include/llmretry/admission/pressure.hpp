@@ -117,7 +117,7 @@ struct PressureRules {
   std::array<std::optional<PressureRule>, 4> levels;  ///< light, moderate, high, extreme
 
   /// Returns the rule in force at `level`; null at normal, or when no level at or below it has one.
-  [[nodiscard]] const PressureRule* at(Pressure level) const noexcept {
+  [[nodiscard]] const PressureRule* in_force(Pressure level) const noexcept {
     for (auto index = static_cast<std::size_t>(level); index > 0; --index)
       if (levels[index - 1]) return &*levels[index - 1];
     return nullptr;
@@ -126,12 +126,6 @@ struct PressureRules {
   /// Returns true when no level has a rule.
   [[nodiscard]] bool empty() const noexcept {
     return std::none_of(levels.begin(), levels.end(), [](const auto& rule) { return rule.has_value(); });
-  }
-
-  /// Returns the rule set for `level` (above normal), for filling in.
-  /// Requires: level != Pressure::normal.
-  std::optional<PressureRule>& operator[](Pressure level) noexcept {
-    return levels[static_cast<std::size_t>(level) - 1];
   }
 };
 

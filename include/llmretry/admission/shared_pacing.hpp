@@ -27,12 +27,13 @@ struct AttemptEnd {
 /// this process's alone.
 struct SharedSnapshot {
   std::chrono::steady_clock::time_point as_of;  ///< when, on the caller's clock
-  std::chrono::milliseconds queue_wait{0};      ///< how long a new call would have waited for capacity then
+  std::chrono::milliseconds queue_wait{0};      ///< how long a new call taking one unit would have waited then
   double headroom = 1.0;                        ///< the share of the burst free on the tightest dimension then
   std::chrono::microseconds refill{0};          ///< how long that dimension takes to refill a whole burst
 
   /// Returns the snapshot carried to `now` as if nothing was reserved since: the wait shortened and the
-  /// burst refilled by the time passed (a bound: others may have reserved meanwhile).
+  /// burst refilled by the time passed (an estimate, the longer ago the rougher: others may have reserved
+  /// meanwhile, and another dimension may refill slower).
   [[nodiscard]] SharedSnapshot at(std::chrono::steady_clock::time_point now) const noexcept {
     SharedSnapshot later = *this;
     if (now <= as_of) return later;
@@ -98,9 +99,10 @@ class SharedPacing {
   /// expired or was lost starts again from zero): RateLimiter::stats of the whole fleet.
   [[nodiscard]] virtual RateLimiterStats stats() = 0;
 
-  /// Returns what the last reservation made through this object said of the shared state (no exchange);
-  /// nullopt before the first, or when the implementation cannot tell. Thread-safe.
-  [[nodiscard]] virtual std::optional<SharedSnapshot> snapshot() const { return std::nullopt; }
+  /// Returns what the last reservation made through this object said of the shared state after it, as
+  /// RateLimiter::queue_wait and headroom say it (no exchange); nullopt before the first, or when the
+  /// implementation cannot tell. An implementation must make it thread-safe.
+  [[nodiscard]] virtual std::optional<SharedSnapshot> snapshot() const noexcept { return std::nullopt; }
 };
 
 LLMRETRY_END_NAMESPACE

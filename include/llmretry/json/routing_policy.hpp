@@ -133,7 +133,6 @@ inline PressureRules read_pressure_rules(const nlohmann::json& value, const std:
     if (found == value.end()) continue;
     const std::string here = at + "." + to_string(level);
     check_object(*found, here, {"max_tokens", "model", "hold", "fallback"});
-    if (found->empty()) policy_error(here, "must say what it does: max_tokens, model, hold or fallback");
     PressureRule rule;
     if (const auto tokens = found->find("max_tokens"); tokens != found->end()) {
       constexpr std::int64_t most = 10'000'000;
@@ -155,7 +154,9 @@ inline PressureRules read_pressure_rules(const nlohmann::json& value, const std:
       if (rule.fallback && !rule.model.empty())
         policy_error(here, "model and fallback: a request goes to one of them, choose");
     }
-    rules[level] = std::move(rule);
+    if (!rule.max_tokens && rule.model.empty() && !rule.hold && !rule.fallback)
+      policy_error(here, "must say what it does: max_tokens, model, hold or fallback");
+    rules.levels[static_cast<std::size_t>(level) - 1] = std::move(rule);
   }
   return rules;
 }

@@ -51,8 +51,9 @@ namespace detail {
 //   ARGV[34] "1" when the reservation was promoted (it yields no more as a tenant past its share).
 //   Returns {1 granted, 0 too long, 2 too large or 3 held back; the wait in µs (held back:
 //   until it may ask again); the dimension that decided or -1; then the µs of capacity held per dimension;
-//   granted or too long: then the share of the burst free on the tightest dimension after it (millionths)
-//   and that dimension's whole burst (µs)}. Takes nothing unless granted.
+//   unless too large, then the load after it: the share of the burst free on the tightest dimension
+//   (millionths), that dimension's whole burst (µs), and a new call's wait for one unit (µs)}. Takes nothing
+//   unless granted.
 // finish: ARGV[21..26] the µs held per dimension, ARGV[27..32] the charge kept per dimension, ARGV[33]
 //   "settle", "cancel" or "none"; ARGV[34..45] the reported requests, tokens, input and output windows, each
 //   limit, remaining and reset (µs), -1 when not reported; ARGV[46] a 429's wait (µs, -1: none); ARGV[47]
@@ -119,19 +120,22 @@ local function save()
 end
 
 local function count(field, by) set(field, (state[field] or 0) + by) end
-local function headroom()
-  local least, refill = 1000000, 0
+-- the load now, as llmretry::RateLimiter's headroom and queue_wait say it: the share of the burst free on the
+-- tightest dimension (millionths), that dimension's whole burst (µs), and a new call's wait for one unit (µs)
+local function load()
+  local least, refill, start = 1000000, 0, math.max(now, state['P'] or now)
   for d = 0, 5 do
     local c = cells[d]
     if c then
-      local burst = tolerance(c)
+      local burst, tat = tolerance(c), math.max(state['t' .. d] or now, now)
       if burst > 0 then
-        local free = math.floor(math.max(burst - math.max((state['t' .. d] or now) - now, 0), 0) * 1000000 / burst)
+        local free = math.floor(math.max(burst - (tat - now), 0) * 1000000 / burst)
         if free < least then least, refill = free, burst end
       end
+      start = math.max(start, tat + math.min(time_of(c, 1) - burst, 0))
     end
   end
-  return least, refill
+  return least, refill, start - now
 end
 if op == 'stats' then
   return {state['ng'] or 0, state['nr'] or 0, state['nt'] or 0, state['nu'] or 0, state['nx'] or 0, state['nh'] or 0}
@@ -192,7 +196,7 @@ if op == 'reserve' then
     if free_from > now then
       count('nh', 1)
       save()
-      return {3, free_from - now, limited, 0, 0, 0, 0, 0, 0}
+      return {3, free_from - now, limited, 0, 0, 0, 0, 0, 0, load()}
     end
   end
   local start, limited, takes, held = now, -1, {}, {0, 0, 0, 0, 0, 0}
@@ -216,7 +220,7 @@ if op == 'reserve' then
   if max_wait >= 0 and start - now > max_wait then
     count('nr', 1)
     save()
-    return {0, start - now, limited, 0, 0, 0, 0, 0, 0, headroom()}
+    return {0, start - now, limited, 0, 0, 0, 0, 0, 0, load()}
   end
   count('ng', 1)
   count('nt', arg(22))
@@ -233,7 +237,7 @@ if op == 'reserve' then
     set('w:' .. tenant, weight)
   end
   save()
-  return {1, start - now, limited, held[1], held[2], held[3], held[4], held[5], held[6], headroom()}
+  return {1, start - now, limited, held[1], held[2], held[3], held[4], held[5], held[6], load()}
 end
 
 -- finish: learn what the answer reported
@@ -396,10 +400,11 @@ class RateLimiter final : public SharedPacing {
     std::optional<Dimension> limited_by;
     if (const long long dimension = reply[2].integer(); dimension >= 0 && dimension < 6)
       limited_by = static_cast<Dimension>(dimension);
-    if (reply[0].integer() == 0 || reply[0].integer() == 1) {
+    if (reply[0].integer() != 2) {
       const std::lock_guard<std::mutex> lock(snapshot_mutex_);
       snapshot_ =
-          SharedSnapshot{now + (this->now() - sent), std::chrono::ceil<std::chrono::milliseconds>(wait),
+          SharedSnapshot{now + (this->now() - sent),
+                         std::chrono::ceil<std::chrono::milliseconds>(std::chrono::microseconds{reply[11].integer()}),
                          static_cast<double>(reply[9].integer()) / 1e6, std::chrono::microseconds{reply[10].integer()}};
     }
     switch (reply[0].integer()) {
@@ -436,9 +441,9 @@ class RateLimiter final : public SharedPacing {
     return stats;
   }
 
-  /// Returns what the last granted or too-long reservation made here said of the shared state (see
-  /// SharedPacing::snapshot): its queue wait and free burst after it.
-  [[nodiscard]] std::optional<SharedSnapshot> snapshot() const override {
+  /// Returns what the last reservation made here (not refused as too large) said of the shared state after
+  /// it (see SharedPacing::snapshot).
+  [[nodiscard]] std::optional<SharedSnapshot> snapshot() const noexcept override {
     const std::lock_guard<std::mutex> lock(snapshot_mutex_);
     return snapshot_;
   }
