@@ -64,12 +64,15 @@ class Clients {
   /// Returns who sent a request whose Authorization header is `authorization` and x-api-key header is
   /// `api_key` (a key goes in either: "Bearer KEY", or KEY as Anthropic's SDK sends it). Every key is
   /// compared, each in constant time, so the time taken does not tell which key nearly matched.
+  /// A caller that sends two different keys (one in each header) is not admitted.
   [[nodiscard]] Caller caller(std::string_view authorization, std::string_view api_key) const noexcept {
     if (!required()) return {true, nullptr, {}};
+    const std::string_view bearer = bearer_of(authorization);
+    if (!bearer.empty() && !api_key.empty() && bearer != api_key) return {};
     const auto sent = [&](const std::string& key) {
-      const bool bearer = authorized(authorization, key);
-      const bool header = equal_in_constant_time(api_key, key);
-      return bearer || header;
+      const bool in_bearer = equal_in_constant_time(bearer, key) && !bearer.empty();
+      const bool in_header = equal_in_constant_time(api_key, key);
+      return in_bearer || in_header;
     };
     Caller found;
     if (!shared_key_.empty() && sent(shared_key_)) found = {true, nullptr, shared_key_};

@@ -49,7 +49,7 @@ using ModelTable = std::map<std::string, ModelRow>;
 struct ClientRow {
   std::string key_env;                                            ///< the environment variable holding the key it sends
   llmretry::Priority priority = llmretry::Priority::interactive;  ///< its class, and the highest it may ask
-  double weight = 1.0;  ///< its weight among tenants (Precedence::weight), in (0, 1000]
+  double weight = 1.0;  ///< its weight among tenants (Precedence::weight), in [0.001, 1000]
 };
 
 /// The clients, by name: the tenant their requests are for.
@@ -188,8 +188,8 @@ inline ClientTable client_table(const nlohmann::json& clients, const std::string
       parsed.priority = *named;
     }
     if (const auto weight = row.find("weight"); weight != row.end()) {
-      if (!weight->is_number() || !(weight->get<double>() > 0.0) || !(weight->get<double>() <= 1000.0))
-        throw ConfigError(at + "weight: must be a number in (0, 1000]");
+      if (!weight->is_number() || !(weight->get<double>() >= 0.001) || !(weight->get<double>() <= 1000.0))
+        throw ConfigError(at + "weight: must be a number in [0.001, 1000]");
       parsed.weight = weight->get<double>();
     }
     table.emplace(name, std::move(parsed));

@@ -20,12 +20,16 @@ inline bool equal_in_constant_time(std::string_view given, std::string_view expe
   return difference == 0;
 }
 
-/// Returns true when the header value `authorization` is "Bearer KEY" with `key` (compared in constant
-/// time).
-inline bool authorized(std::string_view authorization, std::string_view key) noexcept {
-  constexpr std::string_view scheme = "Bearer ";
-  if (authorization.substr(0, scheme.size()) != scheme) return false;
-  return equal_in_constant_time(authorization.substr(scheme.size()), key);
+/// Returns the credentials of the header value `authorization` when it is "Bearer KEY" (the scheme in any
+/// case); empty otherwise.
+inline std::string_view bearer_of(std::string_view authorization) noexcept {
+  constexpr std::string_view scheme = "bearer ";
+  if (authorization.size() < scheme.size()) return {};
+  for (std::size_t i = 0; i < scheme.size(); ++i) {
+    const char c = authorization[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != scheme[i]) return {};
+  }
+  return authorization.substr(scheme.size());
 }
 
 /// Returns true when `host` (of --listen) is a loopback address: an IPv4 literal in 127.0.0.0/8, ::1 or

@@ -135,6 +135,8 @@ class Server final : public Service {
       if (head.method() != http::verb::get && head.method() != http::verb::head) return wrong_method("GET, HEAD");
       return std::nullopt;
     }
+    if (head.count(http::field::authorization) > 1 || head.count("x-api-key") > 1)
+      return reply_of(bad_request("Authorization and x-api-key: send a key once", "invalid_header"), format_of(path));
     if (!std::atomic_load(&clients_)->caller(head[http::field::authorization], head["x-api-key"]).admitted)
       return reply_of(wrong_key(), format_of(path));
     if (path == "/metrics") {
@@ -348,23 +350,19 @@ class Server final : public Service {
       ++by_tenant_[label];
     }
     if (routes.has_model_table() && !chain->under_pressure.empty()) {
-      const Upstream& primary = *chain->upstreams.front();
-      const llmretry::Pressure level = llmretry::pressure(*primary.deployment, primary.breaker.get());
+      const llmretry::Pressure level = pressure_on(*chain);
       if (const llmretry::PressureRule* rule = chain->under_pressure.in_force(level)) {
-        if (rule->hold && in->priority >= *rule->hold) {
-          count_degraded(DegradeAction::hold, level);
-          Reply held_back =
-              refusal(*in, {429,
-                            "model \"" + in->model + "\" is under " + llmretry::to_string(level) +
-                                " pressure: " + llmretry::to_string(in->priority) + " requests are held; retry after " +
-                                std::to_string(retry_after_seconds()) + " s",
-                            "rate_limit_error", "held_under_pressure"});
-          held_back.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds()));
-          held_back.headers.emplace_back("x-llmretry-degraded",
-                                         "hold=" + std::string(llmretry::to_string(in->priority)));
-          return held->exchange().send(std::move(held_back));
-        }
+        if (std::optional<Reply> refused = held_back(*rule, level, in->model, *in))
+          return held->exchange().send(std::move(*refused));
+        const Chain* pressed = chain;
         if (in->idempotency_key.empty()) degrade(*rule, level, routes, chain, *in);
+        if (chain != pressed && !chain->under_pressure.empty()) {  // moved: the model it goes to holds too
+          const llmretry::Pressure there = pressure_on(*chain);
+          if (const llmretry::PressureRule* its = chain->under_pressure.in_force(there)) {
+            if (std::optional<Reply> refused = held_back(*its, there, chain->upstreams.front()->name, *in))
+              return held->exchange().send(std::move(*refused));
+          }
+        }
       }
     }
     in->estimate = llmretry::json::estimate_of(in->json, in->sent_body.empty() ? in->body : in->sent_body);
@@ -374,11 +372,35 @@ class Server final : public Service {
     deduplicated(client, *chain, std::move(in), streamed, std::move(held));
   }
 
+  /// Returns the pressure on the first upstream of `chain`.
+  static llmretry::Pressure pressure_on(const Chain& chain) {
+    const Upstream& primary = *chain.upstreams.front();
+    return llmretry::pressure(*primary.deployment, primary.breaker.get());
+  }
+
+  /// Returns the 429 of `in` held back by `rule`, in force at `level` on `model`, counted; nullopt when the
+  /// rule does not hold its class.
+  std::optional<Reply> held_back(const llmretry::PressureRule& rule, llmretry::Pressure level, const std::string& model,
+                                 const Incoming& in) {
+    if (!rule.hold || in.priority < *rule.hold) return std::nullopt;
+    count_degraded(DegradeAction::hold, level);
+    Reply reply = refusal(in, {429,
+                               "model \"" + model + "\" is under " + llmretry::to_string(level) +
+                                   " pressure: " + llmretry::to_string(in.priority) +
+                                   " requests are held; retry after " + std::to_string(retry_after_seconds()) + " s",
+                               "rate_limit_error", "held_under_pressure"});
+    reply.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds()));
+    std::string degraded = in.degraded.empty() ? std::string() : in.degraded + ", ";
+    reply.headers.emplace_back("x-llmretry-degraded", degraded + "hold=" + llmretry::to_string(in.priority));
+    return reply;
+  }
+
   /// What a degradation did to a request, for llm_relay_degraded_total{action}.
   enum class DegradeAction { max_tokens, model, hold, fallback };
 
-  /// Applies `rule` (the rule at `level` of the model of `in`) to `in`: another model's `chain`, output tokens
-  /// cut (its body re-written into in.sent_body); each change told in in.degraded and counted.
+  /// Applies `rule` (the rule at `level` of the model of `in`) to `in`: another model's `chain` (the
+  /// fallback's only when it is less pressed), output tokens cut (its body re-written into in.sent_body);
+  /// each change told in in.degraded and counted.
   void degrade(const llmretry::PressureRule& rule, llmretry::Pressure level, const Routes& routes, const Chain*& chain,
                Incoming& in) {
     const auto told = [&](const std::string& change) { in.degraded += (in.degraded.empty() ? "" : ", ") + change; };
@@ -389,9 +411,12 @@ class Server final : public Service {
     }
     if (rule.fallback && chain->upstreams.size() > 1) {  // checked with the table: the model has a fallback
       const std::string& fallback = chain->upstreams[1]->name;
-      chain = routes.chain_for(fallback, in.format);  // the fallback's own chain: the rest of this one
-      told("fallback=" + fallback);
-      count_degraded(DegradeAction::fallback, level);
+      const Chain* to = routes.chain_for(fallback, in.format);  // the fallback's own chain: the rest of this one
+      if (pressure_on(*to) < level) {  // only to a fallback less pressed (a broken one is extreme)
+        chain = to;
+        told("fallback=" + fallback);
+        count_degraded(DegradeAction::fallback, level);
+      }
     }
     if (rule.max_tokens) {
       bool cut = false;
@@ -706,11 +731,12 @@ class Server final : public Service {
   }
 
   /// Returns the key under which the Idempotency-Key of `in` is stored: a hash of it with the upstreams of
-  /// `routes` and the key its client sent, so that relays sharing one store but not their upstreams, and
-  /// clients of the config, never answer each other's requests.
+  /// `routes` (their URLs and keys) and the key its client sent, so that relays sharing one store but not
+  /// their upstreams or upstream keys, and clients of the config, never answer each other's requests.
   std::string store_key(const Routes& routes, const Incoming& in) const {
     std::string scope = "llmretry-relay\n" + in.caller_key + '\n';
-    for (const auto& upstream : routes.upstreams()) scope.append(upstream->base_url).append("\n");
+    for (const auto& upstream : routes.upstreams())
+      scope.append(upstream->base_url).append("\n").append(upstream->api_key).append("\n");
     return llmretry::store::fingerprint(scope.append(in.idempotency_key));
   }
 

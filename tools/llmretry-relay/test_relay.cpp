@@ -1167,6 +1167,15 @@ TEST_CASE("clients of the config: each key is its tenant, with its class as defa
   };
   CHECK(post(relay, "/v1/chat/completions", chat())->status == 401);
   CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer key-of-nobody"}})->status == 401);
+  // Two different keys, or a key header sent twice, identify nobody.
+  CHECK(post(relay, "/v1/chat/completions", chat(),
+             {{"Authorization", "Bearer key-of-support"}, {"x-api-key", "key-of-nightly"}})
+            ->status == 401);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"x-api-key", "key-of-nightly"}, {"x-api-key", "key-of-nobody"}})
+            ->status == 400);
+  CHECK(post(relay, "/v1/chat/completions", chat(),
+             {{"Authorization", "bearer key-of-support"}, {"x-api-key", "key-of-support"}})
+            ->status == 200);  // the scheme in any case; the same key twice is one key
   CHECK(relay.client().Get("/metrics")->status == 401);
   CHECK(post(relay, "/v1/chat/completions", chat(), support)->status == 200);
   CHECK(post(relay, "/v1/chat/completions", chat(), nightly)->status == 200);  // batch, its class
@@ -1178,7 +1187,7 @@ TEST_CASE("clients of the config: each key is its tenant, with its class as defa
   const auto other = post(relay, "/v1/chat/completions", chat(), with(nightly, "X-LLMRetry-Tenant", "support"));
   CHECK(other->status == 403);
   CHECK(error_of(other->body).at("code") == "tenant_not_allowed");
-  CHECK(provider.request_count() == 4);
+  CHECK(provider.request_count() == 5);
 
   // One client's Idempotency-Key is its own: the same key and body from another client is sent again.
   const auto first = post(relay, "/v1/chat/completions", chat(), with(support, "Idempotency-Key", "order-7"));
@@ -1188,17 +1197,17 @@ TEST_CASE("clients of the config: each key is its tenant, with its class as defa
   const auto theirs = post(relay, "/v1/chat/completions", chat(), with(nightly, "Idempotency-Key", "order-7"));
   CHECK(theirs->status == 200);
   CHECK_FALSE(theirs->has_header("Idempotent-Replayed"));
-  CHECK(provider.request_count() == 6);
+  CHECK(provider.request_count() == 7);
 
   const auto metrics = relay.client().Get("/metrics", support);
   REQUIRE(metrics);
   INFO(metrics->body);
-  CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="support"} 4)"));
+  CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="support"} 5)"));
   CHECK_THAT(metrics->body, llmretry_catch::contains(R"(llm_relay_tenant_requests_total{tenant="nightly"} 3)"));
   CHECK_THAT(metrics->body,
              llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="batch",task_type="chat"} 4)"));
   CHECK_THAT(metrics->body,
-             llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="interactive",task_type="chat"} 2)"));
+             llmretry_catch::contains(R"(llm_queue_wait_seconds_count{priority="interactive",task_type="chat"} 3)"));
 
   // SIGHUP: a config that would leave this relay open is refused; one that renames a client is taken.
   const auto said = [&](const std::string& text) {
@@ -1292,6 +1301,19 @@ TEST_CASE("a model's under_pressure rules act and say what they changed: another
          {{"upstream", main_provider.base_url()},
           {"rpm", 12},
           {"fallback", "small"},
+          {"under_pressure", {{"moderate", {{"fallback", true}}}}}}},
+        {"guarded",
+         {{"upstream", main_provider.base_url()},
+          {"rpm", 12},
+          {"under_pressure", {{"moderate", {{"hold", "batch"}}}}}}},
+        {"mover",
+         {{"upstream", main_provider.base_url()},
+          {"rpm", 12},
+          {"under_pressure", {{"moderate", {{"model", "guarded"}}}}}}},
+        {"lonely",
+         {{"upstream", main_provider.base_url()},
+          {"rpm", 12},
+          {"fallback", "guarded"},
           {"under_pressure", {{"moderate", {{"fallback", true}}}}}}}}}};
   Relay relay("degrade_relay", {"--listen", "127.0.0.1:0", "--config", path});
   relay.started();
@@ -1337,15 +1359,28 @@ TEST_CASE("a model's under_pressure rules act and say what they changed: another
   REQUIRE(small_provider.request_count() == small_before + 1);
   CHECK(nlohmann::json::parse(small_provider.requests().back().body).at("model") == "small");
 
+  // A request moved to another model is held by that model's own rules too; a fallback as pressed as the
+  // model is not moved to.
+  CHECK(post(relay, "/v1/chat/completions", chat("guarded"))->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat("mover"))->status == 200);
+  const auto moved_held = post(relay, "/v1/chat/completions", chat("mover"), {{"X-LLMRetry-Priority", "batch"}});
+  CHECK(moved_held->status == 429);
+  CHECK(error_of(moved_held->body).at("code") == "held_under_pressure");
+  CHECK(moved_held->get_header_value("x-llmretry-degraded") == "model=guarded, hold=batch");
+  CHECK(post(relay, "/v1/chat/completions", chat("lonely"))->status == 200);
+  const auto stayed = post(relay, "/v1/chat/completions", chat("lonely"));  // waits for its own capacity
+  CHECK(stayed->status == 200);
+  CHECK_FALSE(stayed->has_header("x-llmretry-degraded"));
+
   const auto metrics = relay.client().Get("/metrics");
   REQUIRE(metrics);
   INFO(metrics->body);
   CHECK_THAT(metrics->body,
-             llmretry_catch::contains(R"(llm_relay_degraded_total{action="model",pressure="moderate"} 3)"));
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="model",pressure="moderate"} 4)"));
   CHECK_THAT(metrics->body,
              llmretry_catch::contains(R"(llm_relay_degraded_total{action="max_tokens",pressure="moderate"} 2)"));
   CHECK_THAT(metrics->body,
-             llmretry_catch::contains(R"(llm_relay_degraded_total{action="hold",pressure="moderate"} 2)"));
+             llmretry_catch::contains(R"(llm_relay_degraded_total{action="hold",pressure="moderate"} 3)"));
   CHECK_THAT(metrics->body,
              llmretry_catch::contains(R"(llm_relay_degraded_total{action="fallback",pressure="moderate"} 1)"));
 }
