@@ -253,11 +253,12 @@ int run(const Options& options) {
   // pacing, learned limits and breakers with them) when the models they were made from are unchanged.
   // Throws UsageError, ConfigError, SetupError or std::invalid_argument (a route the library refuses).
   using Served = std::pair<std::shared_ptr<const relay::Routes>, std::shared_ptr<const relay::Clients>>;
+  const bool loopback = relay::is_loopback(host);
   nlohmann::json routed_models;  // the "models" the running routes were made from; null: none, the options'
   const auto read_served = [&](std::shared_ptr<const relay::Routes> running) -> Served {
     const relay::Config config = options.config.empty() ? relay::Config{} : relay::read_config(options.config);
     auto clients = std::make_shared<const relay::Clients>(shared_key, config.clients, env);
-    if (!relay::is_loopback(host) && !clients->required())
+    if (!loopback && !clients->required())
       throw UsageError("--listen " + options.listen +
                        " is not a loopback address: set LLMRETRY_RELAY_CLIENT_KEY to the key clients must send (or "
                        "name clients in --config)");
