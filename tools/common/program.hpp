@@ -3,15 +3,25 @@
 #ifndef LLMRETRY_TOOLS_COMMON_PROGRAM_HPP
 #define LLMRETRY_TOOLS_COMMON_PROGRAM_HPP
 
+#include <cstddef>
 #include <cstdlib>
 #include <exception>
 #include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace llmretry_tools {
+
+/// Returns true when `name` is 1 to `most` letters, digits, '.', '_' or '-' (ASCII): a name that can go into a
+/// key, a label or a file name as it is.
+inline bool is_plain_name(std::string_view name, std::size_t most) noexcept {
+  return !name.empty() && name.size() <= most &&
+         name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+             std::string_view::npos;
+}
 
 /// A problem with the command line, the configuration or the environment: exit status 2.
 struct UsageError : std::runtime_error {

@@ -549,11 +549,8 @@ FleetOptions parse_fleet(int argc, char** argv) {
     throw UsageError(std::string(options.command == "submit" ? "INPUT" : "OUTPUT") + " is required");
   if (options.redis.empty()) throw UsageError("--redis is required");
   if (options.batch.empty()) throw UsageError("--batch is required");
-  const bool name_ok =
-      options.batch.size() <= 100 && std::all_of(options.batch.begin(), options.batch.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
-      });
-  if (!name_ok) throw UsageError("--batch: \"" + options.batch + "\": 1 to 100 letters, digits, '.', '_' or '-'");
+  if (!llmretry_tools::is_plain_name(options.batch, 100))
+    throw UsageError("--batch: \"" + options.batch + "\": 1 to 100 letters, digits, '.', '_' or '-'");
   if (!lease.empty()) options.lease = parse_duration("--lease", lease, std::chrono::milliseconds{300});
   if (!redis_wait.empty()) options.redis_wait = parse_duration("--redis-wait", redis_wait, {});
   if (options.command == "collect") {

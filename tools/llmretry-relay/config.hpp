@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/program.hpp"
 #include "errors.hpp"
 
 namespace relay {
@@ -168,9 +169,7 @@ inline ClientTable client_table(const nlohmann::json& clients, const std::string
   ClientTable table;
   for (const auto& [name, row] : clients.items()) {
     const std::string at = file + ": clients." + name + ".";
-    if (name.empty() || name.size() > 64 ||
-        name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
-            std::string::npos)
+    if (!llmretry_tools::is_plain_name(name, 64))
       throw ConfigError(file + ": clients.\"" + name +
                         "\": a client's name (its tenant) must be 1 to 64 letters, digits, '.', '_' or '-'");
     if (name == "other")

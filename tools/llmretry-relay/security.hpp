@@ -2,6 +2,8 @@
 #ifndef LLMRETRY_RELAY_SECURITY_HPP
 #define LLMRETRY_RELAY_SECURITY_HPP
 
+#include <llmretry/detail/text.hpp>
+
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -23,12 +25,8 @@ inline bool equal_in_constant_time(std::string_view given, std::string_view expe
 /// Returns the credentials of the header value `authorization` when it is "Bearer KEY" (the scheme in any
 /// case); empty otherwise.
 inline std::string_view bearer_of(std::string_view authorization) noexcept {
-  constexpr std::string_view scheme = "bearer ";
-  if (authorization.size() < scheme.size()) return {};
-  for (std::size_t i = 0; i < scheme.size(); ++i) {
-    const char c = authorization[i];
-    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != scheme[i]) return {};
-  }
+  constexpr std::string_view scheme = "Bearer ";
+  if (!llmretry::detail::iequals(authorization.substr(0, scheme.size()), scheme)) return {};
   return authorization.substr(scheme.size());
 }
 
