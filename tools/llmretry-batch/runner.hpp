@@ -245,9 +245,10 @@ class Runner {
     llmretry::BlockingWaits<const llmretry::RealSleep> waits{real_sleep};  ///< outlives the engine
     std::optional<llmretry::metrics::ObservedCall> observed;               ///< the engine's first guard; outlives it
     std::optional<Engine> engine;
-    std::optional<std::chrono::steady_clock::time_point> queued_since;  ///< set until it leaves the queue
-    bool started = false;                                               ///< its engine has given its first step
-    bool begun = false;                                                 ///< the operation was begun in this run
+    std::optional<llmretry::Deployment::time_point>
+        queued_since;                      ///< on the pacing's clock; set until it leaves the queue
+    bool started = false;                  ///< its engine has given its first step
+    bool begun = false;                    ///< the operation was begun in this run
     bool may_have_run = false;             ///< an attempt (of this run, or of one before) may have been processed
     bool done = false;                     ///< its line is written
     std::optional<Unrecorded> unrecorded;  ///< its line, until recorded
@@ -259,7 +260,7 @@ class Runner {
     auto line = std::make_shared<Line>();
     line->request = std::move(request);
     start_engine(*line);
-    line->queued_since = std::chrono::steady_clock::now();
+    line->queued_since = deployment_.now();
     tell([&] { observer_.queue_entered(queue_of(*line)); });
     return line;
   }
@@ -292,7 +293,7 @@ class Runner {
   /// one); nothing when it left already.
   void left_queue(Line& line) {
     if (!line.queued_since) return;
-    const auto waited = std::chrono::steady_clock::now() - *std::exchange(line.queued_since, std::nullopt);
+    const auto waited = deployment_.now() - *std::exchange(line.queued_since, std::nullopt);
     tell([&] { observer_.queue_left(queue_of(line), waited); });
   }
 

@@ -342,13 +342,13 @@ class Server final : public Service {
       }
     }
     in->body = std::move(request.body);
-    // Held back or degraded under pressure (a model of the table): a request with an Idempotency-Key may be
-    // held, never changed, since its retries must find its stored answer and send the body first sent.
     if (!in->tenant.empty()) {
       const std::string label = tenant_labels_.of(in->tenant);
       const std::lock_guard<std::mutex> lock(tenants_mutex_);
       ++by_tenant_[label];
     }
+    // Held back or degraded under pressure (a model of the table): a request with an Idempotency-Key may be
+    // held, never changed, since its retries must find its stored answer and send the body first sent.
     if (routes.has_model_table() && !chain->under_pressure.empty()) {
       const llmretry::Pressure level = pressure_on(*chain);
       if (const llmretry::PressureRule* rule = chain->under_pressure.in_force(level)) {
