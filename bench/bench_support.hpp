@@ -48,7 +48,7 @@ struct ChildOptions {
   /// Its standard error goes where its standard output goes (kept: see Child::output) instead of to this
   /// process's standard error.
   bool capture_errors = false;
-  /// Read its address from the first line it prints ("listening on http://HOST:PORT") within this long;
+  /// Read its address from the first line it prints ("listening on http://HOST:PORT", or https://) within this long;
   /// empty: it prints none (wait for its exit instead).
   std::optional<std::chrono::milliseconds> address_within;
   std::string directory;  ///< its working directory; empty: this process's
@@ -203,7 +203,7 @@ class Child {
       if (c == '\n') break;
       line += c;
     }
-    if (line.rfind(prefix + "http://", 0) != 0)
+    if (line.rfind(prefix + "http://", 0) != 0 && line.rfind(prefix + "https://", 0) != 0)
       throw std::runtime_error("the " + name_ + " printed \"" + line + "\", not \"listening on http://HOST:PORT\"");
     return line.substr(prefix.size());
   }

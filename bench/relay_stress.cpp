@@ -5,7 +5,8 @@
 // (the 429s the clients see, directly and through a relay started with the same limits); then an event-loop
 // provider (this program again, as a child: bench/stream_server.hpp) that answers at once (the relay's
 // throughput and its own cost per request), and that streams (thousands of long streams at once: how many
-// end whole, the relay's peak memory and threads). Prints each run's figures and the targets met or missed;
+// end whole, the relay's peak memory and threads), over HTTP/2 and TLS as providers serve them
+// (bench/h2_stream_server.hpp) or over HTTP/1.1. Prints each run's figures and the targets met or missed;
 // exits non-zero only when something broke (the relay did not start, requests failed otherwise than with a
 // 429), never for a target.
 #include <llmretry/curl/async.hpp>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "h2_stream_server.hpp"
 #include "stream_server.hpp"
 
 namespace {
@@ -139,9 +141,10 @@ Figures fire(const std::string& base_url, int count, int parallel, std::chrono::
 /// Opens `count` streamed chat completions to `base_url` all at once, from this thread (one
 /// curl::AsyncClient on one io_context), each given up after `timeout`. A success is a stream that ended
 /// whole (its `data: [DONE]` arrived); its latency is the time from the start to its end. Calls `sample()`
-/// every 100 ms while they run.
+/// every 100 ms while they run. `ca_file`: the authority of an https provider; `connections`: the most
+/// connections to it (0: no limit).
 Figures stream_at_once(const std::string& base_url, int count, std::chrono::milliseconds timeout,
-                       const std::function<void()>& sample) {
+                       const std::function<void()>& sample, const std::string& ca_file = {}, long connections = 0) {
   const llmretry::curl::Request request{
       "POST",
       base_url + "/v1/chat/completions",
@@ -151,6 +154,7 @@ Figures stream_at_once(const std::string& base_url, int count, std::chrono::mill
   options.connect_timeout = timeout;
   options.timeout = timeout;
   options.accept_encoding = "identity";
+  options.ca_file = ca_file;
   struct Stream {
     std::function<void(const llmretry::SseEvent&)> on_event;
     llmretry::StreamGuard guard;
@@ -161,7 +165,9 @@ Figures stream_at_once(const std::string& base_url, int count, std::chrono::mill
   figures.count = count;
   figures.latencies_ms.reserve(streams.size());
   boost::asio::io_context io{1};
-  llmretry::curl::AsyncClient client(io.get_executor());
+  llmretry::curl::ClientOptions held;
+  held.max_host_connections = connections;
+  llmretry::curl::AsyncClient client(io.get_executor(), held);
   const auto start = clock_type::now();
   const auto ended = [&figures, start](const Stream& stream, const std::exception_ptr& error) {
     const std::chrono::duration<double, std::milli> latency = clock_type::now() - start;
@@ -260,7 +266,9 @@ struct Settings {
   int stream_ms = 2000;
   int stream_events = 10;
   std::vector<std::string> scenarios{"unlimited", "limited", "instant", "streams"};
-  bool serve_upstream = false;  ///< this process is the event-loop provider of scenarios 3 and 4
+  std::string streams_upstream = "http2";  ///< how scenario 4's provider serves: http2 (over TLS) or http1
+  bool serve_upstream = false;             ///< this process is the event-loop provider of scenarios 3 and 4
+  std::string certificate;                 ///< as that provider: serve HTTP/2 over TLS, its certificate written here
 
   [[nodiscard]] bool runs(const std::string& scenario) const {
     return std::find(scenarios.begin(), scenarios.end(), scenario) != scenarios.end();
@@ -330,14 +338,35 @@ FileLimit allow_open_files(long long wanted) {
   return {static_cast<long long>(limit.rlim_cur), short_because};
 }
 
-/// Starts this program again as the event-loop provider of scenarios 3 and 4 (see serve_upstream).
-std::unique_ptr<Child> start_upstream(const Settings& settings) {
-  return std::make_unique<Child>(
-      "provider", "/proc/self/exe",
-      std::vector<std::string>{"--serve-upstream", "--stream-ms", std::to_string(settings.stream_ms), "--stream-events",
-                               std::to_string(settings.stream_events)},
-      std::chrono::seconds(10));
+/// Starts this program again as the event-loop provider of scenarios 3 and 4 (see serve_upstream): over
+/// HTTP/2 and TLS when `certificate` is set (where it writes its certificate), else HTTP/1.1.
+std::unique_ptr<Child> start_upstream(const Settings& settings, const std::string& certificate = {}) {
+  std::vector<std::string> arguments{"--serve-upstream", "--stream-ms", std::to_string(settings.stream_ms),
+                                     "--stream-events", std::to_string(settings.stream_events)};
+  if (!certificate.empty()) arguments.insert(arguments.end(), {"--certificate", certificate});
+  return std::make_unique<Child>("provider", "/proc/self/exe", arguments, std::chrono::seconds(10));
 }
+
+/// A file name for the HTTP/2 provider's certificate, removed when it goes.
+class TemporaryFile {
+ public:
+  TemporaryFile()
+      : path_((std::filesystem::temp_directory_path() /
+               ("llmretry-bench-relay-" + std::to_string(::getpid()) + "-certificate.pem"))
+                  .string()) {}
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+  TemporaryFile(TemporaryFile&&) = delete;
+  TemporaryFile& operator=(TemporaryFile&&) = delete;
+  ~TemporaryFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
 
 /// Starts the relay in front of `upstream` with `arguments` added, or returns null when there is none.
 std::unique_ptr<Child> start_relay(const Settings& settings, const std::string& upstream,
@@ -399,28 +428,40 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   const std::chrono::milliseconds timeout{settings.timeout_ms};
   Streams outcome;
   outcome.asked = settings.streams;
-  const auto upstream = start_upstream(settings);
+  // Over HTTP/2 a connection carries up to 100 streams (libcurl's default): the clients and the relay hold a
+  // fifth more connections than the streams need, so that none waits for room.
+  const bool http2 = settings.streams_upstream == "http2";
+  const TemporaryFile certificate;
+  const long connections = http2 ? (settings.streams + 99) / 100 * 6 / 5 + 2 : 0;
+  const auto upstream = start_upstream(settings, http2 ? certificate.path() : std::string());
   const std::string above = std::to_string(settings.streams + 100);
-  const auto relay = start_relay(settings, upstream->base_url(), {"--max-connections", above, "--max-requests", above});
-  // As many streams as every process has files for: one socket each here and in the provider, two in the relay.
+  std::vector<std::string> relay_arguments{"--max-connections", above, "--max-requests", above};
+  if (http2)
+    relay_arguments.insert(relay_arguments.end(), {"--upstream-ca", certificate.path(), "--upstream-connections",
+                                                   std::to_string(connections)});
+  const auto relay = start_relay(settings, upstream->base_url(), relay_arguments);
+  // As many streams as every process has files for: one socket each here and in the provider, and in the relay
+  // its client's, and over HTTP/1.1 its upstream's too.
   int count = settings.streams;
   constexpr int spare = 64;  // files a process may open besides its streams' sockets
   const auto fit = [&](pid_t pid, int sockets) {
     const int open = open_files(pid);
     if (files.files > 0 && open >= 0)
-      count = std::min(count, static_cast<int>(std::max(0LL, (files.files - open - spare) / sockets)));
+      count = std::min(count, static_cast<int>(std::max(0LL, (files.files - open - spare - connections) / sockets)));
   };
   fit(::getpid(), 1);
   fit(upstream->pid(), 1);
-  if (relay) fit(relay->pid(), 2);
+  if (relay) fit(relay->pid(), http2 ? 1 : 2);
   if (count < settings.streams)
     std::printf(
-        "  only %d of the %d streams fit: a process may open %lld files, and the relay holds two sockets a "
-        "stream (its client's and its upstream's)%s%s\n",
-        count, settings.streams, files.files, files.short_because.empty() ? "" : "; ", files.short_because.c_str());
+        "  only %d of the %d streams fit: a process may open %lld files%s%s%s\n", count, settings.streams, files.files,
+        http2 ? "" : ", and the relay holds two sockets a stream over HTTP/1.1 (its client's and its upstream's)",
+        files.short_because.empty() ? "" : "; ", files.short_because.c_str());
   if (count < 1) throw std::runtime_error("no stream fits in the limit of open files");
+  const std::string ca_file = http2 ? certificate.path() : std::string();
   print_heading();
-  outcome.direct = stream_at_once(upstream->base_url(), count, timeout, [] {});
+  outcome.direct = stream_at_once(
+      upstream->base_url(), count, timeout, [] {}, ca_file, connections);
   print_row("direct", outcome.direct);
   if (!relay) {
     std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
@@ -440,11 +481,18 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
 /// address, serves until SIGTERM or SIGINT.
 int serve_upstream(const Settings& settings) {
   boost::asio::io_context io{1};
-  const bench::StreamServer server(io, settings.stream_events,
-                                   std::chrono::milliseconds{settings.stream_ms / (settings.stream_events + 1)});
+  const std::chrono::milliseconds interval{settings.stream_ms / (settings.stream_events + 1)};
+  std::optional<bench::StreamServer> http1;
+  std::optional<bench::H2StreamServer> http2;
+  unsigned short port = 0;
+  if (settings.certificate.empty()) {
+    port = http1.emplace(io, settings.stream_events, interval).port();
+  } else {
+    port = http2.emplace(io, settings.stream_events, interval, settings.certificate).port();
+  }
   boost::asio::signal_set stop(io, SIGTERM, SIGINT);
   stop.async_wait([&io](const boost::system::error_code&, int) { io.stop(); });
-  std::printf("listening on http://127.0.0.1:%u\n", static_cast<unsigned>(server.port()));
+  std::printf("listening on %s://127.0.0.1:%u\n", http2 ? "https" : "http", static_cast<unsigned>(port));
   std::fflush(stdout);
   io.run();
   return 0;
@@ -495,7 +543,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10'000));
   app.add_option("--timeout", settings.timeout_ms, "milliseconds before a request is given up (default 30000)")
       ->check(CLI::Range(1, 600'000));
+  app.add_option("--streams-upstream", settings.streams_upstream,
+                 "how the streams scenario's provider serves: http2 (over TLS, as providers do; default) or http1")
+      ->check(CLI::IsMember({"http1", "http2"}));
   app.add_flag("--serve-upstream", settings.serve_upstream)->group("");  // the child of scenarios 3 and 4
+  app.add_option("--certificate", settings.certificate)->group("");      // that child over HTTP/2: its certificate
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -551,9 +603,10 @@ int main(int argc, char** argv) {
     }
     if (settings.runs("streams")) {
       std::printf(
-          "\n4. event-loop provider streaming (a process of its own): %d streamed chat completions at once, each "
-          "%d events over %d ms, then data: [DONE]\n",
-          settings.streams, settings.stream_events, settings.stream_ms);
+          "\n4. event-loop provider streaming over %s (a process of its own): %d streamed chat completions at once, "
+          "each %d events over %d ms, then data: [DONE]\n",
+          settings.streams_upstream == "http2" ? "HTTP/2 and TLS" : "HTTP/1.1", settings.streams,
+          settings.stream_events, settings.stream_ms);
       streams = run_streams(settings, files);
     }
 

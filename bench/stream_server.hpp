@@ -28,6 +28,39 @@
 
 namespace bench {
 
+/// Returns true when `body` holds `"stream"` followed by `: true` (spaces allowed).
+inline bool asks_stream(std::string_view body) {
+  const auto at = body.find("\"stream\"");
+  if (at == std::string_view::npos) return false;
+  std::size_t i = at + 8;
+  while (i < body.size() && (body[i] == ' ' || body[i] == ':')) ++i;
+  return body.substr(i, 4) == "true";
+}
+
+/// Returns the body of the chat.completion answered at once.
+inline const std::string& completion_body() {
+  static const std::string body =
+      R"({"id":"chatcmpl-bench","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,)"
+      R"("message":{"role":"assistant","content":"Hello."},"finish_reason":"stop"}],)"
+      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})";
+  return body;
+}
+
+/// Returns one event of a streamed answer, a chat.completion.chunk.
+inline const std::string& chunk_event() {
+  static const std::string event = R"(data: {"id":"chatcmpl-bench","object":"chat.completion.chunk",)"
+                                   R"("created":0,"model":"bench","choices":[{"index":0,)"
+                                   R"("delta":{"content":"token"},"finish_reason":null}]})"
+                                   "\n\n";
+  return event;
+}
+
+/// Returns the event that ends a streamed answer.
+inline const std::string& done_event() {
+  static const std::string event = "data: [DONE]\n\n";
+  return event;
+}
+
 /// Serves on 127.0.0.1 (any free port) on the io_context it is given, which runs it: a POST whose body asks
 /// for `"stream": true` gets an OpenAI chat stream, `chunks` chat.completion.chunk events `interval` apart
 /// (the first after one interval), then `data: [DONE]`, chunked; any other request gets a small
@@ -81,24 +114,9 @@ class StreamServer {
                               });
     }
 
-    /// Returns true when `body` holds `"stream"` followed by `: true` (spaces allowed).
-    static bool asks_stream(std::string_view body) {
-      const auto at = body.find("\"stream\"");
-      if (at == std::string_view::npos) return false;
-      std::size_t i = at + 8;
-      while (i < body.size() && (body[i] == ' ' || body[i] == ':')) ++i;
-      return body.substr(i, 4) == "true";
-    }
-
     void answer_at_once() {
-      static const std::string answer = [] {
-        const std::string body =
-            R"({"id":"chatcmpl-bench","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,)"
-            R"("message":{"role":"assistant","content":"Hello."},"finish_reason":"stop"}],)"
-            R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})";
-        return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-               "\r\n\r\n" + body;
-      }();
+      static const std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                                        std::to_string(completion_body().size()) + "\r\n\r\n" + completion_body();
       boost::asio::async_write(socket, boost::asio::buffer(answer),
                                [self = shared_from_this()](boost::system::error_code e, std::size_t) {
                                  if (!e) self->read_request();
@@ -117,11 +135,7 @@ class StreamServer {
         if (e) return;
         Connection& c = *self;
         const bool last = ++c.sent > c.server.chunks_;
-        const std::string event = last ? "data: [DONE]\n\n"
-                                       : R"(data: {"id":"chatcmpl-bench","object":"chat.completion.chunk",)"
-                                         R"("created":0,"model":"bench","choices":[{"index":0,)"
-                                         R"("delta":{"content":"token"},"finish_reason":null}]})"
-                                         "\n\n";
+        const std::string& event = last ? done_event() : chunk_event();
         char size[16];
         std::snprintf(size, sizeof size, "%zx\r\n", event.size());
         c.out = std::string(size).append(event).append("\r\n");

@@ -515,13 +515,15 @@ TEST_CASE("streaming: a server that answers with plain JSON is returned whole") 
   CHECK(collected.data.empty());
 }
 
-TEST_CASE("a timeout that is not positive, or a receive buffer out of range, is refused before anything is sent") {
+TEST_CASE("a timeout that is not positive, or a buffer size out of range, is refused before anything is sent") {
   LoopbackProvider server;
   auto options = options_for(Provider::openai);
   SECTION("total") { options.timeout = 0ms; }
   SECTION("connect") { options.connect_timeout = -1ms; }
   SECTION("receive buffer too small") { options.receive_buffer = 512; }
   SECTION("receive buffer too large") { options.receive_buffer = std::size_t{11} << 20; }
+  SECTION("upload buffer too small") { options.upload_buffer = std::size_t{8} << 10; }
+  SECTION("upload buffer too large") { options.upload_buffer = std::size_t{3} << 20; }
   Call call(chat_request(server), options);
   CHECK_THROWS_AS(call(), std::invalid_argument);
   CHECK(server.request_count() == 0);

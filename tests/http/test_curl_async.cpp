@@ -334,6 +334,35 @@ TEST_CASE("Many requests at once on one thread", "[curl_async]") {
   CHECK(client.connections_opened() <= requests);
 }
 
+TEST_CASE("A limit of connections per host: the requests beyond it wait for one, all are answered", "[curl_async]") {
+  LoopbackProvider server(0, 16);
+  constexpr int requests = 12;
+  for (int i = 0; i < requests; ++i) server.then(LoopbackProvider::chat_completion("ok"));
+  boost::asio::io_context io;
+  llmretry::curl::ClientOptions held;
+  held.max_host_connections = 2;
+  AsyncClient client(io.get_executor(), held);
+  const auto request = chat_request(server);
+  const auto options = options_for(Provider::openai);
+  int ok = 0;
+  for (int i = 0; i < requests; ++i)
+    client.async_perform(request, options, [&](std::exception_ptr error, Response response) {
+      if (!error && response.status == 200) ++ok;
+    });
+  io.run();
+  CHECK(ok == requests);
+  CHECK(client.connections_opened() == 2);
+  CHECK(server.request_count() == requests);
+}
+
+TEST_CASE("A negative limit of connections per host is refused", "[curl_async]") {
+  boost::asio::io_context io;
+  llmretry::curl::ClientOptions held;
+  held.max_host_connections = -1;
+  CHECK_THROWS_WITH(AsyncClient(io.get_executor(), held),
+                    llmretry_catch::contains("max_host_connections must not be negative"));
+}
+
 TEST_CASE("A stream cut after its first event is never replayed", "[curl_async]") {
   LoopbackProvider server;
   server.then(LoopbackProvider::stream_cut({"Hel", "lo"})).then(LoopbackProvider::stream({"again"}));

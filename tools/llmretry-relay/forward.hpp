@@ -107,8 +107,9 @@ class Forwarder {
   /// Tells `observer` (which must outlive it) every event. `attempt_timeout`: the most one attempt takes.
   /// `guard_pool`: where every route's guards are called when their pacing makes network round trips (Redis),
   /// never on the event loop of the request; null: on that event loop. It must outlive the calls.
+  /// `ca_file`: the certificate authorities of https upstreams (curl::Options::ca_file); empty: the system's.
   Forwarder(llmretry::metrics::Observer& observer, std::chrono::milliseconds attempt_timeout,
-            boost::asio::thread_pool* guard_pool = nullptr)
+            boost::asio::thread_pool* guard_pool = nullptr, const std::string& ca_file = {})
       : observer_(observer), guard_pool_(guard_pool) {
     for (const Format format : {Format::openai, Format::anthropic}) {
       llmretry::curl::Options& options = curl_options_[static_cast<std::size_t>(format)];
@@ -117,7 +118,9 @@ class Forwarder {
       options.connect_timeout = std::chrono::milliseconds{5000};
       options.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
       options.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
-      options.receive_buffer = std::size_t{4} << 10;  // thousands of streams at once: 12 KiB less each
+      options.receive_buffer = std::size_t{1} << 10;  // thousands of streams at once: 15 KiB less each
+      options.upload_buffer = std::size_t{16} << 10;  // over HTTP/2 each request has one: 48 KiB less each
+      options.ca_file = ca_file;
     }
   }
 
@@ -348,7 +351,12 @@ class Forwarder {
                                  : llmretry::to_string(gave_up->last.reason);
     observer_.request_finished(at, stop);
     const std::optional<llmretry::StopReason> reason = gave_up ? std::optional(gave_up->last.reason) : std::nullopt;
-    Answer answer = give_up_answer(reason, failure, stop, llmretry::curl::response_of(error), at, in.format);
+    // A transport error that another attempt cannot fix (a TLS certificate refused, a bad URL) is named: the
+    // kind alone ("unknown") would leave the operator guessing.
+    const std::string why = failure.status == 0 && failure.kind == llmretry::FailureKind::unknown && gave_up
+                                ? std::string(": ") + error.what()
+                                : std::string();
+    Answer answer = give_up_answer(reason, failure, stop, why, llmretry::curl::response_of(error), at, in.format);
     if (retried_here(answer.status) && reason != llmretry::StopReason::no_capacity)
       answer.headers.emplace_back("x-should-retry", "false");  // retried here already
     return answer;
@@ -406,7 +414,7 @@ class Forwarder {
   }
 
   Answer give_up_answer(std::optional<llmretry::StopReason> reason, const llmretry::Failure& failure,
-                        const std::string& stop, const llmretry::curl::Response* upstream,
+                        const std::string& stop, const std::string& why, const llmretry::curl::Response* upstream,
                         const llmretry::metrics::Target& at, Format format) const {
     using llmretry::StopReason;
     const auto refuse = [&](int status, const std::string& message, const char* type) {
@@ -445,7 +453,7 @@ class Forwarder {
       const bool final = !retried_here(status);
       return answer_of(*upstream, final);
     }
-    const std::string message = "upstream gave up (" + stop + "): " + llmretry::describe(failure);
+    const std::string message = "upstream gave up (" + stop + "): " + llmretry::describe(failure) + why;
     if (reason == StopReason::circuit_open || reason == StopReason::retry_budget)
       return refuse(503, message, "service_unavailable");
     if (reason == StopReason::refused || reason == StopReason::pacing_unavailable)  // refused unsent

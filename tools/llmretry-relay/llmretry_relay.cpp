@@ -83,6 +83,8 @@ struct Options {
   std::string default_priority = "interactive";
   std::size_t max_body_memory_mb = relay::FrontLimits{}.max_body_memory >> 20;
   std::size_t max_stored_mb = 256;
+  std::string upstream_ca;
+  std::size_t upstream_connections = 0;
 };
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
@@ -116,6 +118,13 @@ Options parse(int argc, char** argv) {
   app.add_option("--config", options.config,
                  "JSON config: the model table (per model its upstream, key variable, limits, fallback, under_pressure "
                  "rules) and the clients (per client its key variable, class, weight)");
+  app.add_option("--upstream-ca", options.upstream_ca,
+                 "a PEM file of the certificate authorities that vouch for https upstreams (default: the system's)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--upstream-connections", options.upstream_connections,
+                 "connections open to one upstream host at once, at most (default 0: no limit); requests beyond "
+                 "wait for one, or share one over HTTP/2 (an https upstream that offers it), 100 streams each")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{100'000}));
   app.add_option("--threads", options.threads, "event-loop threads (default: one per core)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   app.add_option("--max-connections", options.max_connections,
@@ -295,7 +304,8 @@ int run(const Options& options) {
   // With --redis, the pacing's round trips run on a pool of their own, never on an event loop.
   std::optional<boost::asio::thread_pool> pacing_pool;
   if (redis) pacing_pool.emplace(redis_connections);
-  const relay::Forwarder forwarder(registry, std::chrono::minutes{10}, pacing_pool ? &*pacing_pool : nullptr);
+  const relay::Forwarder forwarder(registry, std::chrono::minutes{10}, pacing_pool ? &*pacing_pool : nullptr,
+                                   options.upstream_ca);
   const relay::Front* serving = nullptr;  // set once the front exists
   relay::Server* answering = nullptr;
   relay::Server server(served.first, served.second, forwarder, idempotency, registry,
@@ -312,7 +322,11 @@ int run(const Options& options) {
   relay::Front front(server, limits, options.threads);
   serving = &front;
   answering = &server;
-  server.attach(front);
+  // Each event loop has a client of its own: the limit is shared out between them, rounded up.
+  llmretry::curl::ClientOptions upstream_clients;
+  upstream_clients.max_host_connections =
+      static_cast<long>((options.upstream_connections + options.threads - 1) / options.threads);
+  server.attach(front, upstream_clients);
   unsigned short bound = 0;
   try {
     boost::asio::io_context resolving;

@@ -101,10 +101,11 @@ class Server final : public Service {
     if (store_pool_) store_pool_->join();
   }
 
-  /// Gives each worker of `front` its upstream client. Before the front runs.
-  void attach(Front& front) {
+  /// Gives each worker of `front` its upstream client, holding its connections as `upstream` says. Before the
+  /// front runs.
+  void attach(Front& front, const llmretry::curl::ClientOptions& upstream = {}) {
     for (auto& worker : front.workers()) {
-      auto client = std::make_shared<llmretry::curl::AsyncClient>(worker->context().get_executor());
+      auto client = std::make_shared<llmretry::curl::AsyncClient>(worker->context().get_executor(), upstream);
       upstream_clients_.push_back(client.get());
       worker->local = std::move(client);
     }

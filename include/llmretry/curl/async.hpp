@@ -28,12 +28,14 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "../attempt.hpp"
 #include "../detail/config.hpp"
+#include "../detail/text.hpp"
 #include "../version.hpp"
 #include "curl.hpp"
 
@@ -69,6 +71,16 @@ struct Pending {
 
 }  // namespace detail
 
+/// How an AsyncClient holds its connections.
+struct ClientOptions {
+  /// The most connections open to one host at once (CURLMOPT_MAX_HOST_CONNECTIONS); 0: no limit. Requests
+  /// beyond it wait inside the client for a connection: over HTTP/1.1 for one to be free, over HTTP/2 (an
+  /// https server that offers it) for room among a connection's streams (libcurl's default: 100 each), so
+  /// that thousands of streams to one provider share a few connections instead of a socket and a TLS
+  /// handshake each. A request's timeout counts its wait.
+  long max_host_connections = 0;
+};
+
 /// Makes requests asynchronously on one executor: a libcurl multi handle whose sockets are Asio descriptors
 /// and whose timeouts an Asio timer carries out, so that one thread serves any number of requests. The
 /// multi handle keeps the connections (HTTP keep-alive, TLS sessions) from one request to the next.
@@ -80,8 +92,12 @@ struct Pending {
 /// same read to its handler).
 class AsyncClient {
  public:
-  /// A client on `executor`. Throws ProviderError when libcurl cannot make a multi handle.
-  explicit AsyncClient(boost::asio::any_io_executor executor) : impl_(std::make_shared<Impl>(std::move(executor))) {}
+  /// A client on `executor` holding its connections as `options` says. An https request waits for a
+  /// connection that may carry it beside others (HTTP/2) rather than open one more (CURLOPT_PIPEWAIT). Throws
+  /// std::invalid_argument for a negative max_host_connections, ProviderError when libcurl cannot make a
+  /// multi handle.
+  explicit AsyncClient(boost::asio::any_io_executor executor, const ClientOptions& options = {})
+      : impl_(std::make_shared<Impl>(std::move(executor), options)) {}
 
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;
@@ -138,7 +154,10 @@ class AsyncClient {
   };
 
   struct Impl : std::enable_shared_from_this<Impl> {
-    explicit Impl(boost::asio::any_io_executor executor_in) : executor(std::move(executor_in)), timer(executor) {
+    Impl(boost::asio::any_io_executor executor_in, const ClientOptions& options)
+        : executor(std::move(executor_in)), timer(executor) {
+      if (options.max_host_connections < 0)
+        ::llmretry::detail::throw_invalid_argument("curl::ClientOptions::max_host_connections must not be negative");
       ::llmretry::curl::detail::global_init();
       multi.reset(curl_multi_init());
       if (!multi) throw ProviderError("curl_multi_init failed", Failure{});
@@ -146,6 +165,7 @@ class AsyncClient {
       curl_multi_setopt(multi.get(), CURLMOPT_SOCKETDATA, this);
       curl_multi_setopt(multi.get(), CURLMOPT_TIMERFUNCTION, &Impl::on_timer);
       curl_multi_setopt(multi.get(), CURLMOPT_TIMERDATA, this);
+      curl_multi_setopt(multi.get(), CURLMOPT_MAX_HOST_CONNECTIONS, options.max_host_connections);
     }
 
     Impl(const Impl&) = delete;
@@ -171,6 +191,10 @@ class AsyncClient {
         raw->extra_headers = std::move(extra);
         raw->exchange.emplace(raw->easy, request, options, raw->extra_headers, on_event, guard, timeout);
         curl_easy_setopt(raw->easy, CURLOPT_PRIVATE, raw);
+        // Over https a request may share an HTTP/2 connection: it waits for one that may carry it rather than
+        // open one more. Over plain http (HTTP/1.1) there is nothing to wait for.
+        if (::llmretry::detail::iequals(std::string_view(request.url).substr(0, 8), "https://"))
+          curl_easy_setopt(raw->easy, CURLOPT_PIPEWAIT, 1L);
         curl_easy_setopt(raw->easy, CURLOPT_OPENSOCKETFUNCTION, &Impl::on_open);
         curl_easy_setopt(raw->easy, CURLOPT_OPENSOCKETDATA, this);
         curl_easy_setopt(raw->easy, CURLOPT_CLOSESOCKETFUNCTION, &Impl::on_close);

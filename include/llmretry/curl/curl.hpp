@@ -102,6 +102,13 @@ struct Options {
   /// libcurl's receive buffer of each request in flight (CURLOPT_BUFFERSIZE), 1 KiB to 10 MiB: a program with
   /// thousands of streams at once saves memory with a small one.
   std::size_t receive_buffer = std::size_t{16} << 10;
+  /// libcurl's upload buffer of each request in flight that has a body to send through it
+  /// (CURLOPT_UPLOAD_BUFFERSIZE), 16 KiB to 2 MiB: over HTTP/2 every request with a body has one, so a program
+  /// with thousands of streams at once saves memory with a small one.
+  std::size_t upload_buffer = std::size_t{64} << 10;
+  /// The certificate authorities that vouch for an https server, a PEM file (CURLOPT_CAINFO), for a server
+  /// whose certificate a private authority signed; empty: libcurl's own bundle (the system's).
+  std::string ca_file;
 };
 
 /// What every ProviderError the adapter throws also is (except StreamInterrupted): the response of the
@@ -430,7 +437,7 @@ inline std::string server_word(const ErrorFields& fields, const std::vector<std:
 
 /// Returns the attempt's total timeout: options.timeout, shortened to `time_left` when set.
 /// Throws std::invalid_argument when a timeout or `time_left` is not positive (libcurl would read 0 as
-/// "no limit"), or options.receive_buffer is out of its range.
+/// "no limit"), or options.receive_buffer or options.upload_buffer is out of its range.
 inline std::chrono::milliseconds attempt_timeout(const Options& options,
                                                  std::optional<std::chrono::milliseconds> time_left) {
   using std::chrono::milliseconds;
@@ -442,6 +449,8 @@ inline std::chrono::milliseconds attempt_timeout(const Options& options,
     llmretry::detail::throw_invalid_argument("curl::Options::idle_timeout must be positive when set");
   if (options.receive_buffer < (std::size_t{1} << 10) || options.receive_buffer > (std::size_t{10} << 20))
     llmretry::detail::throw_invalid_argument("curl::Options::receive_buffer must be within 1 KiB to 10 MiB");
+  if (options.upload_buffer < (std::size_t{16} << 10) || options.upload_buffer > (std::size_t{2} << 20))
+    llmretry::detail::throw_invalid_argument("curl::Options::upload_buffer must be within 16 KiB to 2 MiB");
   if (!time_left) return options.timeout;
   if (*time_left <= milliseconds::zero())
     llmretry::detail::throw_invalid_argument("curl: Attempt::time_left must be positive when set");
@@ -521,9 +530,11 @@ class Exchange {
     curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(handle, CURLOPT_BUFFERSIZE, static_cast<long>(options.receive_buffer));
+    curl_easy_setopt(handle, CURLOPT_UPLOAD_BUFFERSIZE, static_cast<long>(options.upload_buffer));
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
     curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
     curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, options.accept_encoding.c_str());
+    if (!options.ca_file.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, options.ca_file.c_str());
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list_.get());
     curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text_.data());
     curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &on_header);
