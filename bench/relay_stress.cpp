@@ -1,11 +1,11 @@
 // The relay under load, beside the provider it relays to: llmretry-relay runs as a child process in front
 // of a provider, and clients fire the same requests, many at once from one thread, at the provider directly
-// and through the relay. Four scenarios: the loopback provider (in this process, each answer after a
-// latency) without limits (the relay's overhead and throughput), and with per-minute limits hit by a burst
-// (the 429s the clients see, directly and through a relay started with the same limits); then an event-loop
-// provider (this program again, as a child: bench/stream_server.hpp) that answers at once (the relay's
-// throughput and its own cost per request), and that streams (thousands of long streams at once: how many
-// end whole, the relay's peak memory and threads), over HTTP/2 and TLS as providers serve them
+// and through the relay. Four scenarios: an event-loop provider (this program again, as a child:
+// bench/stream_server.hpp) without limits, each answer after a latency (the relay's overhead and
+// throughput); the loopback provider (in this process) with per-minute limits hit by a burst (the 429s the
+// clients see, directly and through a relay started with the same limits); then the event-loop provider
+// answering at once (the relay's throughput and its own cost per request), and streaming (thousands of long streams at
+// once: how many end whole, the relay's peak memory and threads), over HTTP/2 and TLS as providers serve them
 // (bench/h2_stream_server.hpp) or over HTTP/1.1. Prints each run's figures and the targets met or missed;
 // exits non-zero only when something broke (the relay did not start, requests failed otherwise than with a
 // 429), never for a target.
@@ -267,7 +267,7 @@ struct Settings {
   int stream_events = 10;
   std::vector<std::string> scenarios{"unlimited", "limited", "instant", "streams"};
   std::string streams_upstream = "http2";  ///< how scenario 4's provider serves: http2 (over TLS) or http1
-  bool serve_upstream = false;             ///< this process is the event-loop provider of scenarios 3 and 4
+  bool serve_upstream = false;             ///< this process is the event-loop provider of scenarios 1, 3 and 4
   std::string certificate;                 ///< as that provider: serve HTTP/2 over TLS, its certificate written here
 
   [[nodiscard]] bool runs(const std::string& scenario) const {
@@ -281,11 +281,11 @@ struct Outcome {
   std::optional<Figures> relayed;
 };
 
-/// Runs one scenario: `count` requests, `parallel` at once, sent to a provider limited by `limits`, then to
-/// another such provider (its buckets full too) through a relay started with `relay_arguments`.
+/// Scenario 2: `count` requests, `parallel` at once, sent to the loopback provider limited by `limits`, then
+/// to another such provider (its buckets full too) through a relay started with `relay_arguments`.
 /// Throws std::runtime_error when the relay does not start.
-Outcome run(const Settings& settings, const LoopbackLimits& limits, int count, int parallel,
-            const std::vector<std::string>& relay_arguments) {
+Outcome run_limited(const Settings& settings, const LoopbackLimits& limits, int count, int parallel,
+                    const std::vector<std::string>& relay_arguments) {
   const std::chrono::milliseconds timeout{settings.timeout_ms};
   const auto threads = static_cast<std::size_t>(parallel) + 16;  // a connection each, and a few to spare
   print_heading();
@@ -338,11 +338,19 @@ FileLimit allow_open_files(long long wanted) {
   return {static_cast<long long>(limit.rlim_cur), short_because};
 }
 
-/// Starts this program again as the event-loop provider of scenarios 3 and 4 (see serve_upstream): over
-/// HTTP/2 and TLS when `certificate` is set (where it writes its certificate), else HTTP/1.1.
-std::unique_ptr<Child> start_upstream(const Settings& settings, const std::string& certificate = {}) {
-  std::vector<std::string> arguments{"--serve-upstream", "--stream-ms", std::to_string(settings.stream_ms),
-                                     "--stream-events", std::to_string(settings.stream_events)};
+/// Starts this program again as the event-loop provider of scenarios 1, 3 and 4 (see serve_upstream), each
+/// answer not streamed after `latency`: over HTTP/2 and TLS when `certificate` is set (where it writes its
+/// certificate), else HTTP/1.1.
+std::unique_ptr<Child> start_upstream(const Settings& settings,
+                                      std::chrono::milliseconds latency = std::chrono::milliseconds::zero(),
+                                      const std::string& certificate = {}) {
+  std::vector<std::string> arguments{"--serve-upstream",
+                                     "--stream-ms",
+                                     std::to_string(settings.stream_ms),
+                                     "--stream-events",
+                                     std::to_string(settings.stream_events),
+                                     "--latency",
+                                     std::to_string(latency.count())};
   if (!certificate.empty()) arguments.insert(arguments.end(), {"--certificate", certificate});
   return std::make_unique<Child>("provider", "/proc/self/exe", arguments, std::chrono::seconds(10));
 }
@@ -375,6 +383,25 @@ std::unique_ptr<Child> start_relay(const Settings& settings, const std::string& 
   std::vector<std::string> words{"--listen", "127.0.0.1:0", "--upstream", upstream};
   words.insert(words.end(), arguments.begin(), arguments.end());
   return std::make_unique<Child>("relay", settings.relay, words, std::chrono::seconds(10));
+}
+
+/// Scenario 1: `settings.requests` requests, `settings.parallel` at once, to the event-loop provider, which
+/// answers each after `settings.latency_ms` (directly, then through the relay).
+Outcome run_unlimited(const Settings& settings) {
+  const std::chrono::milliseconds timeout{settings.timeout_ms};
+  const auto upstream = start_upstream(settings, std::chrono::milliseconds{settings.latency_ms});
+  print_heading();
+  Outcome outcome;
+  outcome.direct = fire(upstream->base_url(), settings.requests, settings.parallel, timeout);
+  print_row("direct", outcome.direct);
+  const auto relay = start_relay(settings, upstream->base_url(), {});
+  if (!relay) {
+    std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
+    return outcome;
+  }
+  outcome.relayed = fire(relay->base_url(), settings.requests, settings.parallel, timeout);
+  print_row("relay", *outcome.relayed);
+  return outcome;
 }
 
 /// Scenario 3: requests one at a time, then many at once, to a provider that answers at once (directly,
@@ -433,7 +460,8 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   const bool http2 = settings.streams_upstream == "http2";
   const TemporaryFile certificate;
   const long connections = http2 ? (settings.streams + 99) / 100 * 6 / 5 + 2 : 0;
-  const auto upstream = start_upstream(settings, http2 ? certificate.path() : std::string());
+  const auto upstream =
+      start_upstream(settings, std::chrono::milliseconds::zero(), http2 ? certificate.path() : std::string());
   const std::string above = std::to_string(settings.streams + 100);
   std::vector<std::string> relay_arguments{"--max-connections", above, "--max-requests", above};
   if (http2)
@@ -477,7 +505,7 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   return outcome;
 }
 
-/// The event-loop provider of scenarios 3 and 4, in this process (started by start_upstream): prints its
+/// The event-loop provider of scenarios 1, 3 and 4, in this process (started by start_upstream): prints its
 /// address, serves until SIGTERM or SIGINT.
 int serve_upstream(const Settings& settings) {
   boost::asio::io_context io{1};
@@ -486,7 +514,7 @@ int serve_upstream(const Settings& settings) {
   std::optional<bench::H2StreamServer> http2;
   unsigned short port = 0;
   if (settings.certificate.empty()) {
-    port = http1.emplace(io, settings.stream_events, interval).port();
+    port = http1.emplace(io, settings.stream_events, interval, std::chrono::milliseconds{settings.latency_ms}).port();
   } else {
     port = http2.emplace(io, settings.stream_events, interval, settings.certificate).port();
   }
@@ -546,7 +574,7 @@ int main(int argc, char** argv) {
   app.add_option("--streams-upstream", settings.streams_upstream,
                  "how the streams scenario's provider serves: http2 (over TLS, as providers do; default) or http1")
       ->check(CLI::IsMember({"http1", "http2"}));
-  app.add_flag("--serve-upstream", settings.serve_upstream)->group("");  // the child of scenarios 3 and 4
+  app.add_flag("--serve-upstream", settings.serve_upstream)->group("");  // the child of scenarios 1, 3 and 4
   app.add_option("--certificate", settings.certificate)->group("");      // that child over HTTP/2: its certificate
   try {
     app.parse(argc, argv);
@@ -572,17 +600,16 @@ int main(int argc, char** argv) {
     std::optional<Instant> instant;
     std::optional<Streams> streams;
 
-    LoopbackLimits unlimited;  // limits no run reaches: the provider only adds its latency
-    unlimited.requests_per_minute = 1'000'000'000;
-    unlimited.tokens_per_minute = 1'000'000'000'000;
-    unlimited.latency = std::chrono::milliseconds(settings.latency_ms);
     if (settings.runs("unlimited")) {
-      std::printf("\n1. loopback provider without limits, each answer after %d ms: %d requests, %d at once\n",
-                  settings.latency_ms, settings.requests, settings.parallel);
-      open = run(settings, unlimited, settings.requests, settings.parallel, {});
+      std::printf(
+          "\n1. event-loop provider without limits (a process of its own), each answer after %d ms: %d requests, "
+          "%d at once\n",
+          settings.latency_ms, settings.requests, settings.parallel);
+      open = run_unlimited(settings);
     }
     if (settings.runs("limited")) {
-      LoopbackLimits limited = unlimited;
+      LoopbackLimits limited;
+      limited.latency = std::chrono::milliseconds(settings.latency_ms);
       limited.requests_per_minute = settings.rpm;
       limited.tokens_per_minute = settings.tpm;
       const std::vector<std::string> limits{"--rpm", std::to_string(settings.rpm), "--tpm",
@@ -592,7 +619,7 @@ int main(int argc, char** argv) {
           "each answer after %d ms: %d requests, %d at once; relay started with the same limits\n",
           static_cast<long long>(settings.rpm), static_cast<long long>(settings.tpm), settings.latency_ms,
           settings.limited_requests, settings.limited_parallel);
-      burst = run(settings, limited, settings.limited_requests, settings.limited_parallel, limits);
+      burst = run_limited(settings, limited, settings.limited_requests, settings.limited_parallel, limits);
     }
     if (settings.runs("instant")) {
       std::printf(

@@ -64,13 +64,16 @@ inline const std::string& done_event() {
 /// Serves on 127.0.0.1 (any free port) on the io_context it is given, which runs it: a POST whose body asks
 /// for `"stream": true` gets an OpenAI chat stream, `chunks` chat.completion.chunk events `interval` apart
 /// (the first after one interval), then `data: [DONE]`, chunked; any other request gets a small
-/// chat.completion at once. Connections are kept alive. Destroy it only once the io_context is stopped.
+/// chat.completion after `latency` (a timer: the wait costs no thread). Connections are kept alive. Destroy it
+/// only once the io_context is stopped.
 class StreamServer {
  public:
-  StreamServer(boost::asio::io_context& io, int chunks, std::chrono::milliseconds interval)
+  StreamServer(boost::asio::io_context& io, int chunks, std::chrono::milliseconds interval,
+               std::chrono::milliseconds latency = std::chrono::milliseconds::zero())
       : acceptor_(io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)),
         chunks_(chunks),
-        interval_(interval) {
+        interval_(interval),
+        latency_(latency) {
     acceptor_.listen(boost::asio::socket_base::max_listen_connections);
     accept();
   }
@@ -110,8 +113,16 @@ class StreamServer {
                                 const std::string body(begin, begin + static_cast<std::ptrdiff_t>(length));
                                 self->buffer.consume(length);
                                 if (asks_stream(body)) self->start_stream();
-                                else self->answer_at_once();
+                                else self->answer_after_latency();
                               });
+    }
+
+    void answer_after_latency() {
+      if (server.latency_ <= std::chrono::milliseconds::zero()) return answer_at_once();
+      timer.expires_after(server.latency_);
+      timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
+        if (!e) self->answer_at_once();
+      });
     }
 
     void answer_at_once() {
@@ -178,6 +189,7 @@ class StreamServer {
   tcp::acceptor acceptor_;
   int chunks_;
   std::chrono::milliseconds interval_;
+  std::chrono::milliseconds latency_;
 };
 
 }  // namespace bench
