@@ -51,7 +51,8 @@ class H2StreamServer {
     certify(certificate_file);
     SSL_CTX_set_alpn_select_cb(tls_.native_handle(), &H2StreamServer::select_h2, nullptr);
     acceptor_.listen(boost::asio::socket_base::max_listen_connections);
-    accept();
+    accept_each(acceptor_,
+                [this](tcp::socket socket) { std::make_shared<Connection>(std::move(socket), *this)->start(); });
   }
 
   /// Returns the port it listens on.
@@ -290,18 +291,6 @@ class H2StreamServer {
     bool closed = false;
     std::unordered_map<std::int32_t, Stream> streams;
   };
-
-  void accept() {
-    acceptor_.async_accept([this](boost::system::error_code e, tcp::socket socket) {
-      if (e == boost::asio::error::operation_aborted) return;
-      if (!e) {
-        boost::system::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Connection>(std::move(socket), *this)->start();
-      }
-      accept();
-    });
-  }
 
   boost::asio::ssl::context tls_;
   tcp::acceptor acceptor_;

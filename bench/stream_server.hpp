@@ -61,6 +61,22 @@ inline const std::string& done_event() {
   return event;
 }
 
+/// Accepts connections on `acceptor` until it is closed, each with Nagle's algorithm off, and hands each socket
+/// to `serve`.
+template <class Serve>
+void accept_each(boost::asio::ip::tcp::acceptor& acceptor, Serve serve) {
+  acceptor.async_accept(
+      [&acceptor, serve = std::move(serve)](boost::system::error_code e, boost::asio::ip::tcp::socket socket) mutable {
+        if (e == boost::asio::error::operation_aborted) return;
+        if (!e) {
+          boost::system::error_code ignored;
+          socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+          serve(std::move(socket));
+        }
+        accept_each(acceptor, std::move(serve));
+      });
+}
+
 /// Serves on 127.0.0.1 (any free port) on the io_context it is given, which runs it: a POST whose body asks
 /// for `"stream": true` gets an OpenAI chat stream, `chunks` chat.completion.chunk events `interval` apart
 /// (the first after one interval), then `data: [DONE]`, chunked; any other request gets a small
@@ -75,7 +91,8 @@ class StreamServer {
         interval_(interval),
         latency_(latency) {
     acceptor_.listen(boost::asio::socket_base::max_listen_connections);
-    accept();
+    accept_each(acceptor_,
+                [this](tcp::socket socket) { std::make_shared<Connection>(std::move(socket), *this)->read_request(); });
   }
 
   /// Returns the port it listens on.
@@ -173,18 +190,6 @@ class StreamServer {
     std::string out;
     int sent = 0;
   };
-
-  void accept() {
-    acceptor_.async_accept([this](boost::system::error_code e, tcp::socket socket) {
-      if (e == boost::asio::error::operation_aborted) return;
-      if (!e) {
-        boost::system::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Connection>(std::move(socket), *this)->read_request();
-      }
-      accept();
-    });
-  }
 
   tcp::acceptor acceptor_;
   int chunks_;

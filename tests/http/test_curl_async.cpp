@@ -316,12 +316,12 @@ TEST_CASE("A cancel stops the request in flight; the client serves the next one"
   CHECK(next.answer.body.find("after") != std::string::npos);
 }
 
-TEST_CASE("Many requests at once on one thread", "[curl_async]") {
-  LoopbackProvider server(0, 64);
-  constexpr int requests = 50;
+namespace {
+
+/// Sends `requests` chat completions at once on `client`, each answered "ok" by `server`. Returns how many
+/// were answered 200.
+int answered_at_once(AsyncClient& client, boost::asio::io_context& io, LoopbackProvider& server, int requests) {
   for (int i = 0; i < requests; ++i) server.then(LoopbackProvider::chat_completion("ok"));
-  boost::asio::io_context io;
-  AsyncClient client(io.get_executor());
   const auto request = chat_request(server);
   const auto options = options_for(Provider::openai);
   int ok = 0;
@@ -330,29 +330,28 @@ TEST_CASE("Many requests at once on one thread", "[curl_async]") {
       if (!error && response.status == 200) ++ok;
     });
   io.run();
-  CHECK(ok == requests);
-  CHECK(client.connections_opened() <= requests);
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("Many requests at once on one thread", "[curl_async]") {
+  LoopbackProvider server(0, 64);
+  boost::asio::io_context io;
+  AsyncClient client(io.get_executor());
+  CHECK(answered_at_once(client, io, server, 50) == 50);
+  CHECK(client.connections_opened() <= 50);
 }
 
 TEST_CASE("A limit of connections per host: the requests beyond it wait for one, all are answered", "[curl_async]") {
   LoopbackProvider server(0, 16);
-  constexpr int requests = 12;
-  for (int i = 0; i < requests; ++i) server.then(LoopbackProvider::chat_completion("ok"));
   boost::asio::io_context io;
   llmretry::curl::ClientOptions held;
   held.max_host_connections = 2;
   AsyncClient client(io.get_executor(), held);
-  const auto request = chat_request(server);
-  const auto options = options_for(Provider::openai);
-  int ok = 0;
-  for (int i = 0; i < requests; ++i)
-    client.async_perform(request, options, [&](std::exception_ptr error, Response response) {
-      if (!error && response.status == 200) ++ok;
-    });
-  io.run();
-  CHECK(ok == requests);
+  CHECK(answered_at_once(client, io, server, 12) == 12);
   CHECK(client.connections_opened() == 2);
-  CHECK(server.request_count() == requests);
+  CHECK(server.request_count() == 12);
 }
 
 TEST_CASE("A negative limit of connections per host is refused", "[curl_async]") {

@@ -10,6 +10,7 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import os from 'node:os';
 import path from 'node:path';
+import { relayAddress } from './relay_address.mjs';
 
 const relayProgram = process.argv[2];
 if (!relayProgram) {
@@ -75,16 +76,7 @@ async function startRelay(extra) {
   const relay = spawn(relayProgram, ['--listen', '127.0.0.1:0', '--upstream', upstreamURL, '--threads', '1', ...extra],
     { env: { ...process.env, OPENAI_API_KEY: 'sk-upstream' }, stdio: ['ignore', 'pipe', 'inherit'] });
   relays.push(relay);
-  return new Promise((resolve, reject) => {
-    let out = '';
-    relay.stdout.on('data', (piece) => {
-      out += piece;
-      const found = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)\n/);
-      if (found) resolve(found[1]);
-    });
-    relay.on('exit', () => reject(new Error(`the relay exited: ${out}`)));
-    setTimeout(() => reject(new Error('the relay did not start within 10 s')), 10_000).unref();
-  }).catch((error) => fail(error.message));
+  return relayAddress(relay).catch((error) => fail(error.message));
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });

@@ -6,6 +6,7 @@ import { spawn } from 'node:child_process';
 import http from 'node:http';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import { relayAddress } from './relay_address.mjs';
 
 const relayProgram = process.argv[2];
 if (!relayProgram) {
@@ -81,16 +82,7 @@ relay = spawn(relayProgram, [
   '--listen', '127.0.0.1:0', '--upstream', `http://127.0.0.1:${upstreamPort}/v1`,
   '--anthropic-upstream', `http://127.0.0.1:${upstreamPort}`,
 ], { env: { ...process.env, OPENAI_API_KEY: 'sk-upstream', ANTHROPIC_API_KEY: 'sk-ant-upstream' }, stdio: ['ignore', 'pipe', 'inherit'] });
-const relayURL = await new Promise((resolve, reject) => {
-  let out = '';
-  relay.stdout.on('data', (piece) => {
-    out += piece;
-    const found = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)\n/);
-    if (found) resolve(found[1]);
-  });
-  relay.on('exit', () => reject(new Error(`the relay exited: ${out}`)));
-  setTimeout(() => reject(new Error('the relay did not start within 10 s')), 10_000).unref();
-}).catch((error) => fail(error.message));
+const relayURL = await relayAddress(relay).catch((error) => fail(error.message));
 
 // Each SDK's requests to the relay, counted.
 let sent = 0;
