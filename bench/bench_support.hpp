@@ -18,7 +18,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -30,6 +32,33 @@
 extern char** environ;  // NOLINT(readability-redundant-declaration,*-avoid-non-const-global-variables): POSIX
 
 namespace bench {
+
+/// A directory of its own under the system's temporary directory (mkdtemp), named after `prefix`, removed with
+/// what it holds by the destructor.
+class TemporaryDirectory {
+ public:
+  /// Creates it. Throws std::runtime_error when it cannot.
+  explicit TemporaryDirectory(const std::string& prefix) {
+    std::string path = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    if (::mkdtemp(path.data()) == nullptr)
+      throw std::runtime_error("cannot create a temporary directory: " + std::string(std::strerror(errno)));
+    path_ = path;
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  TemporaryDirectory(TemporaryDirectory&&) = delete;
+  TemporaryDirectory& operator=(TemporaryDirectory&&) = delete;
+  ~TemporaryDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+
+  /// Returns its path.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 /// Returns the `p`th percentile (nearest rank) of the sorted `values`, or 0 when there are none.
 inline double percentile(const std::vector<double>& values, double p) {

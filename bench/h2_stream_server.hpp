@@ -1,7 +1,8 @@
 // The benchmarks' event-loop provider over HTTP/2 and TLS (nghttp2 on an Asio SSL stream), as providers serve
 // their APIs: many requests share a connection, each on a stream of its own. It answers what StreamServer
-// answers, with a certificate for 127.0.0.1 made when it starts (its own authority, written to a file for the
-// clients to trust). Not an HTTP/2 server in general: it reads what libcurl sends, nothing else.
+// answers (a request not streamed at once: it has no latency), with a certificate for 127.0.0.1 made when it
+// starts (its own authority, written to a file for the clients to trust). Not an HTTP/2 server in general: it
+// reads what libcurl sends, nothing else. Needs OpenSSL 3.
 #ifndef LLMRETRY_BENCH_H2_STREAM_SERVER_HPP
 #define LLMRETRY_BENCH_H2_STREAM_SERVER_HPP
 
@@ -67,6 +68,7 @@ class H2StreamServer {
   };
   using Key = std::unique_ptr<EVP_PKEY, Freed<EVP_PKEY, EVP_PKEY_free>>;
   using Certificate = std::unique_ptr<X509, Freed<X509, X509_free>>;
+  using Extension = std::unique_ptr<X509_EXTENSION, Freed<X509_EXTENSION, X509_EXTENSION_free>>;
 
   /// Makes a key and a self-signed certificate for 127.0.0.1, serves with them, and writes the certificate.
   void certify(const std::string& certificate_file) {
@@ -74,23 +76,23 @@ class H2StreamServer {
     const Key key(EVP_EC_gen("P-256"));
     const Certificate certificate(X509_new());
     if (!key || !certificate) fail("OpenSSL could not make a key");
-    X509_set_version(certificate.get(), 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(certificate.get()), 1);
-    X509_gmtime_adj(X509_getm_notBefore(certificate.get()), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(certificate.get()), 7 * 24 * 3600);
-    X509_set_pubkey(certificate.get(), key.get());
     X509_NAME* name = X509_get_subject_name(certificate.get());
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1,
-                               0);
-    X509_set_issuer_name(certificate.get(), name);
+    if (X509_set_version(certificate.get(), 2) != 1 ||
+        ASN1_INTEGER_set(X509_get_serialNumber(certificate.get()), 1) != 1 ||
+        X509_gmtime_adj(X509_getm_notBefore(certificate.get()), -3600) == nullptr ||
+        X509_gmtime_adj(X509_getm_notAfter(certificate.get()), 7 * 24 * 3600) == nullptr ||
+        X509_set_pubkey(certificate.get(), key.get()) != 1 ||
+        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("127.0.0.1"), -1,
+                                   -1, 0) != 1 ||
+        X509_set_issuer_name(certificate.get(), name) != 1)
+      fail("OpenSSL could not fill in the certificate");
     X509V3_CTX context;
     X509V3_set_ctx_nodb(&context);
     X509V3_set_ctx(&context, certificate.get(), certificate.get(), nullptr, nullptr, 0);
     for (const auto& [nid, value] :
          {std::pair{NID_subject_alt_name, "IP:127.0.0.1"}, std::pair{NID_basic_constraints, "critical,CA:TRUE"}}) {
-      X509_EXTENSION* extension = X509V3_EXT_conf_nid(nullptr, &context, nid, value);
-      if (extension == nullptr || X509_add_ext(certificate.get(), extension, -1) != 1) fail("no certificate extension");
-      X509_EXTENSION_free(extension);
+      const Extension extension(X509V3_EXT_conf_nid(nullptr, &context, nid, value));
+      if (!extension || X509_add_ext(certificate.get(), extension.get(), -1) != 1) fail("no certificate extension");
     }
     if (X509_sign(certificate.get(), key.get(), EVP_sha256()) == 0) fail("OpenSSL could not sign the certificate");
     if (SSL_CTX_use_certificate(tls_.native_handle(), certificate.get()) != 1 ||
@@ -126,7 +128,7 @@ class H2StreamServer {
       boost::asio::steady_timer timer;
     };
 
-    Connection(tcp::socket socket, H2StreamServer& owner) : stream(std::move(socket), owner.tls_), server(owner) {}
+    Connection(tcp::socket socket, H2StreamServer& owner) : tls(std::move(socket), owner.tls_), server(owner) {}
     Connection(const Connection&) = delete;
     Connection& operator=(const Connection&) = delete;
     Connection(Connection&&) = delete;
@@ -136,12 +138,12 @@ class H2StreamServer {
     }
 
     void start() {
-      stream.async_handshake(boost::asio::ssl::stream_base::server,
-                             [self = shared_from_this()](boost::system::error_code error) {
-                               if (error || !self->open_session()) return;
-                               self->flush();
-                               self->read();
-                             });
+      tls.async_handshake(boost::asio::ssl::stream_base::server,
+                          [self = shared_from_this()](boost::system::error_code error) {
+                            if (error || !self->open_session()) return;
+                            self->flush();
+                            self->read();
+                          });
     }
 
     bool open_session() {
@@ -159,7 +161,7 @@ class H2StreamServer {
     }
 
     void read() {
-      stream.async_read_some(
+      tls.async_read_some(
           boost::asio::buffer(in), [self = shared_from_this()](boost::system::error_code error, std::size_t length) {
             if (error || nghttp2_session_mem_recv(self->session, reinterpret_cast<const std::uint8_t*>(self->in.data()),
                                                   length) < 0)
@@ -178,7 +180,7 @@ class H2StreamServer {
         out.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(length));
       if (out.empty()) return;
       writing = true;
-      boost::asio::async_write(stream, boost::asio::buffer(out),
+      boost::asio::async_write(tls, boost::asio::buffer(out),
                                [self = shared_from_this()](boost::system::error_code error, std::size_t) {
                                  self->writing = false;
                                  if (error) return self->close();
@@ -190,24 +192,26 @@ class H2StreamServer {
       closed = true;
       streams.clear();  // their timers end, and with them the references they hold
       boost::system::error_code ignored;
-      stream.lowest_layer().close(ignored);
+      tls.lowest_layer().close(ignored);
     }
 
     /// Answers stream `id`, whose request has arrived whole.
     void answer(std::int32_t id, Stream& request) {
       nghttp2_data_provider body{};
       body.read_callback = &Connection::produce;
-      if (asks_stream(request.body)) {
-        const nghttp2_nv headers[] = {header(":status", "200"), header("content-type", "text/event-stream")};
-        nghttp2_submit_response(session, id, headers, 2, &body);
-        next_event(id, request);
-      } else {
-        const nghttp2_nv headers[] = {header(":status", "200"), header("content-type", "application/json")};
+      const bool streamed = asks_stream(request.body);
+      request.body.clear();
+      const nghttp2_nv headers[] = {header(":status", "200"),
+                                    header("content-type", streamed ? "text/event-stream" : "application/json")};
+      if (!streamed) {
         request.pending = completion_body();
         request.done = true;
-        nghttp2_submit_response(session, id, headers, 2, &body);
       }
-      request.body.clear();
+      if (nghttp2_submit_response(session, id, headers, 2, &body) != 0) {
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+        return;
+      }
+      if (streamed) next_event(id, request);
     }
 
     void next_event(std::int32_t id, Stream& answering) {
@@ -236,7 +240,7 @@ class H2StreamServer {
     static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
       if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
         Connection& c = of(user);
-        c.streams.try_emplace(frame->hd.stream_id, c.stream.get_executor());
+        c.streams.try_emplace(frame->hd.stream_id, c.tls.get_executor());
       }
       return 0;
     }
@@ -282,7 +286,7 @@ class H2StreamServer {
 
     static constexpr std::size_t max_body = std::size_t{1} << 20;
 
-    boost::asio::ssl::stream<tcp::socket> stream;
+    boost::asio::ssl::stream<tcp::socket> tls;
     H2StreamServer& server;
     nghttp2_session* session = nullptr;
     std::array<char, 16384> in{};

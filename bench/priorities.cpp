@@ -87,33 +87,6 @@ void check_interrupted() {
   if (interrupted != 0) throw std::runtime_error("interrupted");
 }
 
-/// A directory of its own under the system's temporary directory, removed with what it holds by the
-/// destructor.
-class TemporaryDirectory {
- public:
-  /// Creates it. Throws std::runtime_error when it cannot.
-  TemporaryDirectory() {
-    std::string path = (std::filesystem::temp_directory_path() / "llmretry-bench-priorities-XXXXXX").string();
-    if (::mkdtemp(path.data()) == nullptr)
-      throw std::runtime_error("cannot create a temporary directory: " + std::string(std::strerror(errno)));
-    path_ = path;
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  TemporaryDirectory(TemporaryDirectory&&) = delete;
-  TemporaryDirectory& operator=(TemporaryDirectory&&) = delete;
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-
-  /// Returns its path.
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 /// One interactive call.
 struct Sample {
   double sent = 0;        ///< seconds from the start of the load
@@ -590,7 +563,7 @@ bool run_tenants(const Settings& settings) {
       static_cast<long long>(settings.tpm), settings.latency_ms, settings.max_wait_ms, settings.b_rate,
       10 * settings.b_rate, settings.phase_seconds);
   std::fflush(stdout);
-  const TemporaryDirectory directory;
+  const bench::TemporaryDirectory directory("llmretry-bench-priorities");
   const std::filesystem::path config = directory.path() / "relay.json";
   {
     std::ofstream out(config);
@@ -627,7 +600,7 @@ bool run_batch(const Settings& settings) {
       static_cast<long long>(settings.tpm), settings.latency_ms, settings.workers, settings.concurrency, settings.rate,
       settings.lines, settings.start_after);
   std::fflush(stdout);
-  const TemporaryDirectory directory;
+  const bench::TemporaryDirectory directory("llmretry-bench-priorities");
   const std::filesystem::path input = directory.path() / "input.jsonl";
   write_input(input, settings.lines);
   for (const std::string& mode : settings.modes) {

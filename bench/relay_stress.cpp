@@ -25,6 +25,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -38,10 +39,13 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_support.hpp"
+#if LLMRETRY_BENCH_HTTP2
 #include "h2_stream_server.hpp"
+#endif
 #include "stream_server.hpp"
 
 namespace {
@@ -142,9 +146,10 @@ Figures fire(const std::string& base_url, int count, int parallel, std::chrono::
 /// curl::AsyncClient on one io_context), each given up after `timeout`. A success is a stream that ended
 /// whole (its `data: [DONE]` arrived); its latency is the time from the start to its end. Calls `sample()`
 /// every 100 ms while they run. `ca_file`: the authority of an https provider; `connections`: the most
-/// connections to it (0: no limit).
+/// connections to it (unset: no limit).
 Figures stream_at_once(const std::string& base_url, int count, std::chrono::milliseconds timeout,
-                       const std::function<void()>& sample, const std::string& ca_file = {}, long connections = 0) {
+                       const std::function<void()>& sample, const std::string& ca_file = {},
+                       std::optional<std::size_t> connections = std::nullopt) {
   const llmretry::curl::Request request{
       "POST",
       base_url + "/v1/chat/completions",
@@ -247,6 +252,9 @@ void print_row(const char* name, const Figures& f) {
   if (f.other > 0) std::printf("  %-8s first other failure: %s\n", "", f.first_other.c_str());
 }
 
+/// Says that the relay's figures of a run were not measured: there is no relay to run.
+void print_no_relay() { std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay"); }
+
 const char* verdict(bool met) { return met ? "target met" : "target missed"; }
 
 /// What the command line sets.
@@ -266,9 +274,10 @@ struct Settings {
   int stream_ms = 2000;
   int stream_events = 10;
   std::vector<std::string> scenarios{"unlimited", "limited", "instant", "streams"};
-  std::string streams_upstream = "http2";  ///< how scenario 4's provider serves: http2 (over TLS) or http1
-  bool serve_upstream = false;             ///< this process is the event-loop provider of scenarios 1, 3 and 4
-  std::string certificate;                 ///< as that provider: serve HTTP/2 over TLS, its certificate written here
+  /// How scenario 4's provider serves: http2 (over TLS), when this build has it, or http1.
+  std::string streams_upstream = LLMRETRY_BENCH_HTTP2 ? "http2" : "http1";
+  bool serve_upstream = false;  ///< this process is the event-loop provider of scenarios 1, 3 and 4
+  std::string certificate;      ///< as that provider: serve HTTP/2 over TLS, its certificate written here
 
   [[nodiscard]] bool runs(const std::string& scenario) const {
     return std::find(scenarios.begin(), scenarios.end(), scenario) != scenarios.end();
@@ -297,7 +306,7 @@ Outcome run_limited(const Settings& settings, const LoopbackLimits& limits, int 
     print_row("direct", outcome.direct);
   }
   if (settings.relay.empty()) {
-    std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
+    print_no_relay();
     return outcome;
   }
   LoopbackProvider provider(0, threads);
@@ -355,27 +364,6 @@ std::unique_ptr<Child> start_upstream(const Settings& settings,
   return std::make_unique<Child>("provider", "/proc/self/exe", arguments, std::chrono::seconds(10));
 }
 
-/// A file name for the HTTP/2 provider's certificate, removed when it goes.
-class TemporaryFile {
- public:
-  TemporaryFile()
-      : path_((std::filesystem::temp_directory_path() /
-               ("llmretry-bench-relay-" + std::to_string(::getpid()) + "-certificate.pem"))
-                  .string()) {}
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  TemporaryFile(TemporaryFile&&) = delete;
-  TemporaryFile& operator=(TemporaryFile&&) = delete;
-  ~TemporaryFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  [[nodiscard]] const std::string& path() const noexcept { return path_; }
-
- private:
-  std::string path_;
-};
-
 /// Starts the relay in front of `upstream` with `arguments` added, or returns null when there is none.
 std::unique_ptr<Child> start_relay(const Settings& settings, const std::string& upstream,
                                    const std::vector<std::string>& arguments) {
@@ -396,7 +384,7 @@ Outcome run_unlimited(const Settings& settings) {
   print_row("direct", outcome.direct);
   const auto relay = start_relay(settings, upstream->base_url(), {});
   if (!relay) {
-    std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
+    print_no_relay();
     return outcome;
   }
   outcome.relayed = fire(relay->base_url(), settings.requests, settings.parallel, timeout);
@@ -429,7 +417,7 @@ Instant run_instant(const Settings& settings) {
   outcome.direct_many = fire(upstream->base_url(), settings.instant_requests, settings.instant_parallel, timeout);
   print_row("direct", outcome.direct_many);
   if (!relay) {
-    std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
+    print_no_relay();
     return outcome;
   }
   outcome.relayed_many = fire(relay->base_url(), settings.instant_requests, settings.instant_parallel, timeout);
@@ -458,15 +446,21 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   // Over HTTP/2 a connection carries up to 100 streams (libcurl's default): the clients and the relay hold a
   // fifth more connections than the streams need, so that none waits for room.
   const bool http2 = settings.streams_upstream == "http2";
-  const TemporaryFile certificate;
-  const long connections = http2 ? (settings.streams + 99) / 100 * 6 / 5 + 2 : 0;
-  const auto upstream =
-      start_upstream(settings, std::chrono::milliseconds::zero(), http2 ? certificate.path() : std::string());
+  if (http2 && (curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_HTTP2) == 0)
+    throw std::runtime_error("the libcurl of this build has no HTTP/2: run the streams with --streams-upstream http1");
+  const bench::TemporaryDirectory directory("llmretry-bench-relay");
+  const std::string certificate = http2 ? (directory.path() / "certificate.pem").string() : std::string();
+  // At least one for each of the relay's event loops (one per core), each holding connections of its own.
+  const std::size_t connections =
+      http2 ? std::max<std::size_t>(static_cast<std::size_t>(settings.streams + 99) / 100 * 6 / 5 + 2,
+                                    std::thread::hardware_concurrency())
+            : 0;
+  const auto upstream = start_upstream(settings, std::chrono::milliseconds::zero(), certificate);
   const std::string above = std::to_string(settings.streams + 100);
   std::vector<std::string> relay_arguments{"--max-connections", above, "--max-requests", above};
   if (http2)
-    relay_arguments.insert(relay_arguments.end(), {"--upstream-ca", certificate.path(), "--upstream-connections",
-                                                   std::to_string(connections)});
+    relay_arguments.insert(relay_arguments.end(),
+                           {"--upstream-ca", certificate, "--upstream-connections", std::to_string(connections)});
   const auto relay = start_relay(settings, upstream->base_url(), relay_arguments);
   // As many streams as every process has files for: one socket each here and in the provider, and in the relay
   // its client's, and over HTTP/1.1 its upstream's too.
@@ -475,7 +469,8 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   const auto fit = [&](pid_t pid, int sockets) {
     const int open = open_files(pid);
     if (files.files > 0 && open >= 0)
-      count = std::min(count, static_cast<int>(std::max(0LL, (files.files - open - spare - connections) / sockets)));
+      count = std::min(count, static_cast<int>(std::max(
+                                  0LL, (files.files - open - spare - static_cast<long long>(connections)) / sockets)));
   };
   fit(::getpid(), 1);
   fit(upstream->pid(), 1);
@@ -486,13 +481,13 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
         http2 ? "" : ", and the relay holds two sockets a stream over HTTP/1.1 (its client's and its upstream's)",
         files.short_because.empty() ? "" : "; ", files.short_because.c_str());
   if (count < 1) throw std::runtime_error("no stream fits in the limit of open files");
-  const std::string ca_file = http2 ? certificate.path() : std::string();
   print_heading();
   outcome.direct = stream_at_once(
-      upstream->base_url(), count, timeout, [] {}, ca_file, connections);
+      upstream->base_url(), count, timeout, [] {}, certificate,
+      http2 ? std::optional<std::size_t>(connections) : std::nullopt);
   print_row("direct", outcome.direct);
   if (!relay) {
-    std::printf("  %-8s not run: pass --relay PATH (the llmretry-relay program)\n", "relay");
+    print_no_relay();
     return outcome;
   }
   outcome.relayed = stream_at_once(relay->base_url(), count, timeout, [&] {
@@ -511,16 +506,17 @@ int serve_upstream(const Settings& settings) {
   boost::asio::io_context io{1};
   const std::chrono::milliseconds interval{settings.stream_ms / (settings.stream_events + 1)};
   std::optional<bench::StreamServer> http1;
-  std::optional<bench::H2StreamServer> http2;
   unsigned short port = 0;
-  if (settings.certificate.empty()) {
-    port = http1.emplace(io, settings.stream_events, interval, std::chrono::milliseconds{settings.latency_ms}).port();
-  } else {
+#if LLMRETRY_BENCH_HTTP2
+  std::optional<bench::H2StreamServer> http2;
+  if (!settings.certificate.empty())
     port = http2.emplace(io, settings.stream_events, interval, settings.certificate).port();
-  }
+#endif
+  if (port == 0)
+    port = http1.emplace(io, settings.stream_events, interval, std::chrono::milliseconds{settings.latency_ms}).port();
   boost::asio::signal_set stop(io, SIGTERM, SIGINT);
   stop.async_wait([&io](const boost::system::error_code&, int) { io.stop(); });
-  std::printf("listening on %s://127.0.0.1:%u\n", http2 ? "https" : "http", static_cast<unsigned>(port));
+  std::printf("listening on %s://127.0.0.1:%u\n", http1 ? "http" : "https", static_cast<unsigned>(port));
   std::fflush(stdout);
   io.run();
   return 0;
@@ -583,6 +579,11 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const CLI::ParseError& error) {
     std::cerr << "llmretry-bench-relay: " << error.what() << " (see --help)\n";
+    return 2;
+  }
+  if (settings.streams_upstream == "http2" && !LLMRETRY_BENCH_HTTP2) {
+    std::cerr << "llmretry-bench-relay: --streams-upstream http2: this build has no HTTP/2 provider (it needs "
+                 "OpenSSL 3 and nghttp2)\n";
     return 2;
   }
   if (settings.serve_upstream) return serve_upstream(settings);

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -354,12 +355,44 @@ TEST_CASE("A limit of connections per host: the requests beyond it wait for one,
   CHECK(server.request_count() == 12);
 }
 
-TEST_CASE("A negative limit of connections per host is refused", "[curl_async]") {
+TEST_CASE("A request that waits for a connection times out as not sent, before the one holding it ends",
+          "[curl_async]") {
+  LoopbackProvider server(0, 4);
+  server.then(LoopbackProvider::hang(3000ms));  // answered after 3 s: holds the only connection meanwhile
   boost::asio::io_context io;
   llmretry::curl::ClientOptions held;
-  held.max_host_connections = -1;
+  held.max_host_connections = 1;
+  AsyncClient client(io.get_executor(), held);
+  const auto request = chat_request(server);
+  auto patient = options_for(Provider::openai);
+  patient.timeout = 10s;
+  auto hurried = patient;
+  hurried.timeout = 300ms;
+  std::vector<std::string> ended;
+  std::exception_ptr hurried_error;
+  client.async_perform(request, patient, [&](std::exception_ptr error, Response) {
+    ended.push_back(error ? "patient failed" : "patient");
+  });
+  client.async_perform(request, hurried, [&](std::exception_ptr error, Response) {
+    hurried_error = error;
+    ended.push_back("hurried");
+  });
+  io.run();
+  REQUIRE(ended == std::vector<std::string>{"hurried", "patient"});
+  const auto failure = failure_in(hurried_error);
+  REQUIRE(failure);
+  CHECK(failure->kind == FailureKind::timeout);
+  CHECK(failure->sent == llmretry::Sent::not_sent);
+  CHECK(server.request_count() == 1);
+}
+
+TEST_CASE("A limit of no connection, or above what libcurl takes, is refused", "[curl_async]") {
+  boost::asio::io_context io;
+  llmretry::curl::ClientOptions held;
+  SECTION("none") { held.max_host_connections = 0; }
+  SECTION("more than a long") { held.max_host_connections = std::numeric_limits<std::size_t>::max(); }
   CHECK_THROWS_WITH(AsyncClient(io.get_executor(), held),
-                    llmretry_catch::contains("max_host_connections must not be negative"));
+                    llmretry_catch::contains("max_host_connections must be at least 1"));
 }
 
 TEST_CASE("A stream cut after its first event is never replayed", "[curl_async]") {

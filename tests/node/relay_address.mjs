@@ -1,7 +1,7 @@
 // The address a relay started as a child process prints once it accepts connections.
 
-/// Returns a promise of "http://127.0.0.1:PORT" from the first line `relay` prints ("listening on ..."),
-/// rejected when it exits first or prints nothing of it within 10 s.
+// Returns a promise of "http://127.0.0.1:PORT" from the first line `relay` prints ("listening on ..."),
+// rejected when it exits first or prints nothing of it within 10 s.
 export function relayAddress(relay) {
   return new Promise((resolve, reject) => {
     let out = '';

@@ -112,15 +112,19 @@ class Forwarder {
             boost::asio::thread_pool* guard_pool = nullptr, const std::string& ca_file = {})
       : observer_(observer), guard_pool_(guard_pool) {
     for (const Format format : {Format::openai, Format::anthropic}) {
-      llmretry::curl::Options& options = curl_options_[static_cast<std::size_t>(format)];
-      options.provider = format == Format::anthropic ? llmretry::Provider::anthropic : llmretry::Provider::openai;
-      options.timeout = attempt_timeout;
-      options.connect_timeout = std::chrono::milliseconds{5000};
-      options.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
-      options.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
-      options.receive_buffer = std::size_t{1} << 10;  // thousands of streams at once: 15 KiB less each
-      options.upload_buffer = std::size_t{16} << 10;  // over HTTP/2 each request has one: 48 KiB less each
-      options.ca_file = ca_file;
+      for (const bool streamed : {false, true}) {
+        llmretry::curl::Options& options = curl_options_[static_cast<std::size_t>(format)][streamed];
+        options.provider = format == Format::anthropic ? llmretry::Provider::anthropic : llmretry::Provider::openai;
+        options.timeout = attempt_timeout;
+        options.connect_timeout = std::chrono::milliseconds{5000};
+        options.accept_encoding = "identity";  // small JSON answers: compressing them costs more than it saves
+        options.read_error = [](std::string_view body) { return llmretry::json::error_fields(body); };
+        // Thousands of streams at once, each a few small events at a time: 15 KiB less each; a whole answer
+        // (embeddings can be megabytes) is read 4 KiB at a time.
+        options.receive_buffer = streamed ? std::size_t{1} << 10 : std::size_t{4} << 10;
+        options.upload_buffer = std::size_t{16} << 10;  // over TLS each request has one: 48 KiB less each
+        options.ca_file = ca_file;
+      }
     }
   }
 
@@ -167,7 +171,8 @@ class Forwarder {
         return;
       }
       const bool streamed = static_cast<bool>(call->events);
-      client.async_perform(*request, curl_options_[static_cast<std::size_t>(call->chain.upstream_of(route).format)], {},
+      client.async_perform(*request,
+                           curl_options_[static_cast<std::size_t>(call->chain.upstream_of(route).format)][streamed], {},
                            streamed ? &call->events : nullptr, streamed ? &call->stream : nullptr, attempt.time_left,
                            std::move(handler));
     };
@@ -351,11 +356,15 @@ class Forwarder {
                                  : llmretry::to_string(gave_up->last.reason);
     observer_.request_finished(at, stop);
     const std::optional<llmretry::StopReason> reason = gave_up ? std::optional(gave_up->last.reason) : std::nullopt;
-    // A transport error that another attempt cannot fix (a TLS certificate refused, a bad URL) is named: the
-    // kind alone ("unknown") would leave the operator guessing.
-    const std::string why = failure.status == 0 && failure.kind == llmretry::FailureKind::unknown && gave_up
-                                ? std::string(": ") + error.what()
-                                : std::string();
+    // A transport error that another attempt cannot fix (a TLS certificate refused, a bad URL) is named by
+    // libcurl's word for it: the kind alone ("unknown") would leave the operator guessing. Its details (files
+    // and hosts of the relay's side) are not passed on.
+    std::string why;
+    if (failure.status == 0 && failure.kind == llmretry::FailureKind::unknown && gave_up &&
+        llmretry::curl::response_of(error) != nullptr) {
+      const std::string_view text = error.what();
+      why = ": " + std::string(text.substr(0, std::min(text.find(": "), std::size_t{120})));
+    }
     Answer answer = give_up_answer(reason, failure, stop, why, llmretry::curl::response_of(error), at, in.format);
     if (retried_here(answer.status) && reason != llmretry::StopReason::no_capacity)
       answer.headers.emplace_back("x-should-retry", "false");  // retried here already
@@ -465,7 +474,7 @@ class Forwarder {
 
   llmretry::metrics::Observer& observer_;
   llmretry::RetryPolicy policy_ = llmretry::RetryPolicy::interactive();
-  llmretry::curl::Options curl_options_[2];  ///< by Format
+  llmretry::curl::Options curl_options_[2][2];  ///< by Format, then streamed
   boost::asio::thread_pool* guard_pool_;
 };
 

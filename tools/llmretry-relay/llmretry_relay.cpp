@@ -21,6 +21,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -84,8 +86,25 @@ struct Options {
   std::size_t max_body_memory_mb = relay::FrontLimits{}.max_body_memory >> 20;
   std::size_t max_stored_mb = 256;
   std::string upstream_ca;
-  std::size_t upstream_connections = 0;
+  std::optional<std::size_t> upstream_connections;
 };
+
+/// Throws UsageError unless `path` (--upstream-ca) is a regular file the relay can read, of at most 16 MiB,
+/// holding a PEM certificate: a bad one would otherwise fail every https request.
+void check_authorities(const std::string& path) {
+  constexpr std::size_t most = std::size_t{16} << 20;
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error))
+    throw UsageError("--upstream-ca " + path + ": not a regular file");
+  std::ifstream file(path, std::ios::binary);
+  std::string text(most + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (file.bad() || (!file && !file.eof())) throw UsageError("--upstream-ca " + path + ": cannot be read");
+  text.resize(static_cast<std::size_t>(file.gcount()));
+  if (text.size() > most) throw UsageError("--upstream-ca " + path + ": larger than 16 MiB");
+  if (text.find("-----BEGIN CERTIFICATE-----") == std::string::npos)
+    throw UsageError("--upstream-ca " + path + ": holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+}
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
 Options parse(int argc, char** argv) {
@@ -119,12 +138,14 @@ Options parse(int argc, char** argv) {
                  "JSON config: the model table (per model its upstream, key variable, limits, fallback, under_pressure "
                  "rules) and the clients (per client its key variable, class, weight)");
   app.add_option("--upstream-ca", options.upstream_ca,
-                 "a PEM file of the certificate authorities that vouch for https upstreams (default: the system's)")
+                 "a PEM file of the certificate authorities that vouch for https upstreams, in place of the "
+                 "system's for every upstream (default: the system's)")
       ->check(CLI::ExistingFile);
   app.add_option("--upstream-connections", options.upstream_connections,
-                 "connections open to one upstream host at once, at most (default 0: no limit); requests beyond "
-                 "wait for one, or share one over HTTP/2 (an https upstream that offers it), 100 streams each")
-      ->check(CLI::Range(std::size_t{0}, std::size_t{100'000}));
+                 "connections the relay opens to each upstream host at once, at most, shared out between its "
+                 "event-loop threads (default: no limit); requests beyond wait for one, or share one over HTTP/2 "
+                 "(an https upstream that offers it), 100 streams each")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
   app.add_option("--threads", options.threads, "event-loop threads (default: one per core)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   app.add_option("--max-connections", options.max_connections,
@@ -158,6 +179,11 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{30}, std::int64_t{86'400'000}))
       ->group("");  // hidden: the default suits every deployment
   llmretry_tools::parse_command_line(app, argc, argv);
+  if (options.upstream_connections && *options.upstream_connections < options.threads)
+    throw UsageError("--upstream-connections " + std::to_string(*options.upstream_connections) +
+                     ": fewer than the event-loop threads (" + std::to_string(options.threads) +
+                     "), each of which holds connections of its own: give at least as many, or fewer --threads");
+  if (!options.upstream_ca.empty()) check_authorities(options.upstream_ca);
   options.pace.max_wait = std::chrono::milliseconds{max_wait_ms};
   options.idempotency_lease = std::chrono::milliseconds{lease_ms};
   return options;
@@ -322,11 +348,7 @@ int run(const Options& options) {
   relay::Front front(server, limits, options.threads);
   serving = &front;
   answering = &server;
-  // Each event loop has a client of its own: the limit is shared out between them, rounded up.
-  llmretry::curl::ClientOptions upstream_clients;
-  upstream_clients.max_host_connections =
-      static_cast<long>((options.upstream_connections + options.threads - 1) / options.threads);
-  server.attach(front, upstream_clients);
+  server.attach(front, options.upstream_connections);
   unsigned short bound = 0;
   try {
     boost::asio::io_context resolving;

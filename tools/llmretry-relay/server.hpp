@@ -101,10 +101,17 @@ class Server final : public Service {
     if (store_pool_) store_pool_->join();
   }
 
-  /// Gives each worker of `front` its upstream client, holding its connections as `upstream` says. Before the
-  /// front runs.
-  void attach(Front& front, const llmretry::curl::ClientOptions& upstream = {}) {
+  /// Gives each worker of `front` its upstream client. `upstream_connections`: the most connections open to
+  /// each upstream host for the whole relay, shared out between the workers (unset: no limit). Requires at
+  /// least one a worker. Before the front runs.
+  void attach(Front& front, std::optional<std::size_t> upstream_connections = std::nullopt) {
+    const std::size_t workers = front.workers().size();
+    std::size_t index = 0;
     for (auto& worker : front.workers()) {
+      llmretry::curl::ClientOptions upstream;
+      if (upstream_connections)
+        upstream.max_host_connections = *upstream_connections / workers + (index < *upstream_connections % workers);
+      ++index;
       auto client = std::make_shared<llmretry::curl::AsyncClient>(worker->context().get_executor(), upstream);
       upstream_clients_.push_back(client.get());
       worker->local = std::move(client);

@@ -22,8 +22,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -66,19 +68,21 @@ struct Pending {
   CURL* easy = nullptr;
   HeaderList extra_headers;          ///< the attempt's own headers (the idempotency key, the attempt number)
   std::optional<Exchange> exchange;  ///< the transfer: emplaced once the easy handle is set up
-  bool cancelled = false;            ///< cancelled inside libcurl's callbacks: stopped once libcurl returns
+  std::optional<boost::asio::steady_timer> deadline;  ///< the attempt's timeout, when the client keeps it
+  bool cancelled = false;  ///< cancelled inside libcurl's callbacks: stopped once libcurl returns
 };
 
 }  // namespace detail
 
 /// How an AsyncClient holds its connections.
 struct ClientOptions {
-  /// The most connections open to one host at once (CURLMOPT_MAX_HOST_CONNECTIONS); 0: no limit. Requests
-  /// beyond it wait inside the client for a connection: over HTTP/1.1 for one to be free, over HTTP/2 (an
-  /// https server that offers it) for room among a connection's streams (libcurl's default: 100 each), so
-  /// that thousands of streams to one provider share a few connections instead of a socket and a TLS
-  /// handshake each. A request's timeout counts its wait.
-  long max_host_connections = 0;
+  /// The most connections open to one host at once (CURLMOPT_MAX_HOST_CONNECTIONS), at least 1; unset: no
+  /// limit. Requests beyond it wait inside the client for a connection: over HTTP/1.1 for one to be free,
+  /// over HTTP/2 (an https server that offers it) for room among a connection's streams (libcurl's default:
+  /// 100 each), so that thousands of streams to one provider share a few connections instead of a socket and
+  /// a TLS handshake each. A request's timeout counts its wait: one that gets no connection in time ends as a
+  /// timeout, not sent.
+  std::optional<std::size_t> max_host_connections;
 };
 
 /// Makes requests asynchronously on one executor: a libcurl multi handle whose sockets are Asio descriptors
@@ -93,9 +97,10 @@ struct ClientOptions {
 class AsyncClient {
  public:
   /// A client on `executor` holding its connections as `options` says. An https request waits for a
-  /// connection that may carry it beside others (HTTP/2) rather than open one more (CURLOPT_PIPEWAIT). Throws
-  /// std::invalid_argument for a negative max_host_connections, ProviderError when libcurl cannot make a
-  /// multi handle.
+  /// connection being opened that may carry it beside others (HTTP/2) rather than open one more
+  /// (CURLOPT_PIPEWAIT); past the streams that connection takes, only max_host_connections bounds how many
+  /// are opened. Throws std::invalid_argument for a max_host_connections of 0 or above what libcurl takes,
+  /// ProviderError when libcurl cannot make a multi handle.
   explicit AsyncClient(boost::asio::any_io_executor executor, const ClientOptions& options = {})
       : impl_(std::make_shared<Impl>(std::move(executor), options)) {}
 
@@ -156,8 +161,12 @@ class AsyncClient {
   struct Impl : std::enable_shared_from_this<Impl> {
     Impl(boost::asio::any_io_executor executor_in, const ClientOptions& options)
         : executor(std::move(executor_in)), timer(executor) {
-      if (options.max_host_connections < 0)
-        ::llmretry::detail::throw_invalid_argument("curl::ClientOptions::max_host_connections must not be negative");
+      if (options.max_host_connections &&
+          (*options.max_host_connections == 0 ||
+           *options.max_host_connections > static_cast<std::size_t>(std::numeric_limits<long>::max())))
+        ::llmretry::detail::throw_invalid_argument(
+            "curl::ClientOptions::max_host_connections must be at least 1 when set");
+      limited = options.max_host_connections.has_value();
       ::llmretry::curl::detail::global_init();
       multi.reset(curl_multi_init());
       if (!multi) throw ProviderError("curl_multi_init failed", Failure{});
@@ -165,7 +174,8 @@ class AsyncClient {
       curl_multi_setopt(multi.get(), CURLMOPT_SOCKETDATA, this);
       curl_multi_setopt(multi.get(), CURLMOPT_TIMERFUNCTION, &Impl::on_timer);
       curl_multi_setopt(multi.get(), CURLMOPT_TIMERDATA, this);
-      curl_multi_setopt(multi.get(), CURLMOPT_MAX_HOST_CONNECTIONS, options.max_host_connections);
+      if (limited)
+        curl_multi_setopt(multi.get(), CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(*options.max_host_connections));
     }
 
     Impl(const Impl&) = delete;
@@ -215,6 +225,13 @@ class AsyncClient {
         } else if (curl_multi_add_handle(multi.get(), raw->easy) != CURLM_OK) {
           throw ProviderError("curl_multi_add_handle failed", Failure{});
         }
+        if (limited) {  // libcurl checks no timeout while a request waits for a connection: the client does
+          raw->deadline.emplace(executor, timeout);
+          raw->deadline->async_wait([weak = this->weak_from_this(), raw](boost::system::error_code error) {
+            if (error) return;
+            if (auto self = weak.lock()) self->time_out(raw);
+          });
+        }
       } catch (...) {
         end(raw, std::current_exception());
       }
@@ -246,6 +263,29 @@ class AsyncClient {
         return;
       }
       end(pending, aborted());
+    }
+
+    /// Ends `pending`, if it is still in flight, as libcurl ends a request at its timeout.
+    void time_out(detail::Pending* pending) noexcept {
+      const auto found = in_flight.find(pending);
+      if (found != in_flight.end()) finish(found, CURLE_OPERATION_TIMEDOUT, true);
+    }
+
+    /// Completes the request of `found`, which ended with `code`; `by_client`: at a timeout the client kept.
+    void finish(std::unordered_map<detail::Pending*, std::unique_ptr<detail::Pending>>::iterator found, CURLcode code,
+                bool by_client = false) noexcept {
+      std::unique_ptr<detail::Pending> owned = std::move(found->second);
+      in_flight.erase(found);
+      curl_multi_remove_handle(multi.get(), owned->easy);
+      std::exception_ptr error;
+      Response response;
+      try {
+        response = by_client ? owned->exchange->time_out() : owned->exchange->conclude(code);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      give_back(*owned);
+      owned->complete(std::move(error), std::move(response));
     }
 
     /// Returns the exception of a cancelled request.
@@ -322,19 +362,7 @@ class AsyncClient {
         curl_easy_getinfo(message->easy_handle, CURLINFO_PRIVATE, &data);
         const CURLcode code = message->data.result;  // NOLINT(*-union-access): libcurl's CURLMsg
         const auto found = in_flight.find(static_cast<detail::Pending*>(data));
-        if (found == in_flight.end()) continue;
-        std::unique_ptr<detail::Pending> owned = std::move(found->second);
-        in_flight.erase(found);
-        curl_multi_remove_handle(multi.get(), owned->easy);
-        std::exception_ptr error;
-        Response response;
-        try {
-          response = owned->exchange->conclude(code);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        give_back(*owned);
-        owned->complete(std::move(error), std::move(response));
+        if (found != in_flight.end()) finish(found, code);
       }
     }
 
@@ -436,6 +464,7 @@ class AsyncClient {
     long opened = 0;
     bool acting = false;           ///< inside curl_multi_socket_action: libcurl refuses to add or remove a handle
     bool cancels_waiting = false;  ///< a request in flight was marked cancelled while `acting`
+    bool limited = false;          ///< ClientOptions::max_host_connections is set: the client keeps each timeout
     bool closing = false;          ///< the client was destroyed while `acting`
   };
 

@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -106,8 +107,9 @@ struct Options {
   /// (CURLOPT_UPLOAD_BUFFERSIZE), 16 KiB to 2 MiB: over HTTP/2 every request with a body has one, so a program
   /// with thousands of streams at once saves memory with a small one.
   std::size_t upload_buffer = std::size_t{64} << 10;
-  /// The certificate authorities that vouch for an https server, a PEM file (CURLOPT_CAINFO), for a server
-  /// whose certificate a private authority signed; empty: libcurl's own bundle (the system's).
+  /// The certificate authorities that vouch for an https server, a PEM file (CURLOPT_CAINFO), in place of
+  /// libcurl's own bundle (the system's), for a server whose certificate a private authority signed; empty:
+  /// libcurl's own bundle.
   std::string ca_file;
 };
 
@@ -435,11 +437,9 @@ inline std::string server_word(const ErrorFields& fields, const std::vector<std:
   throw_provider_error(text, failure, WithResponse(std::move(transfer.response)));
 }
 
-/// Returns the attempt's total timeout: options.timeout, shortened to `time_left` when set.
-/// Throws std::invalid_argument when a timeout or `time_left` is not positive (libcurl would read 0 as
-/// "no limit"), or options.receive_buffer or options.upload_buffer is out of its range.
-inline std::chrono::milliseconds attempt_timeout(const Options& options,
-                                                 std::optional<std::chrono::milliseconds> time_left) {
+/// Throws std::invalid_argument when a timeout of `options` is not positive (libcurl would read 0 as "no
+/// limit"), or its receive_buffer or upload_buffer is out of its range.
+inline void validate(const Options& options) {
   using std::chrono::milliseconds;
   if (options.connect_timeout <= milliseconds::zero())
     llmretry::detail::throw_invalid_argument("curl::Options::connect_timeout must be positive");
@@ -451,6 +451,14 @@ inline std::chrono::milliseconds attempt_timeout(const Options& options,
     llmretry::detail::throw_invalid_argument("curl::Options::receive_buffer must be within 1 KiB to 10 MiB");
   if (options.upload_buffer < (std::size_t{16} << 10) || options.upload_buffer > (std::size_t{2} << 20))
     llmretry::detail::throw_invalid_argument("curl::Options::upload_buffer must be within 16 KiB to 2 MiB");
+}
+
+/// Returns the attempt's total timeout: options.timeout, shortened to `time_left` when set.
+/// Throws std::invalid_argument when `options` are not valid (validate) or `time_left` is not positive.
+inline std::chrono::milliseconds attempt_timeout(const Options& options,
+                                                 std::optional<std::chrono::milliseconds> time_left) {
+  using std::chrono::milliseconds;
+  validate(options);
   if (!time_left) return options.timeout;
   if (*time_left <= milliseconds::zero())
     llmretry::detail::throw_invalid_argument("curl: Attempt::time_left must be positive when set");
@@ -554,6 +562,16 @@ class Exchange {
   Exchange(Exchange&&) = delete;
   Exchange& operator=(Exchange&&) = delete;
   ~Exchange() = default;
+
+  /// Ends the transfer at the attempt's timeout, kept by its caller (libcurl checks none while a request waits
+  /// for a connection): returns or throws as conclude(CURLE_OPERATION_TIMEDOUT), not sent when no byte of
+  /// the request went out.
+  Response time_out() {
+    if (error_text_[0] == '\0')
+      std::snprintf(error_text_.data(), error_text_.size(), "%s",
+                    "the attempt's timeout passed before the request was done (it may have waited for a connection)");
+    return conclude(CURLE_OPERATION_TIMEDOUT);
+  }
 
   /// Returns the 2xx response of the transfer that ended with `code`; call it once. Throws as
   /// curl::perform does (see there): the failure classified for options.provider, carrying the response.
