@@ -12,7 +12,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -567,9 +566,13 @@ class Exchange {
   /// for a connection): returns or throws as conclude(CURLE_OPERATION_TIMEDOUT), not sent when no byte of
   /// the request went out.
   Response time_out() {
-    if (error_text_[0] == '\0')
-      std::snprintf(error_text_.data(), error_text_.size(), "%s",
-                    "the attempt's timeout passed before the request was done (it may have waited for a connection)");
+    if (error_text_[0] == '\0') {
+      constexpr std::string_view why =
+          "the attempt's timeout passed before the request was done (it may have waited for a connection)";
+      const std::size_t length = std::min(why.size(), error_text_.size() - 1);
+      std::copy_n(why.data(), length, error_text_.data());
+      error_text_[length] = '\0';
+    }
     return conclude(CURLE_OPERATION_TIMEDOUT);
   }
 
