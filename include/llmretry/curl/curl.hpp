@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -464,6 +465,23 @@ inline std::chrono::milliseconds attempt_timeout(const Options& options,
   return std::min(options.timeout, *time_left);
 }
 
+/// Returns true when libcurl's own bundle file of certificate authorities (CURLINFO_CAINFO) exists: then it
+/// needs no directory of them. Reads it once.
+inline bool has_ca_bundle(CURL* handle) noexcept {
+#if LIBCURL_VERSION_NUM >= 0x075400
+  static const bool has = [handle] {
+    char* path = nullptr;
+    std::error_code error;
+    return curl_easy_getinfo(handle, CURLINFO_CAINFO, &path) == CURLE_OK && path != nullptr &&
+           std::filesystem::is_regular_file(path, error);
+  }();
+  return has;
+#else
+  static_cast<void>(handle);
+  return false;
+#endif
+}
+
 /// Sets the method and the body of `request` on `handle`: GET and HEAD (CURLOPT_NOBODY) without a body;
 /// POST, PUT and PATCH with it, even empty; any other method with it when it is not empty.
 /// Throws std::invalid_argument for a GET or HEAD with a body.
@@ -541,7 +559,10 @@ class Exchange {
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
     curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
     curl_easy_setopt(handle, CURLOPT_ACCEPT_ENCODING, options.accept_encoding.c_str());
+    // libcurl keeps the authorities it read for later connections (a day) only when they come from one bundle
+    // file, not also from a directory: read at every new connection, a large bundle stalls the thread each time.
     if (!options.ca_file.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, options.ca_file.c_str());
+    if (!options.ca_file.empty() || has_ca_bundle(handle)) curl_easy_setopt(handle, CURLOPT_CAPATH, nullptr);
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list_.get());
     curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error_text_.data());
     curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &on_header);
