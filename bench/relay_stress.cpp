@@ -4,9 +4,9 @@
 // bench/stream_server.hpp) without limits, each answer after a latency (the relay's overhead and
 // throughput); the loopback provider (in this process) with per-minute limits hit by a burst (the 429s the
 // clients see, directly and through a relay started with the same limits); then the event-loop provider
-// answering at once (the relay's throughput and its own cost per request), and streaming (thousands of long streams at
-// once: how many end whole, the relay's peak memory and threads), over HTTP/2 and TLS as providers serve them
-// (bench/h2_stream_server.hpp) or over HTTP/1.1. Prints each run's figures and the targets met or missed;
+// answering at once (the relay's throughput and its own cost per request), and streaming (thousands of long
+// streams at once: how many end whole, the relay's peak memory and threads), over HTTP/2 and TLS as providers
+// serve them (bench/h2_stream_server.hpp) or over HTTP/1.1. Prints each run's figures and the targets met or missed;
 // exits non-zero only when something broke (the relay did not start, requests failed otherwise than with a
 // 429), never for a target.
 #include <llmretry/curl/async.hpp>
@@ -451,16 +451,16 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   const bench::TemporaryDirectory directory("llmretry-bench-relay");
   const std::string certificate = http2 ? (directory.path() / "certificate.pem").string() : std::string();
   // At least one for each of the relay's event loops (one per core), each holding connections of its own.
-  const std::size_t connections =
-      http2 ? std::max<std::size_t>(static_cast<std::size_t>(settings.streams + 99) / 100 * 6 / 5 + 2,
-                                    std::thread::hardware_concurrency())
-            : 0;
+  std::optional<std::size_t> connections;
+  if (http2)
+    connections = std::max<std::size_t>(static_cast<std::size_t>(settings.streams + 99) / 100 * 6 / 5 + 2,
+                                        std::thread::hardware_concurrency());
   const auto upstream = start_upstream(settings, std::chrono::milliseconds::zero(), certificate);
   const std::string above = std::to_string(settings.streams + 100);
   std::vector<std::string> relay_arguments{"--max-connections", above, "--max-requests", above};
   if (http2)
     relay_arguments.insert(relay_arguments.end(),
-                           {"--upstream-ca", certificate, "--upstream-connections", std::to_string(connections)});
+                           {"--upstream-ca", certificate, "--upstream-connections", std::to_string(*connections)});
   const auto relay = start_relay(settings, upstream->base_url(), relay_arguments);
   // As many streams as every process has files for: one socket each here and in the provider, and in the relay
   // its client's, and over HTTP/1.1 its upstream's too.
@@ -469,8 +469,9 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   const auto fit = [&](pid_t pid, int sockets) {
     const int open = open_files(pid);
     if (files.files > 0 && open >= 0)
-      count = std::min(count, static_cast<int>(std::max(
-                                  0LL, (files.files - open - spare - static_cast<long long>(connections)) / sockets)));
+      count = std::min(
+          count, static_cast<int>(std::max(
+                     0LL, (files.files - open - spare - static_cast<long long>(connections.value_or(0))) / sockets)));
   };
   fit(::getpid(), 1);
   fit(upstream->pid(), 1);
@@ -483,8 +484,7 @@ Streams run_streams(const Settings& settings, const FileLimit& files) {
   if (count < 1) throw std::runtime_error("no stream fits in the limit of open files");
   print_heading();
   outcome.direct = stream_at_once(
-      upstream->base_url(), count, timeout, [] {}, certificate,
-      http2 ? std::optional<std::size_t>(connections) : std::nullopt);
+      upstream->base_url(), count, timeout, [] {}, certificate, connections);
   print_row("direct", outcome.direct);
   if (!relay) {
     print_no_relay();
@@ -568,7 +568,8 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", settings.timeout_ms, "milliseconds before a request is given up (default 30000)")
       ->check(CLI::Range(1, 600'000));
   app.add_option("--streams-upstream", settings.streams_upstream,
-                 "how the streams scenario's provider serves: http2 (over TLS, as providers do; default) or http1")
+                 "how the streams scenario's provider serves: http2 (over TLS, as providers do; the default when "
+                 "built with OpenSSL 3 and nghttp2) or http1")
       ->check(CLI::IsMember({"http1", "http2"}));
   app.add_flag("--serve-upstream", settings.serve_upstream)->group("");  // the child of scenarios 1, 3 and 4
   app.add_option("--certificate", settings.certificate)->group("");      // that child over HTTP/2: its certificate

@@ -92,16 +92,17 @@ struct Options {
 /// Throws UsageError unless `path` (--upstream-ca) is a regular file the relay can read, of at most 16 MiB,
 /// holding a PEM certificate: a bad one would otherwise fail every https request.
 void check_authorities(const std::string& path) {
-  constexpr std::size_t most = std::size_t{16} << 20;
+  constexpr std::uintmax_t most = std::uintmax_t{16} << 20;
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error))
     throw UsageError("--upstream-ca " + path + ": not a regular file");
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (error) throw UsageError("--upstream-ca " + path + ": cannot be read");
+  if (size > most) throw UsageError("--upstream-ca " + path + ": larger than 16 MiB");
   std::ifstream file(path, std::ios::binary);
-  std::string text(most + 1, '\0');
-  file.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (file.bad() || (!file && !file.eof())) throw UsageError("--upstream-ca " + path + ": cannot be read");
-  text.resize(static_cast<std::size_t>(file.gcount()));
-  if (text.size() > most) throw UsageError("--upstream-ca " + path + ": larger than 16 MiB");
+  std::string text(static_cast<std::size_t>(size), '\0');
+  if (!file.read(text.data(), static_cast<std::streamsize>(text.size())))
+    throw UsageError("--upstream-ca " + path + ": cannot be read");
   if (text.find("-----BEGIN CERTIFICATE-----") == std::string::npos)
     throw UsageError("--upstream-ca " + path + ": holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
 }
