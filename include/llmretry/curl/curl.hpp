@@ -105,7 +105,9 @@ struct Options {
   std::size_t receive_buffer = std::size_t{16} << 10;
   /// libcurl's upload buffer of each request in flight that has a body to send through it
   /// (CURLOPT_UPLOAD_BUFFERSIZE), 16 KiB to 2 MiB: over HTTP/2 every request with a body has one, so a program
-  /// with thousands of streams at once saves memory with a small one.
+  /// with thousands of requests at once saves memory with a small one. With libcurl 7.88 to 8.6, which keep it
+  /// until the transfer ends, it is freed once the whole body is sent and the response's headers have come
+  /// (a stream holds none while it lasts); libcurl 8.7 and later lend one buffer to every transfer.
   std::size_t upload_buffer = std::size_t{64} << 10;
   /// The certificate authorities that vouch for an https server, a PEM file (CURLOPT_CAINFO), in place of
   /// libcurl's own bundle (the system's), for a server whose certificate a private authority signed; empty:
@@ -213,6 +215,7 @@ struct Transfer {
 
   CURL* handle;
   const Options* options;
+  std::size_t body_size = 0;                                       ///< the request body's bytes
   const std::function<void(const SseEvent&)>* on_event = nullptr;  ///< set for a streamed call
   StreamGuard* guard = nullptr;                                    ///< set for a streamed call
   Response response;
@@ -260,6 +263,21 @@ struct Transfer {
   }
 };
 
+/// Frees the upload buffer of `transfer` once its whole body is sent: libcurl 7.88 to 8.6 keep it until the
+/// transfer ends (a stream's whole length), and setting CURLOPT_UPLOAD_BUFFERSIZE frees it (libcurl makes
+/// another if it needs one). A body byte goes out only after the request line and headers, and a buffer
+/// whose bytes have all gone out is referred to no more; without a body nothing is freed, since the
+/// headers may still be waiting there (HTTP/1.1 over TLS). Other versions: nothing to do.
+inline void release_upload_buffer([[maybe_unused]] const Transfer& transfer) noexcept {
+#if LIBCURL_VERSION_NUM >= 0x075800 && LIBCURL_VERSION_NUM < 0x080700
+  curl_off_t sent = 0;
+  if (transfer.body_size == 0 || curl_easy_getinfo(transfer.handle, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK ||
+      sent < 0 || static_cast<std::size_t>(sent) < transfer.body_size)
+    return;
+  curl_easy_setopt(transfer.handle, CURLOPT_UPLOAD_BUFFERSIZE, static_cast<long>(transfer.options->upload_buffer));
+#endif
+}
+
 inline std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
   auto& transfer = *static_cast<Transfer*>(user);
   transfer.last_byte = real_now();
@@ -277,6 +295,7 @@ inline std::size_t on_header(char* data, std::size_t size, std::size_t count, vo
     } else if (line.empty()) {
       const long code = transfer.status();
       transfer.headers_done = code < 100 || code > 199;
+      if (transfer.headers_done) release_upload_buffer(transfer);
     } else if (const auto colon = line.find(':'); colon != std::string_view::npos && colon > 0) {
       transfer.response.headers.emplace_back(std::string(llmretry::detail::trim_ows(line.substr(0, colon))),
                                              std::string(llmretry::detail::trim_ows(line.substr(colon + 1))));
@@ -538,6 +557,7 @@ class Exchange {
   Exchange(CURL* handle, const Request& request, const Options& options, const HeaderList& extra_headers,
            const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard, std::chrono::milliseconds timeout)
       : transfer_(handle, options), request_(&request), reset_(handle) {
+    transfer_.body_size = request.body.size();
     if (on_event != nullptr && guard != nullptr) {
       transfer_.on_event = on_event;
       transfer_.guard = guard;
