@@ -1,5 +1,6 @@
 // libcurl's memory, counted through curl_global_init_mem (installed before anything else starts libcurl):
-// a streamed request holds no upload buffer once its body is sent and its answer's headers have come.
+// a streamed request holds no upload buffer once its body is sent and its answer's headers have come, unless
+// the body goes chunked.
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/loopback/provider.hpp>
 
@@ -72,6 +73,30 @@ void* counted_calloc(std::size_t count, std::size_t size) {
 const bool counting = curl_global_init_mem(CURL_GLOBAL_DEFAULT, &counted_malloc, &counted_free, &counted_realloc,
                                            &counted_strdup, &counted_calloc) == CURLE_OK;
 
+/// Makes the streamed request `request` `rounds` times, each with a Call of its own, and returns how many
+/// upload buffers libcurl held at each event.
+std::vector<int> held_during_events(const llmretry::curl::Request& request, int rounds) {
+  llmretry::curl::Options options = llmretry_test::options_for(llmretry::Provider::openai);
+  options.upload_buffer = upload_buffer;
+  options.receive_buffer = std::size_t{1} << 10;
+  std::vector<int> held;
+  for (int round = 0; round < rounds; ++round) {
+    llmretry::curl::Call call(request, options);
+    call.on_event([&](const llmretry::SseEvent&) { held.push_back(live_upload_buffers.load()); });
+    CHECK(call(llmretry::Attempt{}).status == 200);
+  }
+  return held;
+}
+
+/// Returns a streamed chat request to `server` whose body is too large to go out with the request's headers
+/// over HTTP/1.1: it goes through the upload buffer.
+llmretry::curl::Request large_request(const llmretry::testing::LoopbackProvider& server) {
+  llmretry::curl::Request request = llmretry_test::chat_request(server);
+  request.body = R"({"model":"chat-small","messages":[{"role":"user","content":")" + std::string(100'000, 'x') +
+                 R"("}],"stream":true})";
+  return request;
+}
+
 }  // namespace
 
 TEST_CASE("A streamed request holds no upload buffer once its body is sent and its headers came", "[curl][memory]") {
@@ -79,25 +104,29 @@ TEST_CASE("A streamed request holds no upload buffer once its body is sent and i
   llmretry::testing::LoopbackProvider server;
   server.then(llmretry::testing::LoopbackProvider::stream({"Hel", "lo"}));
   server.then(llmretry::testing::LoopbackProvider::stream({"again"}));
-  llmretry::curl::Request request = llmretry_test::chat_request(server);
-  // Over HTTP/1.1 a body this large goes out through the upload buffer, not with the request's headers.
-  request.body = R"({"model":"chat-small","messages":[{"role":"user","content":")" + std::string(100'000, 'x') +
-                 R"("}],"stream":true})";
-  llmretry::curl::Options options = llmretry_test::options_for(llmretry::Provider::openai);
-  options.upload_buffer = upload_buffer;
-  options.receive_buffer = std::size_t{1} << 10;
-
-  for (int round = 0; round < 2; ++round) {  // the second after the first one's buffer was freed
-    llmretry::curl::Call call(request, options);
-    std::vector<int> held_during_events;
-    call.on_event([&](const llmretry::SseEvent&) { held_during_events.push_back(live_upload_buffers.load()); });
-    CHECK(call(llmretry::Attempt{}).status == 200);
-    REQUIRE_FALSE(held_during_events.empty());
+  const llmretry::curl::Request request = large_request(server);
+  const std::vector<int> held = held_during_events(request, 2);  // the second after the first one's was freed
+  REQUIRE(held.size() == 5);
 #if LIBCURL_VERSION_NUM >= 0x075800 && LIBCURL_VERSION_NUM < 0x080700
-    for (const int held : held_during_events) CHECK(held == 0);
+  for (const int buffers : held) CHECK(buffers == 0);
 #endif
-  }
   REQUIRE(server.request_count() == 2);
   CHECK(server.requests()[0].body == request.body);
   CHECK(server.requests()[1].body == request.body);
+}
+
+TEST_CASE("A body sent chunked keeps its upload buffer to the end: libcurl counts the framing as sent",
+          "[curl][memory]") {
+  REQUIRE(counting);
+  llmretry::testing::LoopbackProvider server;
+  server.then(llmretry::testing::LoopbackProvider::stream({"Hel", "lo"}));
+  llmretry::curl::Request request = large_request(server);
+  request.headers.emplace_back("transfer-encoding", "chunked");
+  const std::vector<int> held = held_during_events(request, 1);
+  REQUIRE(held.size() == 3);
+#if LIBCURL_VERSION_NUM >= 0x075800 && LIBCURL_VERSION_NUM < 0x080700
+  for (const int buffers : held) CHECK(buffers == 1);
+#endif
+  REQUIRE(server.request_count() == 1);
+  CHECK(server.requests()[0].body == request.body);
 }

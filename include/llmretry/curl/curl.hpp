@@ -215,7 +215,9 @@ struct Transfer {
 
   CURL* handle;
   const Options* options;
-  std::size_t body_size = 0;                                       ///< the request body's bytes
+  /// The request body's bytes, all sent once libcurl counts that many uploaded; 0 when that says nothing (no
+  /// body, or a body sent chunked, whose framing libcurl counts too)
+  std::size_t upload_size = 0;
   const std::function<void(const SseEvent&)>* on_event = nullptr;  ///< set for a streamed call
   StreamGuard* guard = nullptr;                                    ///< set for a streamed call
   Response response;
@@ -266,13 +268,14 @@ struct Transfer {
 /// Frees the upload buffer of `transfer` once its whole body is sent: libcurl 7.88 to 8.6 keep it until the
 /// transfer ends (a stream's whole length), and setting CURLOPT_UPLOAD_BUFFERSIZE frees it (libcurl makes
 /// another if it needs one). A body byte goes out only after the request line and headers, and a buffer
-/// whose bytes have all gone out is referred to no more; without a body nothing is freed, since the
-/// headers may still be waiting there (HTTP/1.1 over TLS). Other versions: nothing to do.
+/// whose bytes have all gone out is referred to no more; without Transfer::upload_size nothing is freed,
+/// since what is left to send may still be waiting there (the headers over HTTP/1.1 and TLS, a chunk's
+/// framing). Other versions: nothing to do.
 inline void release_upload_buffer([[maybe_unused]] const Transfer& transfer) noexcept {
 #if LIBCURL_VERSION_NUM >= 0x075800 && LIBCURL_VERSION_NUM < 0x080700
   curl_off_t sent = 0;
-  if (transfer.body_size == 0 || curl_easy_getinfo(transfer.handle, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK ||
-      sent < 0 || static_cast<std::size_t>(sent) < transfer.body_size)
+  if (transfer.upload_size == 0 || curl_easy_getinfo(transfer.handle, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK ||
+      sent < 0 || static_cast<std::size_t>(sent) < transfer.upload_size)
     return;
   curl_easy_setopt(transfer.handle, CURLOPT_UPLOAD_BUFFERSIZE, static_cast<long>(transfer.options->upload_buffer));
 #endif
@@ -557,7 +560,6 @@ class Exchange {
   Exchange(CURL* handle, const Request& request, const Options& options, const HeaderList& extra_headers,
            const std::function<void(const SseEvent&)>* on_event, StreamGuard* guard, std::chrono::milliseconds timeout)
       : transfer_(handle, options), request_(&request), reset_(handle) {
-    transfer_.body_size = request.body.size();
     if (on_event != nullptr && guard != nullptr) {
       transfer_.on_event = on_event;
       transfer_.guard = guard;
@@ -571,6 +573,12 @@ class Exchange {
     for (const auto& [name, value] : request.headers) add(std::string(name).append(": ").append(value));
     for (const auto& [name, value] : extra_headers) add(std::string(name).append(": ").append(value));
     add("Expect:");  // no 100-continue round trip before the body
+    const auto chunked = [](const HeaderList& headers) {
+      return std::any_of(headers.begin(), headers.end(), [](const auto& header) {
+        return llmretry::detail::iequals(header.first, "Transfer-Encoding");
+      });
+    };
+    if (!chunked(request.headers) && !chunked(extra_headers)) transfer_.upload_size = request.body.size();
 
     curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
