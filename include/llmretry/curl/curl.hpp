@@ -106,8 +106,9 @@ struct Options {
   /// libcurl's upload buffer of each request in flight that has a body to send through it
   /// (CURLOPT_UPLOAD_BUFFERSIZE), 16 KiB to 2 MiB: over HTTP/2 every request with a body has one, so a program
   /// with thousands of requests at once saves memory with a small one. With libcurl 7.88 to 8.6, which keep it
-  /// until the transfer ends, it is freed once the whole body is sent and the response's headers have come
-  /// (a stream holds none while it lasts); libcurl 8.7 and later lend one buffer to every transfer.
+  /// until the transfer ends, a request whose body is not sent chunked gives it back once the whole body is
+  /// sent and the response's headers have come (a stream holds none while its events arrive); libcurl 8.7
+  /// and later send every request through a buffer of this size that the transfer keeps.
   std::size_t upload_buffer = std::size_t{64} << 10;
   /// The certificate authorities that vouch for an https server, a PEM file (CURLOPT_CAINFO), in place of
   /// libcurl's own bundle (the system's), for a server whose certificate a private authority signed; empty:
@@ -265,20 +266,30 @@ struct Transfer {
   }
 };
 
-/// Frees the upload buffer of `transfer` once its whole body is sent: libcurl 7.88 to 8.6 keep it until the
-/// transfer ends (a stream's whole length), and setting CURLOPT_UPLOAD_BUFFERSIZE frees it (libcurl makes
-/// another if it needs one). A body byte goes out only after the request line and headers, and a buffer
-/// whose bytes have all gone out is referred to no more; without Transfer::upload_size nothing is freed,
-/// since what is left to send may still be waiting there (the headers over HTTP/1.1 and TLS, a chunk's
-/// framing). Other versions: nothing to do.
-inline void release_upload_buffer([[maybe_unused]] const Transfer& transfer) noexcept {
-#if LIBCURL_VERSION_NUM >= 0x075800 && LIBCURL_VERSION_NUM < 0x080700
+/// Returns true when the libcurl running keeps a transfer's upload buffer until the transfer ends and frees it
+/// when CURLOPT_UPLOAD_BUFFERSIZE is set (7.88 to 8.6): release_upload_buffer does something.
+inline bool frees_upload_buffer() noexcept {
+  static const bool frees = [] {
+    const unsigned version = curl_version_info(CURLVERSION_NOW)->version_num;
+    return version >= 0x075800 && version < 0x080700;
+  }();
+  return frees;
+}
+
+/// Frees the upload buffer of `transfer` once its whole body is sent, where frees_upload_buffer(); libcurl makes
+/// another if the handle needs one. libcurl's manual asks not to set CURLOPT_UPLOAD_BUFFERSIZE during a
+/// transfer; in these versions setting it only stores the size and frees the buffer, and a buffer whose bytes
+/// have all gone out is referred to no more. A body byte goes out only after the request line and headers:
+/// once libcurl counts Transfer::upload_size bytes uploaded, nothing is left to send. Without an upload_size
+/// nothing is freed, since what is left may still be waiting there (the headers over HTTP/1.1 and TLS, a
+/// chunk's framing).
+inline void release_upload_buffer(const Transfer& transfer) noexcept {
   curl_off_t sent = 0;
-  if (transfer.upload_size == 0 || curl_easy_getinfo(transfer.handle, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK ||
-      sent < 0 || static_cast<std::size_t>(sent) < transfer.upload_size)
+  if (transfer.upload_size == 0 || !frees_upload_buffer() ||
+      curl_easy_getinfo(transfer.handle, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK || sent < 0 ||
+      static_cast<std::size_t>(sent) < transfer.upload_size)
     return;
   curl_easy_setopt(transfer.handle, CURLOPT_UPLOAD_BUFFERSIZE, static_cast<long>(transfer.options->upload_buffer));
-#endif
 }
 
 inline std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
