@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "../detail/config.hpp"
 #include "../detail/saturate.hpp"
 #include "../detail/spin_lock.hpp"
 #include "../http/rate_limits.hpp"
@@ -209,53 +210,20 @@ class RateLimiter {
   /// tenant past what it is owed yields as Precedence::tenant says.
   [[nodiscard]] Reservation reserve(const Cost& cost, time_point now,
                                     std::optional<std::chrono::milliseconds> max_wait = std::nullopt,
-                                    Precedence precedence = {}) noexcept {
+                                    const Precedence& precedence = {}) noexcept {
     Reservation reservation(cost);
     const std::int64_t now_ns = ns(now);
     const Charges charges = charges_of(cost);
+    const bool may_yield = !precedence.ahead || !precedence.tenant.empty();
     const Guard guard(lock_);
-    const std::size_t count = active_count_;
-    for (std::size_t k = 0; k < count; ++k) {
-      const std::size_t i = active_[k];
-      if (charges[i] <= cells_[i].configured()) continue;
-      reservation.limited_by_ = static_cast<Dimension>(i);
-      ++stats_.refused;
-      return reservation;  // too_large
-    }
-    TenantEntry* tenant = nullptr;
-    std::int64_t owed_weight = 0;  // thousandths, every tenant counted in the sharing
-    if (!precedence.tenant.empty()) {
-      tenant = &tenant_entry(precedence.tenant, detail::weight_in_thousandths(precedence.weight), now_ns, owed_weight);
-      std::int64_t burst_time = 0;
-      for (std::size_t k = 0; k < count; ++k)
-        if (charges[active_[k]] > 0) burst_time = std::max(burst_time, cells_[active_[k]].tolerance());
-      if (!precedence.promoted && tenant->owed_from > saturated_sum(now_ns, burst_time)) {  // past its share
-        precedence.ahead = false;
-        precedence.kept_free = std::max(precedence.kept_free, shares_.past_share_kept_free);
-      }
-    }
-    if (!precedence.ahead) {
-      std::int64_t free_from = std::max(now_ns, paused_until_);
-      for (std::size_t k = 0; k < count; ++k) {
-        const std::size_t i = active_[k];
-        Cell& cell = cells_[i];
-        if (cell.recover(now_ns)) limits_changed();
-        if (charges[i] == 0) continue;
-        if (const std::int64_t from = cell.free_from(charges[i], precedence.kept_free); from > free_from) {
-          free_from = from;
-          reservation.limited_by_ = static_cast<Dimension>(i);
-        }
-      }
-      if (free_from > now_ns) {
-        reservation.status_ = ReservationStatus::held_back;
-        reservation.start_ = time_point{std::chrono::nanoseconds{free_from}};
-        ++stats_.held_back;
-        return reservation;
-      }
-      reservation.limited_by_.reset();
+    if (too_large(reservation, charges)) return reservation;
+    Yield yield;
+    if (may_yield) {
+      yield = yield_to_others(reservation, charges, now_ns, precedence);
+      if (yield.held_back) return reservation;
     }
     std::int64_t latest_cell = now_ns;
-    for (std::size_t k = 0; k < count; ++k) {
+    for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
       if (cell.recover(now_ns)) limits_changed();
@@ -278,15 +246,9 @@ class RateLimiter {
       ++stats_.refused;
       return reservation;
     }
-    if (tenant != nullptr) {
-      std::int64_t cost_time = 0;  // the capacity taken on its tightest dimension
-      for (std::size_t k = 0; k < count; ++k) cost_time = std::max(cost_time, reservation.held_[active_[k]]);
-      const std::int64_t weight = detail::weight_in_thousandths(precedence.weight);
-      tenant->owed_from =
-          saturated_sum(std::max(tenant->owed_from, now_ns), detail::mul_div_up(cost_time, owed_weight, weight));
-      tenant->last = now_ns;
-      tenant->weight = weight;
-    }
+    if (yield.tenant != nullptr)
+      charge_tenant(*yield.tenant, reservation, detail::weight_in_thousandths(precedence.weight), yield.owed_weight,
+                    now_ns);
     reservation.status_ = ReservationStatus::granted;
     reservation.generation_ = generation_.load(std::memory_order_relaxed);
     reservation.paced_ = paced_;
@@ -318,18 +280,9 @@ class RateLimiter {
     reservation.open_ = false;
     if ((actual.input_tokens | actual.output_tokens) != 0)
       tokens_used_.fetch_add(charge_of(actual, Dimension::tokens_per_minute), std::memory_order_relaxed);
-    if (reservation.generation_ == generation_.load(std::memory_order_acquire) &&
-        (actual == reservation.cost_ || charges_as_reserved(reservation, actual)))
-      return;
-    const Charges charges = charges_of(actual);
-    const std::int64_t now_ns = ns(now);
-    const Guard guard(lock_);
-    for (std::size_t k = 0; k < active_count_; ++k) {
-      const std::size_t i = active_[k];
-      Cell& cell = cells_[i];
-      const std::int64_t delta = cell.time_of(charges[i]) - reservation.held_[i];
-      if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
-    }
+    if (reservation.generation_ != generation_.load(std::memory_order_acquire) ||
+        (actual != reservation.cost_ && !charges_as_reserved(reservation, actual)))
+      adjust(reservation, actual, ns(now));
   }
 
   /// Holds every reservation made from now on until `until` at least, and raises every dimension's level
@@ -621,6 +574,93 @@ class RateLimiter {
       }
     }
     return *found;
+  }
+
+  /// Charges `actual` at `now_ns` instead of what `reservation` holds, as settle() says.
+  LLMRETRY_NOINLINE void adjust(const Reservation& reservation, const Cost& actual, std::int64_t now_ns) noexcept {
+    const Charges charges = charges_of(actual);
+    const Guard guard(lock_);
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
+      Cell& cell = cells_[i];
+      const std::int64_t delta = cell.time_of(charges[i]) - reservation.held_[i];
+      if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
+    }
+  }
+
+  /// Returns true, with `reservation` too_large and limited by the first dimension whose configured limit
+  /// `charges` exceeds, when there is one. Requires the lock.
+  bool too_large(Reservation& reservation, const Charges& charges) noexcept {
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
+      if (charges[i] <= cells_[i].configured()) continue;
+      reservation.limited_by_ = static_cast<Dimension>(i);
+      ++stats_.refused;
+      return true;
+    }
+    return false;
+  }
+
+  /// How a reservation yielded to others: held back, or not, and its tenant's account.
+  struct Yield {
+    TenantEntry* tenant = nullptr;  ///< its tenant's account; null when it has no tenant
+    std::int64_t owed_weight = 0;   ///< the weights of every tenant counted in the sharing, thousandths
+    bool held_back = false;         ///< true: the reservation is held back and holds nothing
+  };
+
+  /// Yields `reservation` of `charges` at `now_ns` as `precedence` says (not ahead, or a tenant past what it
+  /// is owed). Returns its tenant's account and, held back (start() when to ask again), when some dimension
+  /// has not `charges` free now beyond the share of its burst kept free, or a pause holds every call.
+  /// Requires the lock.
+  LLMRETRY_NOINLINE Yield yield_to_others(Reservation& reservation, const Charges& charges, std::int64_t now_ns,
+                                          const Precedence& precedence) noexcept {
+    Yield yield;
+    bool ahead = precedence.ahead;
+    double kept_free = precedence.kept_free;
+    if (!precedence.tenant.empty()) {
+      yield.tenant =
+          &tenant_entry(precedence.tenant, detail::weight_in_thousandths(precedence.weight), now_ns, yield.owed_weight);
+      std::int64_t burst_time = 0;
+      for (std::size_t k = 0; k < active_count_; ++k)
+        if (charges[active_[k]] > 0) burst_time = std::max(burst_time, cells_[active_[k]].tolerance());
+      if (!precedence.promoted && yield.tenant->owed_from > saturated_sum(now_ns, burst_time)) {  // past its share
+        ahead = false;
+        kept_free = std::max(kept_free, shares_.past_share_kept_free);
+      }
+    }
+    if (ahead) return yield;
+    std::int64_t free_from = std::max(now_ns, paused_until_);
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
+      Cell& cell = cells_[i];
+      if (cell.recover(now_ns)) limits_changed();
+      if (charges[i] == 0) continue;
+      if (const std::int64_t from = cell.free_from(charges[i], kept_free); from > free_from) {
+        free_from = from;
+        reservation.limited_by_ = static_cast<Dimension>(i);
+      }
+    }
+    if (free_from <= now_ns) {
+      reservation.limited_by_.reset();
+      return yield;
+    }
+    reservation.status_ = ReservationStatus::held_back;
+    reservation.start_ = time_point{std::chrono::nanoseconds{free_from}};
+    ++stats_.held_back;
+    yield.held_back = true;
+    return yield;
+  }
+
+  /// Charges `tenant` (of `weight` thousandths, among tenants weighing `owed_weight`) for what granted
+  /// `reservation` took on its tightest dimension at `now_ns`. Requires the lock.
+  LLMRETRY_NOINLINE void charge_tenant(TenantEntry& tenant, const Reservation& reservation, std::int64_t weight,
+                                       std::int64_t owed_weight, std::int64_t now_ns) noexcept {
+    std::int64_t cost_time = 0;
+    for (std::size_t k = 0; k < active_count_; ++k) cost_time = std::max(cost_time, reservation.held_[active_[k]]);
+    tenant.owed_from =
+        saturated_sum(std::max(tenant.owed_from, now_ns), detail::mul_div_up(cost_time, owed_weight, weight));
+    tenant.last = now_ns;
+    tenant.weight = weight;
   }
 
   /// Paces dimension `i` with `limit` from now on (it is not paced yet).

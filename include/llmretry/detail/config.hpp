@@ -14,6 +14,15 @@
 #define LLMRETRY_HAS_EXCEPTIONS 0
 #endif
 
+// Keeps a function that a hot path seldom calls out of that path, so that the path stays short.
+#if defined(__GNUC__) || defined(__clang__)
+#define LLMRETRY_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define LLMRETRY_NOINLINE __declspec(noinline)
+#else
+#define LLMRETRY_NOINLINE
+#endif
+
 LLMRETRY_BEGIN_NAMESPACE
 namespace detail {
 
