@@ -576,7 +576,7 @@ class RateLimiter {
     return *found;
   }
 
-  /// Charges `actual` at `now_ns` instead of what `reservation` holds, as settle() says.
+  /// Charges `actual` at `now_ns` instead of what `reservation` holds, as settle() says. Takes the lock.
   LLMRETRY_NOINLINE void adjust(const Reservation& reservation, const Cost& actual, std::int64_t now_ns) noexcept {
     const Charges charges = charges_of(actual);
     const Guard guard(lock_);
@@ -588,8 +588,8 @@ class RateLimiter {
     }
   }
 
-  /// Returns true, with `reservation` too_large and limited by the first dimension whose configured limit
-  /// `charges` exceeds, when there is one. Requires the lock.
+  /// Returns true when `charges` exceed the configured limit of a paced dimension: `reservation` (still
+  /// too_large) is limited by the first such, and counted refused. Requires the lock.
   bool too_large(Reservation& reservation, const Charges& charges) noexcept {
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
@@ -608,10 +608,11 @@ class RateLimiter {
     bool held_back = false;         ///< true: the reservation is held back and holds nothing
   };
 
-  /// Yields `reservation` of `charges` at `now_ns` as `precedence` says (not ahead, or a tenant past what it
-  /// is owed). Returns its tenant's account and, held back (start() when to ask again), when some dimension
-  /// has not `charges` free now beyond the share of its burst kept free, or a pause holds every call.
-  /// Requires the lock.
+  /// Returns the account of `precedence.tenant` (null without one), and held_back true when `reservation`
+  /// may not reserve ahead (not ahead, or a tenant past its share) and some dimension has not `charges` free
+  /// at `now_ns` beyond the share of its burst kept free, or a pause holds every call: `reservation` is then
+  /// held_back, start() when to ask again, limited_by() the dimension, and counted. Recovers slowed-down
+  /// limits. Requires the lock.
   LLMRETRY_NOINLINE Yield yield_to_others(Reservation& reservation, const Charges& charges, std::int64_t now_ns,
                                           const Precedence& precedence) noexcept {
     Yield yield;
@@ -651,8 +652,8 @@ class RateLimiter {
     return yield;
   }
 
-  /// Charges `tenant` (of `weight` thousandths, among tenants weighing `owed_weight`) for what granted
-  /// `reservation` took on its tightest dimension at `now_ns`. Requires the lock.
+  /// Charges `tenant` (of `weight` thousandths, among tenants weighing `owed_weight`) for what `reservation`,
+  /// about to be granted, took on its tightest dimension at `now_ns`. Requires the lock.
   LLMRETRY_NOINLINE void charge_tenant(TenantEntry& tenant, const Reservation& reservation, std::int64_t weight,
                                        std::int64_t owed_weight, std::int64_t now_ns) noexcept {
     std::int64_t cost_time = 0;

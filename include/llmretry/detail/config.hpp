@@ -16,7 +16,7 @@
 
 // Keeps a function that a hot path seldom calls out of that path, so that the path stays short.
 #if defined(__GNUC__) || defined(__clang__)
-#define LLMRETRY_NOINLINE __attribute__((noinline))
+#define LLMRETRY_NOINLINE __attribute__((__noinline__))
 #elif defined(_MSC_VER)
 #define LLMRETRY_NOINLINE __declspec(noinline)
 #else
