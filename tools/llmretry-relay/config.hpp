@@ -4,10 +4,12 @@
 #define LLMRETRY_RELAY_CONFIG_HPP
 
 #include <llmretry/admission/pressure.hpp>
+#include <llmretry/detail/text.hpp>
 #include <llmretry/json/routing_policy.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "common/program.hpp"
 #include "errors.hpp"
@@ -28,6 +31,22 @@ class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// Returns an empty string when `url` can be an upstream's base URL: http:// or https:// (any case), then a
+/// host, and no space or control character anywhere; otherwise what is wrong with it.
+[[nodiscard]] inline std::string base_url_problem(std::string_view url) {
+  const std::size_t scheme_end = url.find("://");
+  const std::string_view scheme = url.substr(0, scheme_end);
+  if (scheme_end == std::string_view::npos ||
+      !(llmretry::detail::iequals(scheme, "http") || llmretry::detail::iequals(scheme, "https")))
+    return "\"" + std::string(url) + "\" is not an http:// or https:// URL";
+  const std::size_t host = scheme_end + 3;
+  if (host == url.size() || url[host] == '/' || url[host] == '?' || url[host] == '#')
+    return "\"" + std::string(url) + "\" names no host";
+  if (std::any_of(url.begin(), url.end(), [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; }))
+    return "\"" + std::string(url) + "\" holds a space or a control character";
+  return {};
+}
 
 /// One row of the model table.
 struct ModelRow {
@@ -112,6 +131,9 @@ inline ModelTable model_table(const nlohmann::json& models, const std::string& f
     else if (!format.empty() && format != "openai")
       throw ConfigError(at + "format: must be \"openai\" or \"anthropic\"");
     parsed.upstream = detail::optional_string(row, "upstream", at);
+    if (const std::string problem = parsed.upstream.empty() ? std::string() : base_url_problem(parsed.upstream);
+        !problem.empty())
+      throw ConfigError(at + "upstream: " + problem);
     parsed.api_key_env = detail::optional_string(row, "api_key_env", at);
     parsed.rpm = detail::bounded_number(row, "rpm", 1, 1'000'000'000, at);
     parsed.tpm = detail::bounded_number(row, "tpm", 1, 1'000'000'000'000, at);

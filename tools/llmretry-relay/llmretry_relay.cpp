@@ -276,6 +276,15 @@ int run(const Options& options) {
   if (anthropic_upstream.empty()) anthropic_upstream = environment("ANTHROPIC_BASE_URL");
   if (anthropic_upstream.empty() && !environment("ANTHROPIC_API_KEY").empty())
     anthropic_upstream = "https://api.anthropic.com";
+  const auto check_base_url = [](const char* where, const std::string& url) {
+    if (const std::string problem = relay::base_url_problem(url); !problem.empty())
+      throw UsageError(std::string(where) + ": " + problem);
+  };
+  check_base_url(options.upstream.empty() ? "OPENAI_BASE_URL" : "--upstream", upstream);
+  if (!anthropic_upstream.empty())
+    check_base_url(options.anthropic_upstream.empty() ? "ANTHROPIC_BASE_URL" : "--anthropic-upstream",
+                   anthropic_upstream);
+  for (const std::string& fallback : options.fallbacks) check_base_url("--fallback", fallback);
   const relay::Environment env = [](const std::string& name) { return environment(name); };
   llmretry::store::IdempotencyOptions idempotency_options;
   idempotency_options.lease = options.idempotency_lease;
