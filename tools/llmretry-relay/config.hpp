@@ -33,18 +33,40 @@ class ConfigError : public std::runtime_error {
 };
 
 /// Returns an empty string when `url` can be an upstream's base URL: http:// or https:// (any case), then a
-/// host, and no space or control character anywhere; otherwise what is wrong with it.
+/// host (after any userinfo, before any port), and no space or control character anywhere; otherwise what
+/// is wrong with it, the URL quoted with its control characters escaped and any userinfo shown as "***".
 [[nodiscard]] inline std::string base_url_problem(std::string_view url) {
+  std::string shown(url);
+  if (const std::size_t from = url.find("://"); from != std::string_view::npos) {
+    const std::string_view authority = url.substr(from + 3, url.find_first_of("/?#", from + 3) - (from + 3));
+    if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos) shown.replace(from + 3, at, "***");
+  }
+  const auto control_or_space = [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; };
+  std::string quoted = "\"";
+  for (const char c : shown) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (!control_or_space(c)) {
+      quoted += c;
+      continue;
+    }
+    constexpr char hex[] = "0123456789abcdef";
+    if (c == ' ') quoted += ' ';
+    else if (c == '\r') quoted += "\\r";
+    else if (c == '\n') quoted += "\\n";
+    else if (c == '\t') quoted += "\\t";
+    else quoted.append("\\x").append(1, hex[byte >> 4]).append(1, hex[byte & 0xf]);
+  }
+  quoted += '"';
+  if (std::any_of(url.begin(), url.end(), control_or_space)) return quoted + " holds a space or a control character";
   const std::size_t scheme_end = url.find("://");
   const std::string_view scheme = url.substr(0, scheme_end);
   if (scheme_end == std::string_view::npos ||
       !(llmretry::detail::iequals(scheme, "http") || llmretry::detail::iequals(scheme, "https")))
-    return "\"" + std::string(url) + "\" is not an http:// or https:// URL";
-  const std::size_t host = scheme_end + 3;
-  if (host == url.size() || url[host] == '/' || url[host] == '?' || url[host] == '#')
-    return "\"" + std::string(url) + "\" names no host";
-  if (std::any_of(url.begin(), url.end(), [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; }))
-    return "\"" + std::string(url) + "\" holds a space or a control character";
+    return quoted + " is not an http:// or https:// URL";
+  std::string_view authority = url.substr(scheme_end + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
+  if (authority.empty() || authority.front() == ':') return quoted + " names no host";
   return {};
 }
 
