@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/program.hpp"
 #include "errors.hpp"
@@ -240,19 +241,48 @@ inline ClientTable client_table(const nlohmann::json& clients, const std::string
   return table;
 }
 
+/// Returns the first name given twice in one object of the JSON `text`, with the names of the objects around
+/// it ("models.chat.rpm"), or nullopt (none, or `text` is no JSON).
+inline std::optional<std::string> name_given_twice(const std::string& text) {
+  struct Open {
+    std::set<std::string> names;
+    std::string last;  ///< the name read last, whose value may be the next object
+  };
+  std::vector<Open> open;
+  std::optional<std::string> found;
+  const auto check = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) open.emplace_back();
+    if (event == Event::object_end && !open.empty()) open.pop_back();
+    if (event != Event::key || found || open.empty()) return true;
+    auto name = parsed.get<std::string>();
+    if (!open.back().names.insert(name).second) {
+      found.emplace();
+      for (std::size_t i = 0; i + 1 < open.size(); ++i) found->append(open[i].last).append(".");
+      found->append(name);
+    }
+    open.back().last = std::move(name);
+    return true;
+  };
+  if (nlohmann::json::parse(text, check, /*allow_exceptions=*/false).is_discarded()) return std::nullopt;
+  return found;
+}
+
 }  // namespace detail
 
 /// Returns the config of the JSON `text` read from `file`, such as
 /// {"models": {"deepseek-chat": {"upstream": "https://...", "api_key_env": "DEEPSEEK_KEY", "rpm": 600,
 /// "fallback": "gemini-flash"}, "claude-sonnet-4-5": {"format": "anthropic"}},
 ///  "clients": {"support": {"key_env": "SUPPORT_KEY"}, "nightly": {"key_env": "NIGHTLY_KEY", "priority": "batch"}}}.
-/// Throws ConfigError naming the file, the model or client and the field: not JSON, neither models nor
-/// clients, an unknown field, a field of the wrong type or out of range, a fallback naming no model or one
-/// of another format, a cycle, a client name that is no tenant name.
+/// Throws ConfigError naming the file, the model or client and the field: not JSON, a name given twice in one
+/// object, neither models nor clients, an unknown field, a field of the wrong type or out of range, a fallback naming
+/// no model or one of another format, a cycle, a client name that is no tenant name.
 inline Config parse_config(const std::string& text, const std::string& file) {
   const auto document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) throw ConfigError(file + ": not JSON");
   if (!document.is_object()) throw ConfigError(file + ": must be a JSON object");
+  if (const auto twice = detail::name_given_twice(text))
+    throw ConfigError(file + ": " + *twice + ": given twice (JSON keeps only the last)");
   for (const auto& item : document.items())
     if (item.key() != "models" && item.key() != "clients")
       throw ConfigError(file + ": " + item.key() + ": unknown field (expected models, clients)");
