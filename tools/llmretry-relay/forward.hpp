@@ -134,9 +134,11 @@ class Forwarder {
   /// retry budget is spent, 504 after a timeout, 502 for any other give-up.
   /// With `stream_to` set (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
   /// after its headers, and the answer's body is empty (never storable); retries and fallbacks happen only before the
-  /// first event, a stream cut after it ends the call (status 502, code "stream_interrupted"). A cancel through `gone`
-  /// (the client went away: the front learns it when a write to it fails) stops the upstream call at once: it then ends
-  /// as a cut stream. Nothing of an upstream key reaches the client: every header passed back, every body and every
+  /// first event, a stream cut after it ends the call (status 502, code "stream_interrupted"). When the client goes
+  /// away (`gone` is emitted), the call is cancelled at once and counted `client_gone`: a request not sent yet is never
+  /// sent, a stream stops. But a request with an Idempotency-Key, not streamed, whose first attempt was sent goes on
+  /// (retries included): its answer is stored for the client's retry under that key, which would otherwise pay for it
+  /// twice. Nothing of an upstream key reaches the client: every header passed back, every body and every
   /// event is redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
   /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429 for want of
   /// capacity does not (its Retry-After says when to come back). `chain`, `client` and this Forwarder must outlive the
@@ -145,6 +147,13 @@ class Forwarder {
   void forward(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<const Incoming> in,
                StreamTo stream_to, boost::asio::cancellation_slot gone, Done done) const {
     auto call = std::make_shared<Forwarding>(chain, std::move(in), std::move(stream_to));
+    if (gone.is_connected()) {
+      gone.assign([weak = std::weak_ptr<Forwarding>(call)](boost::asio::cancellation_type type) {
+        const auto gone_call = weak.lock();
+        if (!gone_call || std::exchange(gone_call->client_gone, true) || gone_call->answer_kept()) return;
+        gone_call->cancel.emit(type);
+      });
+    }
     call->options.estimate = call->in->estimate;
     call->options.priority = call->in->priority;
     call->options.tenant = call->in->tenant;
@@ -177,8 +186,8 @@ class Forwarder {
                            std::move(handler));
     };
     auto completion = boost::asio::bind_cancellation_slot(
-        gone, [this, call, done = std::move(done)](std::exception_ptr error,
-                                                   llmretry::Routed<llmretry::curl::Response> routed) mutable {
+        call->cancel.slot(), [this, call, done = std::move(done)](
+                                 std::exception_ptr error, llmretry::Routed<llmretry::curl::Response> routed) mutable {
           left_queue(*call);
           Answer answer = answer_to(*call, std::move(error), std::move(routed));
           if (!call->in->degraded.empty()) answer.headers.emplace_back("x-llmretry-degraded", call->in->degraded);
@@ -224,6 +233,10 @@ class Forwarder {
       };
     }
 
+    /// Returns true when the call goes on once its client is gone: not streamed, with an Idempotency-Key, and
+    /// an attempt sent (its answer is stored under the key for the client's retry).
+    [[nodiscard]] bool answer_kept() const noexcept { return !events && !in->idempotency_key.empty() && !queued_since; }
+
     /// Returns the request sent on `route`, made the first time.
     const llmretry::curl::Request& request_for(const llmretry::Route& route) {
       const std::size_t index = static_cast<std::size_t>(&route - chain.fallback_chain.routes().data());
@@ -261,6 +274,8 @@ class Forwarder {
     std::optional<llmretry::FallbackGiveUp> gave_up;
     llmretry::metrics::Queue queue;  ///< its class and task type, until its first attempt is sent
     std::optional<std::chrono::steady_clock::time_point> queued_since;  ///< set until then
+    boost::asio::cancellation_signal cancel;                            ///< cancels the call: its client is gone
+    bool client_gone = false;                                           ///< the client went away (see forward)
   };
 
   /// Tells the observer that `call` left its queue (its first attempt is sent, or it ended without one).
@@ -331,9 +346,9 @@ class Forwarder {
     }
   }
 
-  /// The answer to a stream that broke after it had begun, or whose client went away.
+  /// The answer to a stream that broke after it had begun, or to a call whose client went away.
   Answer cut(const Forwarding& call, const llmretry::Route& current) const {
-    observer_.request_finished(target(current, *call.in), "stream_interrupted");
+    observer_.request_finished(target(current, *call.in), call.client_gone ? "client_gone" : "stream_interrupted");
     Answer answer;
     answer.status = 502;
     answer.body =

@@ -74,6 +74,7 @@ struct FrontStats {
   std::atomic<std::uint64_t> bodies_refused{0};       ///< past max_body_memory
   std::atomic<std::uint64_t> slow_requests_cut{0};    ///< a request not received within request_timeout
   std::atomic<std::uint64_t> slow_readers_cut{0};     ///< an answer not taken within write_timeout or backlog
+  std::atomic<std::uint64_t> clients_left{0};         ///< a client that closed its connection before its answer
   std::atomic<std::uint64_t> malformed_requests{0};   ///< answered 400, 413, 415, 417 or 431 by the front
 };
 
@@ -96,6 +97,9 @@ inline std::string front_metrics(const FrontStats& stats, std::size_t requests) 
          "Clients cut: slow_request (a request not received in time), slow_reader (an answer not taken in time).");
   series("llm_relay_clients_cut_total", "{reason=\"slow_request\"}", stats.slow_requests_cut);
   series("llm_relay_clients_cut_total", "{reason=\"slow_reader\"}", stats.slow_readers_cut);
+  family("llm_relay_clients_left_total", "counter",
+         "Clients that closed their connection (or reset it) before their answer was sent whole.");
+  series("llm_relay_clients_left_total", "", stats.clients_left);
   family("llm_relay_refused_total", "counter",
          "Requests the front refused: body_memory (past --max-body-memory), connections (past --max-connections), "
          "malformed (400, 413, 415, 417, 431).");
@@ -141,7 +145,9 @@ class Exchange {
   virtual bool write(std::string piece) = 0;
   /// Ends a started stream, with `last` as its last piece (empty: none).
   virtual void finish(std::string last) = 0;
-  /// Returns the slot emitted (terminal) once the client is gone or too slow: bind the upstream call to it.
+  /// Returns the slot emitted (terminal, once) when the client is gone or too slow: its connection closed or
+  /// reset while the answer is prepared or sent (the front watches it from the moment the request is handed
+  /// over, until a pipelined request arrives behind it), or a write that failed or timed out.
   virtual boost::asio::cancellation_slot gone() = 0;
   /// The relay failed to answer: sends a 500 (internal_error) that says nothing of why, or cuts the
   /// connection when an answer began.
@@ -454,11 +460,38 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     request.head = std::move(message.base());
     request.body = std::move(message.body());
     request.worker = worker_.index();
+    watch_departure();
     try {
       service_.serve(std::move(request), shared_from_this());
     } catch (...) {  // what it says stays in the relay: it may quote the request
       fail();
     }
+  }
+
+  /// Watches the connection while the current request is answered, so that a client that leaves (closes or
+  /// resets its end) is told through gone() at once, not at the next write. Bytes that arrive instead are a
+  /// pipelined request: they stay unread, for after this answer, and the watch ends.
+  void watch_departure() {
+    stream_.socket().async_wait(boost::asio::socket_base::wait_read,
+                                [self = shared_from_this(), request = served_](boost::beast::error_code error) {
+                                  self->readable(error, request);
+                                });
+  }
+
+  /// The connection became readable (or the wait ended) while request number `request` was answered.
+  void readable(boost::beast::error_code error, std::size_t request) {
+    if (error || request != served_ || phase_ != Phase::answering || broken_ || !stream_.socket().is_open()) return;
+    char byte = 0;
+    boost::beast::error_code peeked;
+    stream_.socket().non_blocking(true, peeked);
+    const std::size_t bytes = peeked ? 0
+                                     : stream_.socket().receive(boost::asio::buffer(&byte, 1),
+                                                                boost::asio::socket_base::message_peek, peeked);
+    if (peeked == boost::asio::error::would_block || peeked == boost::asio::error::interrupted)
+      return watch_departure();
+    if (!peeked && bytes > 0) return;  // a pipelined request
+    ++stats_.clients_left;             // its end closed (end of file) or reset
+    broke();
   }
 
   void fail() override {
@@ -577,7 +610,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
 
   /// The stream cannot go on: the upstream call is told, the connection closed.
   void broke() {
-    broken_ = true;
+    if (std::exchange(broken_, true)) return;
     pieces_.clear();
     gone_.emit(boost::asio::cancellation_type::terminal);
     close();

@@ -22,13 +22,6 @@ constexpr bool sanitized = false;
 constexpr bool sanitized = false;
 #endif
 
-/// Returns the start of a request to `path`, its header lines `fields` (each ending in CRLF) and the blank
-/// line.
-std::string head(const std::string& fields, const std::string& method = "POST",
-                 const std::string& path = "/v1/chat/completions") {
-  return method + " " + path + " HTTP/1.1\r\nHost: relay\r\n" + fields + "\r\n";
-}
-
 /// Returns the statuses of the answers in `raw`, in order ("HTTP/1.1 " and three digits).
 std::vector<int> statuses(const std::string& raw) {
   std::vector<int> found;

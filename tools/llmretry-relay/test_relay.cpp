@@ -961,6 +961,70 @@ TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait 
                  R"(llm_rate_limit_hits_total{provider="upstream",model="loopback",limit_type="concurrency"} 1)"));
 }
 
+TEST_CASE("a client that leaves while its request waits for capacity: it is never sent, and counted client_gone") {
+  LoopbackProvider provider;
+  ScriptedResponse held = LoopbackProvider::chat_completion("held");
+  held.delay = 1500ms;  // the one slot is taken that long
+  provider.then(held);
+  provider.then(LoopbackProvider::chat_completion("next"));
+  Relay relay("left_waiting", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--concurrency", "1",
+                               "--max-wait", "60s"});
+  relay.started();
+  int first = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
+    first = result ? result->status : -1;
+  });
+  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
+  const int waiting = send_raw(relay.port(), post_text(chat("loopback", "left")));
+  REQUIRE(metrics_hold(relay, R"(llm_queue_depth{priority="interactive",task_type="chat"} 1)"));
+  ::close(waiting);  // the client leaves while its request waits for the slot
+
+  CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+  CHECK(metrics_hold(relay, "llm_relay_clients_left_total 1"));
+  CHECK(metrics_hold(relay, R"(llm_queue_depth{priority="interactive",task_type="chat"} 0)"));
+  client.join();  // the slot is free again: the request that left would be sent now
+  CHECK(first == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat())->status == 200);
+  const auto received = provider.requests();
+  REQUIRE(received.size() == 2);
+  for (const auto& request : received) CHECK(request.body.find("left") == std::string::npos);
+}
+
+TEST_CASE("a client that leaves while its request is sent: cancelled, unless an Idempotency-Key keeps its answer") {
+  LoopbackProvider provider;
+  ScriptedResponse slow = LoopbackProvider::chat_completion("slow");
+  slow.delay = 60s;  // cut short when the provider stops
+  provider.then(slow);
+  ScriptedResponse kept = LoopbackProvider::chat_completion("kept");
+  kept.delay = 1s;
+  provider.then(kept);
+  Relay relay("left_sent", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
+  relay.started();
+
+  // Without a key, the answer can reach nobody: the upstream call ends at once.
+  const int unkeyed = send_raw(relay.port(), post_text(chat()));
+  while (provider.request_count() < 1) std::this_thread::sleep_for(1ms);
+  ::close(unkeyed);
+  CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+
+  // With one, the call goes on and stores its answer: the client's retry under the key gets it, not paid twice.
+  const int keyed = send_raw(relay.port(), post_text(chat(), "Idempotency-Key: kept-answer\r\n"));
+  while (provider.request_count() < 2) std::this_thread::sleep_for(1ms);
+  ::close(keyed);
+  CHECK(metrics_hold(relay, "llm_relay_clients_left_total 2"));
+  std::optional<httplib::Response> retry;
+  for (int i = 0; i < 200 && (!retry || retry->status == 409); ++i) {
+    std::this_thread::sleep_for(50ms);
+    retry = *post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "kept-answer"}});
+  }
+  REQUIRE(retry->status == 200);
+  CHECK(retry->get_header_value("Idempotent-Replayed") == "true");
+  CHECK_THAT(retry->body, llmretry_catch::contains("kept"));
+  CHECK(provider.request_count() == 2);
+  CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+}
+
 TEST_CASE("a streamed /v1/responses answer, which ends at event: response.completed, reaches the client whole") {
   LoopbackProvider provider;
   ScriptedResponse stream = LoopbackProvider::stream({});

@@ -123,6 +123,32 @@ inline nlohmann::json error_of(const std::string& body) {
   return parsed.at("error");
 }
 
+/// Returns the start of a request to `path`, its header lines `fields` (each ending in CRLF) and the blank
+/// line.
+inline std::string head(const std::string& fields, const std::string& method = "POST",
+                        const std::string& path = "/v1/chat/completions") {
+  return method + " " + path + " HTTP/1.1\r\nHost: relay\r\n" + fields + "\r\n";
+}
+
+/// Returns a whole POST of `body` to `path` with `fields` (each ending in CRLF), as a client sends it.
+inline std::string post_text(const std::string& body, const std::string& fields = {},
+                             const std::string& path = "/v1/chat/completions") {
+  return head(fields + "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n",
+              "POST", path) +
+         body;
+}
+
+/// Waits until the relay's /metrics holds `line` (at most 10 s, scaled). Returns true when it did.
+inline bool metrics_hold(const Relay& relay, const std::string& line) {
+  const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(10s);
+  do {
+    const auto metrics = relay.client().Get("/metrics");
+    if (metrics && metrics->body.find(line) != std::string::npos) return true;
+    std::this_thread::sleep_for(10ms);
+  } while (std::chrono::steady_clock::now() < give_up);
+  return false;
+}
+
 /// Returns a new connection to 127.0.0.1:`port` (close it).
 inline int connect_raw(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
