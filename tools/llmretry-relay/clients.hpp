@@ -35,16 +35,21 @@ struct Caller {
 class Clients {
  public:
   /// Accepts `shared_key` (LLMRETRY_RELAY_CLIENT_KEY; empty: none) and the key of each client of `table`, read
-  /// from `environment`; no key at all is required when both are empty.
+  /// from `environment`; no key at all is required when both are empty. `metrics_key`
+  /// (LLMRETRY_RELAY_METRICS_KEY; empty: none) is then the only key that reads /metrics.
   /// Throws SetupError naming the client when its key variable is not set, or when two clients (or a
-  /// client and LLMRETRY_RELAY_CLIENT_KEY) have the same key.
-  Clients(std::string shared_key, const ClientTable& table, const Environment& environment)
-      : shared_key_(std::move(shared_key)) {
+  /// client and LLMRETRY_RELAY_CLIENT_KEY or LLMRETRY_RELAY_METRICS_KEY) have the same key.
+  Clients(std::string shared_key, const ClientTable& table, const Environment& environment,
+          std::string metrics_key = {})
+      : shared_key_(std::move(shared_key)), metrics_key_(std::move(metrics_key)) {
+    if (!metrics_key_.empty() && metrics_key_ == shared_key_)
+      throw SetupError("LLMRETRY_RELAY_METRICS_KEY: the same key as LLMRETRY_RELAY_CLIENT_KEY");
     for (const auto& [name, row] : table) {
       Client client{name, environment(row.key_env), row.priority, row.weight};
       const std::string at = "clients." + name + ".key_env: ";
       if (client.key.empty()) throw SetupError(at + "the variable " + row.key_env + " is not set");
       if (client.key == shared_key_) throw SetupError(at + "the same key as LLMRETRY_RELAY_CLIENT_KEY");
+      if (client.key == metrics_key_) throw SetupError(at + "the same key as LLMRETRY_RELAY_METRICS_KEY");
       for (const Client& other : clients_)
         if (other.key == client.key) throw SetupError(at + "the same key as clients." + other.name);
       clients_.push_back(std::move(client));
@@ -60,6 +65,15 @@ class Clients {
 
   /// Returns true when a request must carry a key.
   [[nodiscard]] bool required() const noexcept { return !shared_key_.empty() || !clients_.empty(); }
+
+  /// Returns true when a request whose headers are `authorization` and `api_key` may read /metrics: it sends
+  /// LLMRETRY_RELAY_METRICS_KEY (compared in constant time), or, without one, it is admitted (see caller).
+  [[nodiscard]] bool reads_metrics(std::string_view authorization, std::string_view api_key) const noexcept {
+    if (metrics_key_.empty()) return caller(authorization, api_key).admitted;
+    const std::string_view bearer = bearer_of(authorization);
+    if (!bearer.empty() && !api_key.empty() && bearer != api_key) return false;
+    return equal_in_constant_time(bearer.empty() ? api_key : bearer, metrics_key_);
+  }
 
   /// Returns who sent a request whose Authorization header is `authorization` and x-api-key header is
   /// `api_key` (a key goes in either: "Bearer KEY", or KEY as Anthropic's SDK sends it). Every key is
@@ -84,6 +98,7 @@ class Clients {
 
  private:
   std::string shared_key_;
+  std::string metrics_key_;
   std::vector<Client> clients_;
 };
 

@@ -63,7 +63,8 @@ another body. GET /healthz answers "ok", GET /metrics the Prometheus metrics.)";
 constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY (keys never printed);
 LLMRETRY_RELAY_CLIENT_KEY or the clients of --config (each with its key), required to listen on an
-address other than loopback: clients then send Authorization: Bearer <key> (or x-api-key: <key>).
+address other than loopback: clients then send Authorization: Bearer <key> (or x-api-key: <key>);
+LLMRETRY_RELAY_METRICS_KEY, when set, the only key that reads /metrics.
 Exit status: 0 stopped by SIGINT or SIGTERM, 1 failed to serve, 2 bad usage or configuration.)";
 
 struct Options {
@@ -269,6 +270,7 @@ int run(const Options& options) {
   limits.request_timeout = std::chrono::milliseconds{options.request_timeout_ms};
   limits.max_body_memory = options.max_body_memory_mb << 20;
   const std::string shared_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
+  const std::string metrics_key = environment("LLMRETRY_RELAY_METRICS_KEY");
   std::string upstream = options.upstream;
   if (upstream.empty()) upstream = environment("OPENAI_BASE_URL");
   if (upstream.empty()) upstream = "https://api.openai.com/v1";
@@ -302,7 +304,7 @@ int run(const Options& options) {
   nlohmann::json routed_models;  // the "models" the running routes were made from; null: none, the options'
   const auto read_served = [&](std::shared_ptr<const relay::Routes> running) -> Served {
     const relay::Config config = options.config.empty() ? relay::Config{} : relay::read_config(options.config);
-    auto clients = std::make_shared<const relay::Clients>(shared_key, config.clients, env);
+    auto clients = std::make_shared<const relay::Clients>(shared_key, config.clients, env, metrics_key);
     if (!loopback && !clients->required())
       throw UsageError("--listen " + options.listen +
                        " is not a loopback address: set LLMRETRY_RELAY_CLIENT_KEY to the key clients must send (or "

@@ -145,12 +145,18 @@ class Server final : public Service {
     }
     if (head.count(http::field::authorization) > 1 || head.count("x-api-key") > 1)
       return reply_of(bad_request("Authorization and x-api-key: send a key once", "invalid_header"), format_of(path));
-    if (!std::atomic_load(&clients_)->caller(head[http::field::authorization], head["x-api-key"]).admitted)
-      return reply_of(wrong_key(), format_of(path));
+    const auto clients = std::atomic_load(&clients_);
     if (path == "/metrics") {
+      if (!clients->reads_metrics(head[http::field::authorization], head["x-api-key"]))
+        return reply_of({401,
+                         "missing or wrong key for /metrics: send Authorization: Bearer <key> (or x-api-key: <key>) "
+                         "with LLMRETRY_RELAY_METRICS_KEY, or without it any client key",
+                         "invalid_request_error", "invalid_api_key"});
       if (head.method() != http::verb::get) return wrong_method("GET");
       return std::nullopt;
     }
+    if (!clients->caller(head[http::field::authorization], head["x-api-key"]).admitted)
+      return reply_of(wrong_key(), format_of(path));
     if (is_api(path)) {
       if (head.method() != http::verb::post) return wrong_method("POST");
       return std::nullopt;

@@ -615,6 +615,37 @@ TEST_CASE("beyond loopback a client key is required: without it the relay refuse
   CHECK(relay.err().find(upstream_key) == std::string::npos);
 }
 
+TEST_CASE("LLMRETRY_RELAY_METRICS_KEY is the only key that reads /metrics, and no client key") {
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay same("metrics_key_same", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()},
+             {"LLMRETRY_RELAY_CLIENT_KEY=shared-key", "LLMRETRY_RELAY_METRICS_KEY=shared-key"});
+  CHECK(same.wait() == 2);
+  CHECK_THAT(same.err(), llmretry_catch::contains("LLMRETRY_RELAY_METRICS_KEY: the same key as"));
+
+  Relay relay("metrics_key", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()},
+              {"LLMRETRY_RELAY_CLIENT_KEY=client-key", "LLMRETRY_RELAY_METRICS_KEY=scrape-key"});
+  relay.started();
+  const auto metrics = [&](const httplib::Headers& headers) {
+    auto result = relay.client().Get("/metrics", headers);
+    REQUIRE(result);
+    return result;
+  };
+  const auto refused = metrics({{"Authorization", "Bearer client-key"}});
+  CHECK(refused->status == 401);
+  CHECK_THAT(error_of(refused->body).at("message").get<std::string>(),
+             llmretry_catch::contains("LLMRETRY_RELAY_METRICS_KEY"));
+  CHECK(metrics({})->status == 401);
+  CHECK(metrics({{"Authorization", "Bearer scrape-key"}, {"x-api-key", "client-key"}})->status == 401);
+  const auto scraped = metrics({{"Authorization", "Bearer scrape-key"}});
+  CHECK(scraped->status == 200);
+  CHECK_THAT(scraped->body, llmretry_catch::contains("llm_relay_connections"));
+  CHECK(metrics({{"x-api-key", "scrape-key"}})->status == 200);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer scrape-key"}})->status == 401);
+  CHECK(post(relay, "/v1/chat/completions", chat(), {{"Authorization", "Bearer client-key"}})->status == 200);
+  CHECK(provider.request_count() == 1);
+}
+
 TEST_CASE("/metrics counts the traffic with its labels") {
   LoopbackProvider provider;
   provider.then(LoopbackProvider::rate_limit_exceeded("requests", 20ms))
