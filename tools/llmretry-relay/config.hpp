@@ -241,31 +241,33 @@ inline ClientTable client_table(const nlohmann::json& clients, const std::string
   return table;
 }
 
-/// Returns the first name given twice in one object of the JSON `text`, with the names of the objects around
-/// it ("models.chat.rpm"), or nullopt (none, or `text` is no JSON).
-inline std::optional<std::string> name_given_twice(const std::string& text) {
+/// Returns the JSON `text` of `file` parsed. Throws ConfigError when it is no JSON, or when a name is given
+/// twice in one object (JSON would keep the last): naming it with the objects around it ("models.chat.rpm").
+inline nlohmann::json parse_once_named(const std::string& text, const std::string& file) {
   struct Open {
     std::set<std::string> names;
     std::string last;  ///< the name read last, whose value may be the next object
   };
   std::vector<Open> open;
-  std::optional<std::string> found;
+  std::optional<std::string> twice;
   const auto check = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
     if (event == Event::object_start) open.emplace_back();
     if (event == Event::object_end && !open.empty()) open.pop_back();
-    if (event != Event::key || found || open.empty()) return true;
+    if (event != Event::key || twice || open.empty()) return true;
     auto name = parsed.get<std::string>();
     if (!open.back().names.insert(name).second) {
-      found.emplace();
-      for (std::size_t i = 0; i + 1 < open.size(); ++i) found->append(open[i].last).append(".");
-      found->append(name);
+      twice.emplace();
+      for (std::size_t i = 0; i + 1 < open.size(); ++i) twice->append(open[i].last).append(".");
+      twice->append(name);
     }
     open.back().last = std::move(name);
     return true;
   };
-  if (nlohmann::json::parse(text, check, /*allow_exceptions=*/false).is_discarded()) return std::nullopt;
-  return found;
+  auto document = nlohmann::json::parse(text, check, /*allow_exceptions=*/false);
+  if (document.is_discarded()) throw ConfigError(file + ": not JSON");
+  if (twice) throw ConfigError(file + ": " + *twice + ": given twice (JSON keeps only the last)");
+  return document;
 }
 
 }  // namespace detail
@@ -278,11 +280,8 @@ inline std::optional<std::string> name_given_twice(const std::string& text) {
 /// object, neither models nor clients, an unknown field, a field of the wrong type or out of range, a fallback naming
 /// no model or one of another format, a cycle, a client name that is no tenant name.
 inline Config parse_config(const std::string& text, const std::string& file) {
-  const auto document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (document.is_discarded()) throw ConfigError(file + ": not JSON");
+  const auto document = detail::parse_once_named(text, file);
   if (!document.is_object()) throw ConfigError(file + ": must be a JSON object");
-  if (const auto twice = detail::name_given_twice(text))
-    throw ConfigError(file + ": " + *twice + ": given twice (JSON keeps only the last)");
   for (const auto& item : document.items())
     if (item.key() != "models" && item.key() != "clients")
       throw ConfigError(file + ": " + item.key() + ": unknown field (expected models, clients)");

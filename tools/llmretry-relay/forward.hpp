@@ -186,8 +186,9 @@ class Forwarder {
                            std::move(handler));
     };
     auto completion = boost::asio::bind_cancellation_slot(
-        call->cancel.slot(), [this, call, done = std::move(done)](
+        call->cancel.slot(), [this, call, gone, done = std::move(done)](
                                  std::exception_ptr error, llmretry::Routed<llmretry::curl::Response> routed) mutable {
+          if (gone.is_connected()) gone.clear();  // the connection's next request listens to it next
           left_queue(*call);
           Answer answer = answer_to(*call, std::move(error), std::move(routed));
           if (!call->in->degraded.empty()) answer.headers.emplace_back("x-llmretry-degraded", call->in->degraded);

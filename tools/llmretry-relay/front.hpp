@@ -25,7 +25,10 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -74,7 +77,7 @@ struct FrontStats {
   std::atomic<std::uint64_t> bodies_refused{0};       ///< past max_body_memory
   std::atomic<std::uint64_t> slow_requests_cut{0};    ///< a request not received within request_timeout
   std::atomic<std::uint64_t> slow_readers_cut{0};     ///< an answer not taken within write_timeout or backlog
-  std::atomic<std::uint64_t> clients_left{0};         ///< a client that closed its connection before its answer
+  std::atomic<std::uint64_t> clients_left{0};         ///< a client seen to close its connection during its answer
   std::atomic<std::uint64_t> malformed_requests{0};   ///< answered 400, 413, 415, 417 or 431 by the front
 };
 
@@ -98,7 +101,7 @@ inline std::string front_metrics(const FrontStats& stats, std::size_t requests) 
   series("llm_relay_clients_cut_total", "{reason=\"slow_request\"}", stats.slow_requests_cut);
   series("llm_relay_clients_cut_total", "{reason=\"slow_reader\"}", stats.slow_readers_cut);
   family("llm_relay_clients_left_total", "counter",
-         "Clients that closed their connection (or reset it) before their answer was sent whole.");
+         "Clients seen to close (or reset) their connection while their answer was prepared or sent.");
   series("llm_relay_clients_left_total", "", stats.clients_left);
   family("llm_relay_refused_total", "counter",
          "Requests the front refused: body_memory (past --max-body-memory), connections (past --max-connections), "
@@ -279,10 +282,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   }
 
   /// Cuts the connection now (the grace period is over).
-  void cut() {
-    gone_.emit(boost::asio::cancellation_type::terminal);
-    close();
-  }
+  void cut() { broke(); }
 
   void send(Reply reply) override {
     responding_ = true;
@@ -349,7 +349,12 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     if (!writing_) write_next();
   }
 
-  boost::asio::cancellation_slot gone() override { return gone_.slot(); }
+  boost::asio::cancellation_slot gone() override {
+    if (broken_)  // it was emitted before the caller could listen: again, once the caller's handler is in place
+      boost::asio::post(stream_.get_executor(),
+                        [self = shared_from_this()] { self->gone_.emit(boost::asio::cancellation_type::terminal); });
+    return gone_.slot();
+  }
 
  private:
   enum class Phase { idle, receiving, answering };
@@ -359,6 +364,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   /// Waits for the next request: at once when its bytes are buffered already, else for its first byte
   /// within the idle timeout.
   void next_request() {
+    ++watch_;  // a watch of the answer before ends here
     phase_ = Phase::idle;
     responding_ = false;
     head_only_ = false;
@@ -469,28 +475,23 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   }
 
   /// Watches the connection while the current request is answered, so that a client that leaves (closes or
-  /// resets its end) is told through gone() at once, not at the next write. Bytes that arrive instead are a
-  /// pipelined request: they stay unread, for after this answer, and the watch ends.
+  /// resets its end) is told through gone() at once, not at the next write. Bytes that arrive instead (or are
+  /// buffered already) are a pipelined request: they stay unread, for after this answer, and nothing is watched.
   void watch_departure() {
-    stream_.socket().async_wait(boost::asio::socket_base::wait_read,
-                                [self = shared_from_this(), request = served_](boost::beast::error_code error) {
-                                  self->readable(error, request);
-                                });
+    if (buffer_.size() > 0) return;
+    stream_.socket().async_wait(
+        boost::asio::socket_base::wait_read,
+        [self = shared_from_this(), watch = watch_](boost::beast::error_code error) { self->readable(error, watch); });
   }
 
-  /// The connection became readable (or the wait ended) while request number `request` was answered.
-  void readable(boost::beast::error_code error, std::size_t request) {
-    if (error || request != served_ || phase_ != Phase::answering || broken_ || !stream_.socket().is_open()) return;
+  /// The connection became readable (or the wait ended) during the answer that watch number `watch` began with.
+  void readable(boost::beast::error_code error, std::size_t watch) {
+    if (error || watch != watch_ || phase_ != Phase::answering || broken_ || !stream_.socket().is_open()) return;
     char byte = 0;
-    boost::beast::error_code peeked;
-    stream_.socket().non_blocking(true, peeked);
-    const std::size_t bytes = peeked ? 0
-                                     : stream_.socket().receive(boost::asio::buffer(&byte, 1),
-                                                                boost::asio::socket_base::message_peek, peeked);
-    if (peeked == boost::asio::error::would_block || peeked == boost::asio::error::interrupted)
-      return watch_departure();
-    if (!peeked && bytes > 0) return;  // a pipelined request
-    ++stats_.clients_left;             // its end closed (end of file) or reset
+    const ssize_t peeked = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_departure();
+    if (peeked > 0) return;  // a pipelined request
+    ++stats_.clients_left;   // its end closed (0: end of file) or reset
     broke();
   }
 
@@ -655,6 +656,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   bool http10_ = false;            ///< the current request is HTTP/1.0: no chunks, no 100 Continue
   std::size_t header_fields_ = 0;  ///< the current request's header lines, checked
   std::size_t served_ = 0;         ///< the requests of this connection handed to the service
+  std::size_t watch_ = 0;          ///< the watch of the current answer (see watch_departure)
   // A streamed answer.
   std::deque<std::string> pieces_;
   std::size_t backlog_ = 0;

@@ -995,7 +995,7 @@ TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait 
 TEST_CASE("a client that leaves while its request waits for capacity: it is never sent, and counted client_gone") {
   LoopbackProvider provider;
   ScriptedResponse held = LoopbackProvider::chat_completion("held");
-  held.delay = 1500ms;  // the one slot is taken that long
+  held.delay = llmretry_test::scaled(3000ms);  // the one slot is taken that long
   provider.then(held);
   provider.then(LoopbackProvider::chat_completion("next"));
   Relay relay("left_waiting", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--concurrency", "1",
@@ -1006,7 +1006,7 @@ TEST_CASE("a client that leaves while its request waits for capacity: it is neve
     auto result = relay.client().Post("/v1/chat/completions", chat(), "application/json");
     first = result ? result->status : -1;
   });
-  while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
+  await_requests(provider, 1);
   const int waiting = send_raw(relay.port(), post_text(chat("loopback", "left")));
   REQUIRE(metrics_hold(relay, R"(llm_queue_depth{priority="interactive",task_type="chat"} 1)"));
   ::close(waiting);  // the client leaves while its request waits for the slot
@@ -1035,13 +1035,13 @@ TEST_CASE("a client that leaves while its request is sent: cancelled, unless an 
 
   // Without a key, the answer can reach nobody: the upstream call ends at once.
   const int unkeyed = send_raw(relay.port(), post_text(chat()));
-  while (provider.request_count() < 1) std::this_thread::sleep_for(1ms);
+  await_requests(provider, 1);
   ::close(unkeyed);
   CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
 
   // With one, the call goes on and stores its answer: the client's retry under the key gets it, not paid twice.
   const int keyed = send_raw(relay.port(), post_text(chat(), "Idempotency-Key: kept-answer\r\n"));
-  while (provider.request_count() < 2) std::this_thread::sleep_for(1ms);
+  await_requests(provider, 2);
   ::close(keyed);
   CHECK(metrics_hold(relay, "llm_relay_clients_left_total 2"));
   std::optional<httplib::Response> retry;
@@ -1054,6 +1054,35 @@ TEST_CASE("a client that leaves while its request is sent: cancelled, unless an 
   CHECK_THAT(retry->body, llmretry_catch::contains("kept"));
   CHECK(provider.request_count() == 2);
   CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+}
+
+TEST_CASE("a client that leaves while its duplicate waits under --coalesce-wait: it is not sent once the first ends") {
+  LoopbackProvider provider;
+  ScriptedResponse first = LoopbackProvider::stream({"a", "b", "c"});
+  first.chunk_interval = llmretry_test::scaled(1000ms);  // a stream is never stored: the duplicate is sent itself
+  provider.then(first);
+  provider.then(LoopbackProvider::stream({"duplicate"}));
+  Relay relay("left_coalescing",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "60000"});
+  relay.started();
+  auto body = nlohmann::json::parse(chat());
+  body["stream"] = true;
+  int first_status = 0;
+  std::thread client([&] {
+    auto result = relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "coalesced"}}, body.dump(),
+                                      "application/json");
+    first_status = result ? result->status : -1;
+  });
+  await_requests(provider, 1);
+  const int duplicate = send_raw(relay.port(), post_text(body.dump(), "Idempotency-Key: coalesced\r\n"));
+  REQUIRE(metrics_hold(relay, R"(llm_relay_requests_in_flight 2)"));
+  ::close(duplicate);  // seen while it waits for the first: before its upstream call listens
+  CHECK(metrics_hold(relay, "llm_relay_clients_left_total 1"));
+  client.join();
+  CHECK(first_status == 200);
+  CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+  CHECK(metrics_hold(relay, "llm_relay_requests_in_flight 0"));
+  CHECK(provider.request_count() == 1);
 }
 
 TEST_CASE("a streamed /v1/responses answer, which ends at event: response.completed, reaches the client whole") {

@@ -149,6 +149,14 @@ inline bool metrics_hold(const Relay& relay, const std::string& line) {
   return false;
 }
 
+/// Waits until `provider` received `count` requests (REQUIREd within 10 s, scaled).
+inline void await_requests(const LoopbackProvider& provider, std::size_t count) {
+  const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(10s);
+  while (provider.request_count() < count && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(provider.request_count() >= count);
+}
+
 /// Returns a new connection to 127.0.0.1:`port` (close it).
 inline int connect_raw(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
