@@ -408,6 +408,35 @@ TEST_CASE("A guard placed on a pool is called there, never on the call's thread"
   for (const auto& thread : recording.threads) CHECK(thread != std::this_thread::get_id());
 }
 
+TEST_CASE("A cancel while a guard on a pool admits the attempt: nothing is sent, the slot comes back", "[asio]") {
+  boost::asio::io_context io;
+  boost::asio::io_context guard_io;  // the guard's executor, run by hand: the cancel comes while it holds the call
+  Deployment deployment{one_slot()};
+  Script script{io, {ok(1)}, {}};
+  const RetryPolicy policy = no_jitter(1ms);
+  auto pacing = deployment.pace(Cost{});
+  auto guard = asio::guard_on(guard_io.get_executor(), pacing);
+  boost::asio::cancellation_signal cancel;
+  CallStats stats;
+  CallOptions options;
+  options.stats = &stats;
+  Received received;
+  asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, options,
+                                   boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+  cancel.emit(boost::asio::cancellation_type::terminal);  // the admission is on guard_io: nothing listens now
+  for (int turn = 0; turn < 100 && !received.called; ++turn) {  // the call's work keeps io.run() from returning
+    guard_io.restart();
+    guard_io.poll();
+    io.restart();
+    io.poll();
+  }
+  REQUIRE(received.called);
+  CHECK(is_cancelled(received.error));
+  CHECK(script.attempts.empty());
+  CHECK(stats.stopped == StopReason::cancelled);
+  CHECK(deployment.concurrency()->in_use() == 0);
+}
+
 // ---- Attacks: what the engine's steps throw, cancels at the edges, the success path's cost. ----
 
 namespace {

@@ -287,10 +287,7 @@ class CallOp {
     }
     state.waiting_for_slot = false;
     if (self.cancelled() != boost::asio::cancellation_type::none) {
-      through_guard(self, Then::cancelled, [options = options_](State& s) {
-        return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::not_sent)
-                                          : Failure::of(FailureKind::unknown, Sent::not_sent));
-      });
+      cancel_unsent(self);
       return;
     }
     through_guard(self, Then::next, [](State& s) { return s.engine.resume(); });
@@ -356,12 +353,25 @@ class CallOp {
     }
   }
 
+  /// Ends the call as cancelled before its next request was sent: the failure before it, if any, is its last.
+  template <class Self>
+  void cancel_unsent(Self& self) {
+    through_guard(self, Then::cancelled, [options = options_](State& s) {
+      return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::not_sent)
+                                        : Failure::of(FailureKind::unknown, Sent::not_sent));
+    });
+  }
+
   /// Carries out `step` after the start: an attempt, a wait on the timer, or the end.
   template <class Self>
   void next(Self& self, const Step& step) {
     State& state = *state_;
     switch (step.kind) {
       case Step::Kind::attempt: {
+        if (self.cancelled() != boost::asio::cancellation_type::none) {  // it came while the guard admitted it
+          cancel_unsent(self);
+          return;
+        }
         if (state.hedged) {
           start_hedged(self);
           return;
@@ -373,10 +383,7 @@ class CallOp {
       case Step::Kind::pending: park(self); return;
       case Step::Kind::wait: {
         if (self.cancelled() != boost::asio::cancellation_type::none) {  // it came while the attempt settled
-          through_guard(self, Then::cancelled, [options = options_](State& s) {
-            return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::not_sent)
-                                              : Failure::of(FailureKind::unknown, Sent::not_sent));
-          });
+          cancel_unsent(self);
           return;
         }
         if (!state.timer) state.timer.emplace(state.executor);
