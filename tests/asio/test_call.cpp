@@ -423,7 +423,7 @@ TEST_CASE("A cancel while a guard on a pool admits the attempt: nothing is sent,
   Received received;
   asio::async_call_with_retry<int>(io.get_executor(), script.attempt(), policy, guard, options,
                                    boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
-  cancel.emit(boost::asio::cancellation_type::terminal);  // the admission is on guard_io: nothing listens now
+  cancel.emit(boost::asio::cancellation_type::terminal);        // the admission is on guard_io: nothing listens now
   for (int turn = 0; turn < 100 && !received.called; ++turn) {  // the call's work keeps io.run() from returning
     guard_io.restart();
     guard_io.poll();
