@@ -277,6 +277,26 @@ TEST_CASE("CallEngine: an abandoned attempt gives its ticket back") {
   CHECK(guard.failed == 0);
 }
 
+TEST_CASE("CallEngine: a cancelled attempt step gives its ticket back when nothing was sent, else tells it lost") {
+  const RetryPolicy policy;
+  const CallOptions options;
+  CountingGuard guard;
+  CallEngine engine(policy, guard, options);
+  REQUIRE(engine.start().kind == Kind::attempt);
+  SECTION("not sent: given back, learning nothing") {
+    CHECK(engine.cancelled(Failure::of(FailureKind::unknown, Sent::not_sent)).kind == Kind::done);
+    CHECK(guard.given_back == 1);
+    CHECK(guard.failed == 0);
+  }
+  SECTION("under way: it may have been processed") {
+    CHECK(engine.cancelled(Failure::of(FailureKind::unknown, Sent::maybe_processed)).kind == Kind::done);
+    CHECK(guard.given_back == 0);
+    CHECK(guard.failed == 1);
+  }
+  REQUIRE(engine.gave_up() != nullptr);
+  CHECK(engine.gave_up()->reason == StopReason::cancelled);
+}
+
 TEST_CASE("CallEngine: a policy that makes no sense is refused when the engine is made") {
   RetryPolicy policy;
   policy.max_attempts = 0;

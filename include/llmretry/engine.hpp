@@ -201,15 +201,16 @@ class CallEngine {
   }
 
   /// Ends the call because its caller cancelled it, in any state but done: the guard's ticket is given
-  /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot); the
-  /// ticket of a request under way, its hedge's too, is told it lost (detail::tell_lost: it may have been
-  /// processed, and says nothing of the deployment's health). gave_up() then says StopReason::cancelled
-  /// with `failure` (the last failure the call saw, or one of the caller's); options.on_give_up is told.
+  /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot), or when
+  /// `failure.sent` is Sent::not_sent (the driver got an attempt step and sent nothing); the ticket of a
+  /// request under way, its hedge's too, is told it lost (detail::tell_lost: it may have been processed,
+  /// and says nothing of the deployment's health). gave_up() then says StopReason::cancelled with
+  /// `failure` (the last failure the call saw, or one of the caller's); options.on_give_up is told.
   /// Returns done. Throws what a ticket throws (the call is over all the same).
   Step cancelled(const Failure& failure) {
     assert(!gave_up_ && "CallEngine::cancelled: the call is over");
     if constexpr (guarded) {
-      if (std::exchange(admitted_, false)) ticket_.reset();
+      if (std::exchange(admitted_, false) || failure.sent == Sent::not_sent) ticket_.reset();
       else if (auto ticket = take_ticket(false)) detail::tell_lost(*ticket);
       if constexpr (hedgeable) {
         if (auto ticket = take_ticket(true)) detail::tell_lost(*ticket);

@@ -408,13 +408,16 @@ TEST_CASE("A guard placed on a pool is called there, never on the call's thread"
   for (const auto& thread : recording.threads) CHECK(thread != std::this_thread::get_id());
 }
 
-TEST_CASE("A cancel while a guard on a pool admits the attempt: nothing is sent, the slot comes back", "[asio]") {
+TEST_CASE("A cancel while a guard on a pool admits the attempt: nothing is sent, the slot and the tokens come back",
+          "[asio]") {
   boost::asio::io_context io;
   boost::asio::io_context guard_io;  // the guard's executor, run by hand: the cancel comes while it holds the call
-  Deployment deployment{one_slot()};
+  DeploymentOptions paced = one_slot();
+  paced.limits[Dimension::tokens_per_minute] = Limit::per_minute(10'000);
+  Deployment deployment{paced};
   Script script{io, {ok(1)}, {}};
   const RetryPolicy policy = no_jitter(1ms);
-  auto pacing = deployment.pace(Cost{});
+  auto pacing = deployment.pace(Cost{1, 300, 0});
   auto guard = asio::guard_on(guard_io.get_executor(), pacing);
   boost::asio::cancellation_signal cancel;
   CallStats stats;
@@ -435,6 +438,9 @@ TEST_CASE("A cancel while a guard on a pool admits the attempt: nothing is sent,
   CHECK(script.attempts.empty());
   CHECK(stats.stopped == StopReason::cancelled);
   CHECK(deployment.concurrency()->in_use() == 0);
+  const RateLimiterStats limiter = deployment.limiter().stats();
+  CHECK(limiter.granted == 1);
+  CHECK(limiter.tokens_released == 300);  // not sent: nothing was billed, the reservation is given back
 }
 
 // ---- Attacks: what the engine's steps throw, cancels at the edges, the success path's cost. ----
