@@ -277,24 +277,32 @@ TEST_CASE("CallEngine: an abandoned attempt gives its ticket back") {
   CHECK(guard.failed == 0);
 }
 
-TEST_CASE("CallEngine: a cancelled attempt step gives its ticket back when nothing was sent, else tells it lost") {
-  const RetryPolicy policy;
+TEST_CASE("CallEngine: a cancel gives back the ticket of an attempt step not sent, and tells one under way it lost") {
+  const RetryPolicy policy = no_jitter();
   const CallOptions options;
   CountingGuard guard;
   CallEngine engine(policy, guard, options);
+  std::minstd_rand rng;
   REQUIRE(engine.start().kind == Kind::attempt);
-  SECTION("not sent: given back, learning nothing") {
-    CHECK(engine.cancelled(Failure::of(FailureKind::unknown, Sent::not_sent)).kind == Kind::done);
+  // The first attempt was sent and failed without being sent: the call's last failure says not_sent, the
+  // retry's step says nothing of whether the retry went.
+  const Failure refused_connection = Failure::of(FailureKind::connection, Sent::not_sent);
+  REQUIRE(engine.failed(refused_connection, rng).kind == Kind::wait);
+  REQUIRE(engine.resume().kind == Kind::attempt);
+  REQUIRE(guard.failed == 1);
+  SECTION("cancelled_unsent: the driver started nothing, the ticket is given back") {
+    CHECK(engine.cancelled_unsent(refused_connection).kind == Kind::done);
     CHECK(guard.given_back == 1);
-    CHECK(guard.failed == 0);
-  }
-  SECTION("under way: it may have been processed") {
-    CHECK(engine.cancelled(Failure::of(FailureKind::unknown, Sent::maybe_processed)).kind == Kind::done);
-    CHECK(guard.given_back == 0);
     CHECK(guard.failed == 1);
+  }
+  SECTION("cancelled: the retry is under way, whatever the last failure says") {
+    CHECK(engine.cancelled(refused_connection).kind == Kind::done);
+    CHECK(guard.given_back == 0);
+    CHECK(guard.failed == 2);
   }
   REQUIRE(engine.gave_up() != nullptr);
   CHECK(engine.gave_up()->reason == StopReason::cancelled);
+  CHECK(engine.gave_up()->failure.sent == Sent::not_sent);
 }
 
 TEST_CASE("CallEngine: a policy that makes no sense is refused when the engine is made") {

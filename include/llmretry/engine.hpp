@@ -201,24 +201,17 @@ class CallEngine {
   }
 
   /// Ends the call because its caller cancelled it, in any state but done: the guard's ticket is given
-  /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot), or when
-  /// `failure.sent` is Sent::not_sent (the driver got an attempt step and sent nothing); the ticket of a
-  /// request under way, its hedge's too, is told it lost (detail::tell_lost: it may have been processed,
-  /// and says nothing of the deployment's health). gave_up() then says StopReason::cancelled with
-  /// `failure` (the last failure the call saw, or one of the caller's); options.on_give_up is told.
+  /// back unused when the attempt was admitted and has not begun (a wait for capacity or a slot); the
+  /// ticket of a request under way, its hedge's too, is told it lost (detail::tell_lost: it may have been
+  /// processed, and says nothing of the deployment's health). gave_up() then says StopReason::cancelled
+  /// with `failure` (the last failure the call saw, or one of the caller's); options.on_give_up is told.
   /// Returns done. Throws what a ticket throws (the call is over all the same).
-  Step cancelled(const Failure& failure) {
-    assert(!gave_up_ && "CallEngine::cancelled: the call is over");
-    if constexpr (guarded) {
-      if (std::exchange(admitted_, false) || failure.sent == Sent::not_sent) ticket_.reset();
-      else if (auto ticket = take_ticket(false)) detail::tell_lost(*ticket);
-      if constexpr (hedgeable) {
-        if (auto ticket = take_ticket(true)) detail::tell_lost(*ticket);
-      }
-    }
-    give_up(StopReason::cancelled, failure);
-    return Step::done();
-  }
+  Step cancelled(const Failure& failure) { return cancel(failure, false); }
+
+  /// Ends the call as cancelled() does, when the driver got an attempt step and sent nothing (the cancel
+  /// came before it started the request): that attempt's ticket is given back unused, as for a wait; a
+  /// hedge in flight is still told it lost.
+  Step cancelled_unsent(const Failure& failure) { return cancel(failure, true); }
 
   /// Returns how long after the attempt just begun (an attempt step) its hedge may go (see hedge()), or
   /// nullopt when it may not: the call is not hedged or not safe to repeat, the delay is not learned yet,
@@ -501,6 +494,20 @@ class CallEngine {
   void learn(Hedging& hedging_of_call) {
     using namespace std::chrono;
     hedging_of_call.record(floor<milliseconds>(hedging_of_call.now() - hedge_.started));
+  }
+
+  /// cancelled() and cancelled_unsent(): `unsent` true when the attempt step was not carried out.
+  Step cancel(const Failure& failure, [[maybe_unused]] bool unsent) {
+    assert(!gave_up_ && "CallEngine::cancelled: the call is over");
+    if constexpr (guarded) {
+      if (std::exchange(admitted_, false) || unsent) ticket_.reset();
+      else if (auto ticket = take_ticket(false)) detail::tell_lost(*ticket);
+      if constexpr (hedgeable) {
+        if (auto ticket = take_ticket(true)) detail::tell_lost(*ticket);
+      }
+    }
+    give_up(StopReason::cancelled, failure);
+    return Step::done();
   }
 
   /// Returns the ticket of the attempt's request (of its hedge when `hedge`), leaving none behind: it is

@@ -353,12 +353,13 @@ class CallOp {
     }
   }
 
-  /// Ends the call as cancelled before its next request was sent: the failure before it, if any, is its last.
+  /// Ends the call as cancelled before its next request was sent (its ticket, if any, given back unused):
+  /// the failure before it, if any, is its last.
   template <class Self>
   void cancel_unsent(Self& self) {
     through_guard(self, Then::cancelled, [options = options_](State& s) {
-      return s.engine.cancelled(s.error ? failure_of(*options, s.error, Sent::not_sent)
-                                        : Failure::of(FailureKind::unknown, Sent::not_sent));
+      return s.engine.cancelled_unsent(s.error ? failure_of(*options, s.error, Sent::maybe_processed)
+                                               : Failure::of(FailureKind::unknown, Sent::not_sent));
     });
   }
 
