@@ -135,18 +135,25 @@ class Forwarder {
   /// With `stream_to` set (a streamed request), each event of a streamed 2xx answer goes to it as it arrives,
   /// after its headers, and the answer's body is empty (never storable); retries and fallbacks happen only before the
   /// first event, a stream cut after it ends the call (status 502, code "stream_interrupted"). When the client goes
-  /// away (`gone` is emitted), the call is cancelled at once and counted `client_gone`: a request not sent yet is never
-  /// sent, a stream stops. But a request with an Idempotency-Key, not streamed, whose first attempt was sent goes on
-  /// (retries included): its answer is stored for the client's retry under that key, which would otherwise pay for it
-  /// twice. Nothing of an upstream key reaches the client: every header passed back, every body and every
-  /// event is redacted (in any case). A 408, 409, 425, 429 or 5xx after the relay's own retries carries
-  /// `x-should-retry: false`, so that a client SDK that honours it does not multiply them; the relay's 429 for want of
-  /// capacity does not (its Retry-After says when to come back). `chain`, `client` and this Forwarder must outlive the
-  /// call.
+  /// away (`gone` is emitted, or `left` says it went already), the call is cancelled at once and counted
+  /// `client_gone`: a request not sent yet is never sent, a stream stops. But a request with an Idempotency-Key, not
+  /// streamed, whose first attempt was sent goes on (retries included): its answer is stored for the client's retry
+  /// under that key, which would otherwise pay for it twice. Nothing of an upstream key reaches the client: every
+  /// header passed back, every body and every event is redacted (in any case). A 408, 409, 425, 429 or 5xx after the
+  /// relay's own retries carries `x-should-retry: false`, so that a client SDK that honours it does not multiply them;
+  /// the relay's 429 for want of capacity does not (its Retry-After says when to come back). `chain`, `client` and this
+  /// Forwarder must outlive the call.
   template <class Done>
   void forward(llmretry::curl::AsyncClient& client, const Chain& chain, std::shared_ptr<const Incoming> in,
-               StreamTo stream_to, boost::asio::cancellation_slot gone, Done done) const {
+               StreamTo stream_to, boost::asio::cancellation_slot gone, bool left, Done done) const {
     auto call = std::make_shared<Forwarding>(chain, std::move(in), std::move(stream_to));
+    if (left) {  // before the call could listen (a wait for the request's Idempotency-Key): nothing is sent
+      call->client_gone = true;
+      boost::asio::post(client.get_executor(), [this, call, done = std::move(done)]() mutable {
+        done(cut(*call, call->chain.fallback_chain.routes().front()));
+      });
+      return;
+    }
     if (gone.is_connected()) {
       gone.assign([weak = std::weak_ptr<Forwarding>(call)](boost::asio::cancellation_type type) {
         const auto gone_call = weak.lock();
@@ -286,8 +293,8 @@ class Forwarder {
     Reporting::tell([&] { observer_.queue_left(call.queue, waited); });
   }
 
-  /// The relay's guard on each route: reports each attempt sent (tokens reserved), each retry (with the
-  /// failure before it) and each rate-limit hit to the observer.
+  /// The relay's guard on each route: reports each attempt admitted (its tokens reserved), each retry
+  /// admitted (with the failure before it) and each rate-limit hit to the observer.
   struct Reporting {
     llmretry::metrics::Observer* observer;
     llmretry::metrics::Target target;

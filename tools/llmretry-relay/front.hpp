@@ -150,8 +150,11 @@ class Exchange {
   virtual void finish(std::string last) = 0;
   /// Returns the slot emitted (terminal, once) when the client is gone or too slow: its connection closed or
   /// reset while the answer is prepared or sent (the front watches it from the moment the request is handed
-  /// over, until a pipelined request arrives behind it), or a write that failed or timed out.
+  /// over, until a pipelined request arrives behind it), or a write that failed or timed out. A handler put
+  /// in it after that is not told: ask left() first.
   virtual boost::asio::cancellation_slot gone() = 0;
+  /// Returns true once the client is gone (gone() was emitted).
+  [[nodiscard]] virtual bool left() const noexcept = 0;
   /// The relay failed to answer: sends a 500 (internal_error) that says nothing of why, or cuts the
   /// connection when an answer began.
   virtual void fail() = 0;
@@ -349,12 +352,8 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
     if (!writing_) write_next();
   }
 
-  boost::asio::cancellation_slot gone() override {
-    if (broken_)  // it was emitted before the caller could listen: again, once the caller's handler is in place
-      boost::asio::post(stream_.get_executor(),
-                        [self = shared_from_this()] { self->gone_.emit(boost::asio::cancellation_type::terminal); });
-    return gone_.slot();
-  }
+  boost::asio::cancellation_slot gone() override { return gone_.slot(); }
+  [[nodiscard]] bool left() const noexcept override { return broken_; }
 
  private:
   enum class Phase { idle, receiving, answering };

@@ -524,6 +524,7 @@ class Server final : public Service {
       stream_to.event = [held](const llmretry::SseEvent& event) { held->exchange().write(sse_text(event)); };
     }
     forwarder_.forward(client, chain, std::move(in), std::move(stream_to), held->exchange().gone(),
+                       held->exchange().left(),
                        [held, started, format, after = std::move(after)](Answer answer) mutable {
                          guarded(held, [&] {
                            auto answered = std::make_shared<Answer>(std::move(answer));

@@ -1085,6 +1085,33 @@ TEST_CASE("a client that leaves while its duplicate waits under --coalesce-wait:
   CHECK(provider.request_count() == 1);
 }
 
+TEST_CASE("a client that leaves while its keyed duplicate waits, not streamed: it is not sent once the key is free") {
+  LoopbackProvider provider;
+  ScriptedResponse first = LoopbackProvider::insufficient_quota();  // not retried, not stored: the key is freed
+  first.delay = llmretry_test::scaled(1000ms);
+  provider.then(first);
+  provider.then(LoopbackProvider::chat_completion("duplicate"));
+  Relay relay("left_keyed_waiting",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "60000"});
+  relay.started();
+  int first_status = 0;
+  std::thread client([&] {
+    auto result =
+        relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "freed"}}, chat(), "application/json");
+    first_status = result ? result->status : -1;
+  });
+  await_requests(provider, 1);
+  const int duplicate = send_raw(relay.port(), post_text(chat(), "Idempotency-Key: freed\r\n"));
+  REQUIRE(metrics_hold(relay, R"(llm_relay_requests_in_flight 2)"));
+  ::close(duplicate);  // seen while it waits: its call, once the key is free, must not send it
+  CHECK(metrics_hold(relay, "llm_relay_clients_left_total 1"));
+  client.join();
+  CHECK(first_status == 429);
+  CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+  CHECK(metrics_hold(relay, "llm_relay_requests_in_flight 0"));
+  CHECK(provider.request_count() == 1);
+}
+
 TEST_CASE("a streamed /v1/responses answer, which ends at event: response.completed, reaches the client whole") {
   LoopbackProvider provider;
   ScriptedResponse stream = LoopbackProvider::stream({});
