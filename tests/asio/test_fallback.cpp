@@ -240,6 +240,47 @@ TEST_CASE("async_call_with_fallback: a cancel during a wait stops the call, whic
   CHECK(script.routes == std::vector<std::string>{"primary"});
 }
 
+TEST_CASE("async_call_with_fallback: a cancel while the primary's guard on a pool refuses it: the call never moves",
+          "[asio][fallback]") {
+  // The primary's guard refuses (its pacing could not be reached), and the cancel comes while it does, on
+  // the guards' executor: the call ends there, and the backup is never called.
+  struct RefusesAndCancels {
+    boost::asio::cancellation_signal* cancel;  ///< null: admits (the backup)
+    struct Ticket {
+      void succeeded(const int& /*answer*/) const noexcept {}
+      void failed(const Failure& /*failure*/) const noexcept {}
+    };
+    Admission<Ticket> admit(const Attempt& /*attempt*/) {
+      if (cancel == nullptr) return Admission<Ticket>::go(Ticket{});
+      cancel->emit(boost::asio::cancellation_type::terminal);
+      return Admission<Ticket>::refuse(
+          Refusal{StopReason::pacing_unavailable, Failure::of(FailureKind::unknown, Sent::not_sent)});
+    }
+  };
+  boost::asio::io_context io;
+  boost::asio::io_context guard_io;  // run by hand: nothing of the call listens while it runs there
+  Script script{io, {{"primary", {ok(1)}}, {"backup", {ok(2)}}}, {}};
+  const FallbackChain chain = two_routes();
+  const RetryPolicy policy = no_jitter(1ms);
+  const FallbackOptions options;
+  boost::asio::cancellation_signal cancel;
+  Received received;
+  asio::async_call_with_fallback<int>(
+      io.get_executor(), chain, script.attempt(), policy, options,
+      route_guards([&](const Route& route) { return RefusesAndCancels{route.name == "primary" ? &cancel : nullptr}; }),
+      asio::guards_on(guard_io.get_executor()), boost::asio::bind_cancellation_slot(cancel.slot(), received.handler()));
+  for (int turn = 0; turn < 100 && !received.called; ++turn) {
+    guard_io.restart();
+    guard_io.poll();
+    io.restart();
+    io.poll();
+  }
+  REQUIRE(received.called);
+  CHECK(received.error);
+  CHECK(received.answer.moves.empty());
+  CHECK(script.routes.empty());
+}
+
 TEST_CASE("async_call_with_fallback: a policy that makes no sense or hedging is refused before anything starts",
           "[asio][fallback]") {
   boost::asio::io_context io;

@@ -217,6 +217,12 @@ class Forwarder {
     else launch();
   }
 
+  /// Counts a request through `chain` whose client left before its call began, never sent, as forward()
+  /// counts one (`client_gone`, on the first route).
+  void count_gone(const Chain& chain, const Incoming& in) const {
+    observer_.request_finished(target(chain.fallback_chain.routes().front(), in), "client_gone");
+  }
+
  private:
   /// What one forwarded request keeps until its answer.
   struct Forwarding {
@@ -340,6 +346,8 @@ class Forwarder {
     }
     const llmretry::Route& current =
         call.current != nullptr ? *call.current : call.chain.fallback_chain.routes().front();
+    if (call.client_gone)
+      return cut(call, current);  // whatever ended it: the cancel, or a give-up it came too late for
     try {
       std::rethrow_exception(error);
     } catch (const llmretry::StreamInterrupted&) {

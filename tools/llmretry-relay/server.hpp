@@ -595,6 +595,10 @@ class Server final : public Service {
   /// Claims the key of `keyed`, then answers as deduplicated says; a duplicate of a request in flight asks
   /// again every coalesce_poll until ServerSettings::coalesce_wait has passed.
   void claim_key(std::shared_ptr<Keyed> keyed) {
+    if (keyed->held->exchange().left()) {  // its client left while it waited for the key: it ends, never sent
+      forwarder_.count_gone(*keyed->chain, *keyed->in);
+      return;
+    }
     on_store(
         keyed->executor,
         [this, claim = keyed->claim, fingerprint = keyed->fingerprint] {

@@ -1067,7 +1067,7 @@ TEST_CASE("a client that leaves while its duplicate waits under --coalesce-wait:
   relay.started();
   auto body = nlohmann::json::parse(chat());
   body["stream"] = true;
-  int first_status = 0;
+  std::atomic<int> first_status{0};
   std::thread client([&] {
     auto result = relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "coalesced"}}, body.dump(),
                                       "application/json");
@@ -1078,6 +1078,10 @@ TEST_CASE("a client that leaves while its duplicate waits under --coalesce-wait:
   REQUIRE(metrics_hold(relay, R"(llm_relay_requests_in_flight 2)"));
   ::close(duplicate);  // seen while it waits for the first: before its upstream call listens
   CHECK(metrics_hold(relay, "llm_relay_clients_left_total 1"));
+  // It stops waiting at its next look at the key, its place in --max-requests given back: not at the end of
+  // the first.
+  CHECK(metrics_hold(relay, R"(llm_relay_requests_in_flight 1)"));
+  CHECK(first_status == 0);
   client.join();
   CHECK(first_status == 200);
   CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));

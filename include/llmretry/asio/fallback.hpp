@@ -115,9 +115,13 @@ class FallbackOp {
       complete(self, std::move(error), Routed<R>{std::move(answer), route.name, std::move(state.moves)});
       return;
     }
+    // A cancel that came while the route's call was on the guards' executor, too late to stop it there,
+    // still keeps the call from moving.
+    const StopReason stop =
+        self.cancelled() != boost::asio::cancellation_type::none ? StopReason::cancelled : state.gave_up->reason;
     FallbackStep step;
     try {
-      step = state.chain.after(state.at, state.gave_up->reason, state.last.failure, state.gave_up->failure,
+      step = state.chain.after(state.at, stop, state.last.failure, state.gave_up->failure,
                                state.options.call.safe_to_repeat, state.options.completed);
       if (step.to) {
         state.moves.push_back(Move{route.name, state.chain.routes()[*step.to].name, *step.reason});
