@@ -27,6 +27,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -364,6 +366,7 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   /// within the idle timeout.
   void next_request() {
     ++watch_;  // a watch of the answer before ends here
+    blank_bytes_ = 0;
     phase_ = Phase::idle;
     responding_ = false;
     head_only_ = false;
@@ -474,23 +477,43 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   }
 
   /// Watches the connection while the current request is answered, so that a client that leaves (closes or
-  /// resets its end) is told through gone() at once, not at the next write. Bytes that arrive instead (or are
-  /// buffered already) are a pipelined request: they stay unread, for after this answer, and nothing is watched.
+  /// resets its end) is told through gone() at once, not at the next write. Empty lines after the request
+  /// (CR and LF bytes, at most blank_bytes_allowed) are read and dropped, as before any request-line, and the
+  /// watch goes on. Other bytes that arrive instead (or are buffered already) are a pipelined request: they
+  /// stay unread, for after this answer, and nothing is watched.
   void watch_departure() {
-    if (buffer_.size() > 0) return;
+    if (buffer_.size() > 0) {
+      if (!blank(static_cast<const char*>(buffer_.data().data()), buffer_.size())) return;
+      buffer_.consume(buffer_.size());
+    }
     stream_.socket().async_wait(
         boost::asio::socket_base::wait_read,
         [self = shared_from_this(), watch = watch_](boost::beast::error_code error) { self->readable(error, watch); });
   }
 
+  /// Returns true when the `size` bytes at `bytes` are CR and LF only, and the watch may drop them (at most
+  /// blank_bytes_allowed in all): counts them dropped.
+  bool blank(const char* bytes, std::size_t size) noexcept {
+    if (blank_bytes_ + size > blank_bytes_allowed ||
+        !std::all_of(bytes, bytes + size, [](char c) { return c == '\r' || c == '\n'; }))
+      return false;
+    blank_bytes_ += size;
+    return true;
+  }
+
   /// The connection became readable (or the wait ended) during the answer that watch number `watch` began with.
   void readable(boost::beast::error_code error, std::size_t watch) {
     if (error || watch != watch_ || phase_ != Phase::answering || broken_ || !stream_.socket().is_open()) return;
-    char byte = 0;
-    const ssize_t peeked = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const int socket = stream_.socket().native_handle();
+    std::array<char, blank_bytes_allowed + 1> bytes{};
+    const ssize_t peeked = ::recv(socket, bytes.data(), bytes.size(), MSG_PEEK | MSG_DONTWAIT);
     if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_departure();
-    if (peeked > 0) return;  // a pipelined request
-    ++stats_.clients_left;   // its end closed (0: end of file) or reset
+    if (peeked > 0) {
+      if (!blank(bytes.data(), static_cast<std::size_t>(peeked))) return;  // a pipelined request
+      if (::recv(socket, bytes.data(), static_cast<std::size_t>(peeked), MSG_DONTWAIT) != peeked) return;
+      return watch_departure();
+    }
+    ++stats_.clients_left;  // its end closed (0: end of file) or reset
     broke();
   }
 
@@ -656,6 +679,9 @@ class Connection : public Exchange, public std::enable_shared_from_this<Connecti
   std::size_t header_fields_ = 0;  ///< the current request's header lines, checked
   std::size_t served_ = 0;         ///< the requests of this connection handed to the service
   std::size_t watch_ = 0;          ///< the watch of the current answer (see watch_departure)
+  /// The most CR and LF bytes a watch drops after a request (two empty lines); more are a request's.
+  static constexpr std::size_t blank_bytes_allowed = 4;
+  std::size_t blank_bytes_ = 0;  ///< the CR and LF bytes the current watch dropped
   // A streamed answer.
   std::deque<std::string> pieces_;
   std::size_t backlog_ = 0;

@@ -993,6 +993,11 @@ TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait 
 }
 
 TEST_CASE("a client that leaves while its request waits for capacity: it is never sent, and counted client_gone") {
+  std::string after_the_request;
+  SECTION("the request alone") {}
+  SECTION("the request, then an empty line, as some clients send after a body: dropped, still watched") {
+    after_the_request = "\r\n";
+  }
   LoopbackProvider provider;
   ScriptedResponse held = LoopbackProvider::chat_completion("held");
   held.delay = llmretry_test::scaled(3000ms);  // the one slot is taken that long
@@ -1007,7 +1012,7 @@ TEST_CASE("a client that leaves while its request waits for capacity: it is neve
     first = result ? result->status : -1;
   });
   await_requests(provider, 1);
-  const int waiting = send_raw(relay.port(), post_text(chat("loopback", "left")));
+  const int waiting = send_raw(relay.port(), post_text(chat("loopback", "left")) + after_the_request);
   REQUIRE(metrics_hold(relay, R"(llm_queue_depth{priority="interactive",task_type="chat"} 1)"));
   ::close(waiting);  // the client leaves while its request waits for the slot
 
