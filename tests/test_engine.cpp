@@ -284,8 +284,8 @@ TEST_CASE("CallEngine: a cancel gives back the ticket of an attempt step not sen
   CallEngine engine(policy, guard, options);
   std::minstd_rand rng;
   REQUIRE(engine.start().kind == Kind::attempt);
-  // The first attempt was sent and failed without being sent: the call's last failure says not_sent, the
-  // retry's step says nothing of whether the retry went.
+  // The first attempt failed without being sent (connection refused): the call's last failure says not_sent,
+  // which says nothing of whether the retry went.
   const Failure refused_connection = Failure::of(FailureKind::connection, Sent::not_sent);
   REQUIRE(engine.failed(refused_connection, rng).kind == Kind::wait);
   REQUIRE(engine.resume().kind == Kind::attempt);

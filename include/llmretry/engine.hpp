@@ -498,7 +498,7 @@ class CallEngine {
 
   /// cancelled() and cancelled_unsent(): `unsent` true when the attempt step was not carried out.
   Step cancel(const Failure& failure, [[maybe_unused]] bool unsent) {
-    assert(!gave_up_ && "CallEngine::cancelled: the call is over");
+    assert(!gave_up_ && "CallEngine::cancelled, cancelled_unsent: the call is over");
     if constexpr (guarded) {
       if (std::exchange(admitted_, false) || unsent) ticket_.reset();
       else if (auto ticket = take_ticket(false)) detail::tell_lost(*ticket);

@@ -157,7 +157,8 @@ class Forwarder {
     if (gone.is_connected()) {
       gone.assign([weak = std::weak_ptr<Forwarding>(call)](boost::asio::cancellation_type type) {
         const auto gone_call = weak.lock();
-        if (!gone_call || std::exchange(gone_call->client_gone, true) || gone_call->answer_kept()) return;
+        if (!gone_call || gone_call->client_gone || gone_call->answer_kept()) return;
+        gone_call->client_gone = true;
         gone_call->cancel.emit(type);
       });
     }
@@ -289,7 +290,7 @@ class Forwarder {
     llmretry::metrics::Queue queue;  ///< its class and task type, until its first attempt is sent
     std::optional<std::chrono::steady_clock::time_point> queued_since;  ///< set until then
     boost::asio::cancellation_signal cancel;                            ///< cancels the call: its client is gone
-    bool client_gone = false;                                           ///< the client went away (see forward)
+    bool client_gone = false;  ///< the client went away, and the call was cancelled for it (see forward)
   };
 
   /// Tells the observer that `call` left its queue (its first attempt is sent, or it ended without one).

@@ -993,11 +993,13 @@ TEST_CASE("--concurrency: a request that finds every slot taken past --max-wait 
 }
 
 TEST_CASE("a client that leaves while its request waits for capacity: it is never sent, and counted client_gone") {
-  std::string after_the_request;
+  // Some clients send an empty line after a body: dropped, and the watch goes on, whether it came with the
+  // request (read with it) or later (on the socket).
+  std::string with_the_request;
+  std::string later;
   SECTION("the request alone") {}
-  SECTION("the request, then an empty line, as some clients send after a body: dropped, still watched") {
-    after_the_request = "\r\n";
-  }
+  SECTION("an empty line with the request") { with_the_request = "\r\n"; }
+  SECTION("an empty line while the request waits") { later = "\r\n"; }
   LoopbackProvider provider;
   ScriptedResponse held = LoopbackProvider::chat_completion("held");
   held.delay = llmretry_test::scaled(3000ms);  // the one slot is taken that long
@@ -1012,8 +1014,12 @@ TEST_CASE("a client that leaves while its request waits for capacity: it is neve
     first = result ? result->status : -1;
   });
   await_requests(provider, 1);
-  const int waiting = send_raw(relay.port(), post_text(chat("loopback", "left")) + after_the_request);
+  const int waiting = send_raw(relay.port(), post_text(chat("loopback", "left")) + with_the_request);
   REQUIRE(metrics_hold(relay, R"(llm_queue_depth{priority="interactive",task_type="chat"} 1)"));
+  if (!later.empty()) {
+    REQUIRE(::send(waiting, later.data(), later.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(later.size()));
+    std::this_thread::sleep_for(100ms);  // read and dropped by the watch, before the client leaves
+  }
   ::close(waiting);  // the client leaves while its request waits for the slot
 
   CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
@@ -1035,6 +1041,9 @@ TEST_CASE("a client that leaves while its request is sent: cancelled, unless an 
   ScriptedResponse kept = LoopbackProvider::chat_completion("kept");
   kept.delay = 1s;
   provider.then(kept);
+  ScriptedResponse refused = LoopbackProvider::context_length_exceeded();  // final: stored as well
+  refused.delay = 1s;
+  provider.then(refused);
   Relay relay("left_sent", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
   relay.started();
 
@@ -1058,6 +1067,22 @@ TEST_CASE("a client that leaves while its request is sent: cancelled, unless an 
   CHECK(retry->get_header_value("Idempotent-Replayed") == "true");
   CHECK_THAT(retry->body, llmretry_catch::contains("kept"));
   CHECK(provider.request_count() == 2);
+  CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+
+  // So is a final refusal of the provider's: the retry gets that 400, not a second call.
+  const int refused_keyed = send_raw(relay.port(), post_text(chat(), "Idempotency-Key: kept-refusal\r\n"));
+  await_requests(provider, 3);
+  ::close(refused_keyed);
+  CHECK(metrics_hold(relay, "llm_relay_clients_left_total 3"));
+  retry.reset();
+  for (int i = 0; i < 200 && (!retry || retry->status == 409); ++i) {
+    std::this_thread::sleep_for(50ms);
+    retry = *post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "kept-refusal"}});
+  }
+  REQUIRE(retry->status == 400);
+  CHECK(retry->get_header_value("Idempotent-Replayed") == "true");
+  CHECK_THAT(retry->body, llmretry_catch::contains("context_length_exceeded"));
+  CHECK(provider.request_count() == 3);
   CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
 }
 
