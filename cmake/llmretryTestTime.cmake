@@ -27,3 +27,10 @@ function(llmretry_test_timeout seconds)
   math(EXPR _scaled "${seconds} * ${LLMRETRY_TEST_TIME_FACTOR}")
   set_tests_properties(${ARGN} PROPERTIES TIMEOUT ${_scaled})
 endfunction()
+
+# llmretry_test_cost(<seconds> <test>...): how long each test took in a plain build, so that ctest -j starts
+# the longest first in a fresh build tree (later runs order by the times ctest measured), instead of leaving
+# one of them to end alone.
+function(llmretry_test_cost seconds)
+  set_tests_properties(${ARGN} PROPERTIES COST ${seconds})
+endfunction()
