@@ -837,6 +837,29 @@ TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on o
   CHECK(provider.request_count() == 1);
 }
 
+TEST_CASE("a client that leaves while its Idempotency-Key is claimed on Redis: never sent, the key freed") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  Relay relay("left_claiming", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis",
+                                "redis://127.0.0.1:" + std::to_string(redis.port())});
+  relay.started();
+  const std::string key = "claiming-" + std::to_string(::getpid());
+  redis.pause();  // the claim waits for Redis (for less than the relay's 1 s command timeout)
+  ::close(send_raw(relay.port(), post_text(chat(), "Idempotency-Key: " + key + "\r\n")));
+  const bool left = metrics_hold(relay, "llm_relay_clients_left_total 1");
+  redis.resume();  // the key is claimed now, after the client left
+  REQUIRE(left);
+  CHECK(metrics_hold(relay, R"(llm_requests_total{provider="upstream",model="loopback",status="client_gone"} 1)"));
+  CHECK(metrics_hold(relay, "llm_relay_requests_in_flight 0"));
+  CHECK(provider.request_count() == 0);
+  // The key was freed, not kept claimed: the client's retry is sent.
+  const auto retried = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", key}});
+  CHECK(retried->status == 200);
+  CHECK(retried->get_header_value("Idempotent-Replayed").empty());
+  CHECK(provider.request_count() == 1);
+}
+
 TEST_CASE("with --redis the relay's threads share a few connections, not one") {
   llmretry::testing::RedisServer redis;
   LoopbackProvider provider;
