@@ -241,9 +241,7 @@ class RateLimiter {
     // A bound beyond what nanoseconds hold (milliseconds::max(), centuries) bounds nothing.
     if (max_wait && *max_wait < detail::longest_wait &&
         start_ns - now_ns > std::chrono::nanoseconds{*max_wait}.count()) {
-      give_back(reservation);
-      reservation.status_ = ReservationStatus::too_long;
-      ++stats_.refused;
+      refuse_too_long(reservation);
       return reservation;
     }
     if (yield.tenant != nullptr)
@@ -492,16 +490,7 @@ class RateLimiter {
 
     /// Raises a slowed-down limit back toward the configured one, by 1 % of it per whole second since the
     /// last change. Returns true when the limit changed.
-    bool recover(std::int64_t now_ns) noexcept {
-      if (limit_ >= configured_) return false;
-      const std::int64_t seconds = (now_ns - changed_) / 1'000'000'000;
-      if (seconds < 1) return false;
-      const std::int64_t step = std::max<std::int64_t>(1, configured_ * recovery_per_mille_per_second / 1000);
-      limit_ = seconds >= (configured_ - limit_ + step - 1) / step ? configured_ : limit_ + step * seconds;
-      changed_ += seconds * 1'000'000'000;
-      refresh();
-      return true;
-    }
+    bool recover(std::int64_t now_ns) noexcept { return limit_ < configured_ && raise_limit(now_ns); }
 
     /// Returns when one unit taken at `now_ns` could start, without taking it.
     [[nodiscard]] std::int64_t start_of_one(std::int64_t now_ns) const noexcept {
@@ -514,6 +503,17 @@ class RateLimiter {
     }
 
    private:
+    /// recover() once the limit is below the configured one.
+    LLMRETRY_NOINLINE bool raise_limit(std::int64_t now_ns) noexcept {
+      const std::int64_t seconds = (now_ns - changed_) / 1'000'000'000;
+      if (seconds < 1) return false;
+      const std::int64_t step = std::max<std::int64_t>(1, configured_ * recovery_per_mille_per_second / 1000);
+      limit_ = seconds >= (configured_ - limit_ + step - 1) / step ? configured_ : limit_ + step * seconds;
+      changed_ += seconds * 1'000'000'000;
+      refresh();
+      return true;
+    }
+
     /// Recomputes what follows from the limit, burst and period.
     void refresh() noexcept {
       unit_time_ = detail::mul_div_up(1, period_, limit_);
@@ -599,6 +599,13 @@ class RateLimiter {
       return true;
     }
     return false;
+  }
+
+  /// Gives back what `reservation` took, which would start too late, and makes it too_long. Requires the lock.
+  LLMRETRY_NOINLINE void refuse_too_long(Reservation& reservation) noexcept {
+    give_back(reservation);
+    reservation.status_ = ReservationStatus::too_long;
+    ++stats_.refused;
   }
 
   /// How a reservation yielded to others: held back, or not, and its tenant's account.
