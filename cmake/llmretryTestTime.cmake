@@ -28,9 +28,11 @@ function(llmretry_test_timeout seconds)
   set_tests_properties(${ARGN} PROPERTIES TIMEOUT ${_scaled})
 endfunction()
 
-# llmretry_test_cost(<seconds> <test>...): how long each test took in a plain build, so that ctest -j starts
-# the longest first in a fresh build tree (later runs order by the times ctest measured), instead of leaving
-# one of them to end alone.
+# llmretry_test_cost(<seconds> <test>...): how long each test takes in a plain build, times the factor above,
+# as its COST, so that ctest -j starts the longest first instead of leaving one of them to end alone. ctest
+# ranks the other tests by the times it measured in earlier runs of the tree (none in a fresh one): these
+# stay at their COST, in the same unit.
 function(llmretry_test_cost seconds)
-  set_tests_properties(${ARGN} PROPERTIES COST ${seconds})
+  math(EXPR _scaled "${seconds} * ${LLMRETRY_TEST_TIME_FACTOR}")
+  set_tests_properties(${ARGN} PROPERTIES COST ${_scaled})
 endfunction()

@@ -75,6 +75,7 @@ struct Options {
   relay::Pace pace;
   std::size_t max_body = std::size_t{1} << 20;
   std::string redis;
+  std::int64_t redis_timeout_ms = 1000;
   std::string config;
   std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
   std::size_t threads = std::max(1U, std::thread::hardware_concurrency());
@@ -136,6 +137,12 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
+  app.add_option("--redis-timeout", options.redis_timeout_ms,
+                 "with --redis, the longest wait for Redis to connect or to answer a command: 1s, 250ms (a bare "
+                 "number: ms; default 1s); past it the request is answered 503")
+      ->transform(CLI::AsNumberWithUnit(std::map<std::string, std::int64_t>{{"ms", 1}, {"s", 1000}, {"m", 60'000}},
+                                        CLI::AsNumberWithUnit::CASE_SENSITIVE))
+      ->check(CLI::Range(std::int64_t{10}, std::int64_t{600'000}));
   app.add_option("--config", options.config,
                  "JSON config: the model table (per model its upstream, key variable, limits, fallback, under_pressure "
                  "rules) and the clients (per client its key variable, class, weight)");
@@ -210,9 +217,11 @@ constexpr std::size_t redis_connections = 8;
 /// have some, shared by every relay on the same server.
 class RedisState {
  public:
-  /// Connects `connections` times to the server of `url` ("redis://HOST[:PORT]"); its idempotency claims
-  /// have `idempotency`. Throws UsageError for a bad URL, redis::RedisError when it cannot connect.
-  RedisState(const std::string& url, const llmretry::store::IdempotencyOptions& idempotency, std::size_t connections) {
+  /// Connects `connections` times to the server of `url` ("redis://HOST[:PORT]"), waiting at most `timeout`
+  /// to connect and for each reply; its idempotency claims have `idempotency`. Throws UsageError for a bad
+  /// URL, redis::RedisError when it cannot connect.
+  RedisState(const std::string& url, std::chrono::milliseconds timeout,
+             const llmretry::store::IdempotencyOptions& idempotency, std::size_t connections) {
 #if LLMRETRY_RELAY_REDIS
     llmretry::redis::Options redis;
     try {
@@ -220,9 +229,11 @@ class RedisState {
     } catch (const std::invalid_argument& error) {
       throw UsageError(std::string("--redis: ") + error.what());
     }
+    redis.connect_timeout = redis.command_timeout = timeout;
     pool_ = std::make_unique<llmretry_tools::RedisPool>(redis, connections);
     idempotency_ = std::make_unique<llmretry_tools::PooledIdempotencyStore>(*pool_, idempotency);
 #else
+    static_cast<void>(timeout);
     static_cast<void>(idempotency);
     static_cast<void>(connections);
     throw UsageError("--redis " + url + ": this build has no Redis support");
@@ -293,7 +304,9 @@ int run(const Options& options) {
   idempotency_options.max_stored_bytes = options.max_stored_mb << 20;
   settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
-  if (!options.redis.empty()) redis.emplace(options.redis, idempotency_options, redis_connections);
+  if (!options.redis.empty())
+    redis.emplace(options.redis, std::chrono::milliseconds{options.redis_timeout_ms}, idempotency_options,
+                  redis_connections);
   settings.remote_store = redis.has_value();
   const relay::ShareLimits share = redis ? redis->share_limits() : relay::ShareLimits{};
   // The routes and the clients, read at start-up and again on SIGHUP; the `running` routes are kept (their

@@ -841,11 +841,13 @@ TEST_CASE("a client that leaves while its Idempotency-Key is claimed on Redis: n
   llmretry::testing::RedisServer redis;
   LoopbackProvider provider;
   serve_freely(provider);
+  // Redis may be paused longer than the default 1 s on a slow machine: the claim would time out (503).
+  const std::string timeout = std::to_string(std::chrono::milliseconds{llmretry_test::scaled(10s)}.count()) + "ms";
   Relay relay("left_claiming", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis",
-                                "redis://127.0.0.1:" + std::to_string(redis.port())});
+                                "redis://127.0.0.1:" + std::to_string(redis.port()), "--redis-timeout", timeout});
   relay.started();
   const std::string key = "claiming-" + std::to_string(::getpid());
-  redis.pause();  // the claim waits for Redis (for less than the relay's 1 s command timeout)
+  redis.pause();  // the claim waits for Redis
   ::close(send_raw(relay.port(), post_text(chat(), "Idempotency-Key: " + key + "\r\n")));
   const bool left = metrics_hold(relay, "llm_relay_clients_left_total 1");
   redis.resume();  // the key is claimed now, after the client left
@@ -857,6 +859,27 @@ TEST_CASE("a client that leaves while its Idempotency-Key is claimed on Redis: n
   const auto retried = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", key}});
   CHECK(retried->status == 200);
   CHECK(retried->get_header_value("Idempotent-Replayed").empty());
+  CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("a Redis that answers after 1.5 s, within --redis-timeout, serves the request") {
+  llmretry::testing::RedisServer redis;
+  LoopbackProvider provider;
+  serve_freely(provider);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  const std::string timeout = std::to_string(std::chrono::milliseconds{llmretry_test::scaled(10s)}.count()) + "ms";
+  Relay relay("redis_timeout", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis", url,
+                                "--redis-timeout", timeout});
+  relay.started();
+  redis.pause();
+  std::thread later([&] {
+    std::this_thread::sleep_for(1500ms);  // past the default 1 s, which would answer 503
+    redis.resume();
+  });
+  const auto answered = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "slow-redis"}});
+  later.join();
+  INFO(answered->body);
+  CHECK(answered->status == 200);
   CHECK(provider.request_count() == 1);
 }
 

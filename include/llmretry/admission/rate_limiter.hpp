@@ -601,7 +601,8 @@ class RateLimiter {
     return false;
   }
 
-  /// Gives back what `reservation` took, which would start too late, and makes it too_long. Requires the lock.
+  /// Gives back what `reservation` took, which would start too late, makes it too_long and counts it refused.
+  /// Requires the lock.
   LLMRETRY_NOINLINE void refuse_too_long(Reservation& reservation) noexcept {
     give_back(reservation);
     reservation.status_ = ReservationStatus::too_long;

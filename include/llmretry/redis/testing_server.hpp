@@ -94,9 +94,13 @@ class RedisServer {
   /// Requires !running(). Throws std::runtime_error when it does not start.
   void restart() { start(); }
   /// Stops the process (SIGSTOP): connections stay open but nothing answers, as with a hung server.
-  void pause() const noexcept { ::kill(pid_, SIGSTOP); }
+  void pause() const noexcept {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
   /// Resumes a paused process (SIGCONT).
-  void resume() const noexcept { ::kill(pid_, SIGCONT); }
+  void resume() const noexcept {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
 
  private:
   static std::filesystem::path make_directory() {
