@@ -138,11 +138,12 @@ Options parse(int argc, char** argv) {
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
   app.add_option("--redis-timeout", options.redis_timeout_ms,
-                 "with --redis, the longest wait for Redis to connect or to answer a command: 1s, 250ms (a bare "
-                 "number: ms; default 1s); past it the request is answered 503")
+                 "with --redis, the longest wait for Redis to connect or to answer one command: 1s, 250ms (a bare "
+                 "number: ms; default 1s); past it Redis counts as out of reach for that request")
       ->transform(CLI::AsNumberWithUnit(std::map<std::string, std::int64_t>{{"ms", 1}, {"s", 1000}, {"m", 60'000}},
                                         CLI::AsNumberWithUnit::CASE_SENSITIVE))
-      ->check(CLI::Range(std::int64_t{10}, std::int64_t{600'000}));
+      ->check(CLI::Range(std::int64_t{10}, std::int64_t{600'000}))
+      ->needs("--redis");
   app.add_option("--config", options.config,
                  "JSON config: the model table (per model its upstream, key variable, limits, fallback, under_pressure "
                  "rules) and the clients (per client its key variable, class, weight)");

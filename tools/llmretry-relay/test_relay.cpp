@@ -1,5 +1,7 @@
 // End to end: loopback providers run in this process, llmretry-relay as a child process in front of them;
 // the tests talk to the relay over HTTP (and raw sockets for malformed or slow clients).
+#include <future>
+
 #include "test_support.hpp"
 
 using namespace relay_test;
@@ -837,14 +839,36 @@ TEST_CASE("two relays on one Redis share their Idempotency-Keys: a key used on o
   CHECK(provider.request_count() == 1);
 }
 
+namespace {
+
+/// The --redis-timeout of a relay whose Redis a test pauses: 10 s (scaled, within the option's 10 min), so
+/// that a slow machine never times out a command the test holds back on purpose.
+std::string paused_redis_timeout() {
+  const std::chrono::milliseconds timeout = std::min<std::chrono::milliseconds>(llmretry_test::scaled(10s), 10min);
+  return std::to_string(timeout.count()) + "ms";
+}
+
+/// Resumes a paused Redis when it goes out of scope, so that a failed check leaves none stopped.
+class ResumeAtEnd {
+ public:
+  explicit ResumeAtEnd(const llmretry::testing::RedisServer& redis) : redis_(redis) {}
+  ResumeAtEnd(const ResumeAtEnd&) = delete;
+  ResumeAtEnd& operator=(const ResumeAtEnd&) = delete;
+  ~ResumeAtEnd() { redis_.resume(); }
+
+ private:
+  const llmretry::testing::RedisServer& redis_;
+};
+
+}  // namespace
+
 TEST_CASE("a client that leaves while its Idempotency-Key is claimed on Redis: never sent, the key freed") {
   llmretry::testing::RedisServer redis;
   LoopbackProvider provider;
   serve_freely(provider);
-  // Redis may be paused longer than the default 1 s on a slow machine: the claim would time out (503).
-  const std::string timeout = std::to_string(std::chrono::milliseconds{llmretry_test::scaled(10s)}.count()) + "ms";
-  Relay relay("left_claiming", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis",
-                                "redis://127.0.0.1:" + std::to_string(redis.port()), "--redis-timeout", timeout});
+  Relay relay("left_claiming",
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis",
+               "redis://127.0.0.1:" + std::to_string(redis.port()), "--redis-timeout", paused_redis_timeout()});
   relay.started();
   const std::string key = "claiming-" + std::to_string(::getpid());
   redis.pause();  // the claim waits for Redis
@@ -862,25 +886,39 @@ TEST_CASE("a client that leaves while its Idempotency-Key is claimed on Redis: n
   CHECK(provider.request_count() == 1);
 }
 
-TEST_CASE("a Redis that answers after 1.5 s, within --redis-timeout, serves the request") {
-  llmretry::testing::RedisServer redis;
-  LoopbackProvider provider;
-  serve_freely(provider);
-  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
-  const std::string timeout = std::to_string(std::chrono::milliseconds{llmretry_test::scaled(10s)}.count()) + "ms";
-  Relay relay("redis_timeout", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--redis", url,
-                                "--redis-timeout", timeout});
-  relay.started();
-  redis.pause();
-  std::thread later([&] {
-    std::this_thread::sleep_for(1500ms);  // past the default 1 s, which would answer 503
+TEST_CASE("a claim Redis answers after 2.5 s: served within a longer --redis-timeout, 503 within the default 1 s") {
+  for (const bool longer : {true, false}) {
+    INFO((longer ? "--redis-timeout " + paused_redis_timeout() : std::string("the default --redis-timeout")));
+    llmretry::testing::RedisServer redis;
+    LoopbackProvider provider;
+    serve_freely(provider);
+    std::vector<std::string> arguments{"--listen",   "127.0.0.1:0",
+                                       "--upstream", provider.base_url(),
+                                       "--redis",    "redis://127.0.0.1:" + std::to_string(redis.port())};
+    if (longer) arguments.insert(arguments.end(), {"--redis-timeout", paused_redis_timeout()});
+    Relay relay(longer ? "redis_timeout_longer" : "redis_timeout_default", arguments);
+    relay.started();
+    redis.pause();
+    auto answer = std::async(std::launch::async, [&relay] {
+      return relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "slow-redis"}}, chat(),
+                                 "application/json");
+    });
+    const ResumeAtEnd resume(redis);  // before `answer` waits for its request, when a check fails
+    REQUIRE(metrics_hold(relay, "llm_relay_requests_in_flight 1"));  // its claim waits for Redis
+    std::this_thread::sleep_for(2500ms);                             // on purpose: 1.5 s past the default
     redis.resume();
-  });
-  const auto answered = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "slow-redis"}});
-  later.join();
-  INFO(answered->body);
-  CHECK(answered->status == 200);
-  CHECK(provider.request_count() == 1);
+    const auto answered = answer.get();
+    REQUIRE(answered);
+    INFO(answered->body);
+    if (longer) {
+      CHECK(answered->status == 200);
+      CHECK(provider.request_count() == 1);
+    } else {
+      CHECK(answered->status == 503);
+      CHECK(error_of(answered->body).at("code") == "idempotency_store_unavailable");
+      CHECK(provider.request_count() == 0);
+    }
+  }
 }
 
 TEST_CASE("with --redis the relay's threads share a few connections, not one") {
