@@ -1130,6 +1130,15 @@ TEST_CASE("a client that leaves while its request is sent: cancelled, unless an 
   provider.then(refused);
   Relay relay("left_sent", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
   relay.started();
+  // The client's retry under `key`, asked again while the first is in flight (409), up to 10 s.
+  const auto retry_once_stored = [&relay](const std::string& key) {
+    std::optional<httplib::Response> retry;
+    for (int i = 0; i < 200 && (!retry || retry->status == 409); ++i) {
+      std::this_thread::sleep_for(50ms);
+      retry = *post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", key}});
+    }
+    return retry;
+  };
 
   // Without a key, the answer can reach nobody: the upstream call ends at once.
   const int unkeyed = send_raw(relay.port(), post_text(chat()));
@@ -1142,11 +1151,7 @@ TEST_CASE("a client that leaves while its request is sent: cancelled, unless an 
   await_requests(provider, 2);
   ::close(keyed);
   CHECK(metrics_hold(relay, "llm_relay_clients_left_total 2"));
-  std::optional<httplib::Response> retry;
-  for (int i = 0; i < 200 && (!retry || retry->status == 409); ++i) {
-    std::this_thread::sleep_for(50ms);
-    retry = *post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "kept-answer"}});
-  }
+  auto retry = retry_once_stored("kept-answer");
   REQUIRE(retry->status == 200);
   CHECK(retry->get_header_value("Idempotent-Replayed") == "true");
   CHECK_THAT(retry->body, llmretry_catch::contains("kept"));
@@ -1158,11 +1163,7 @@ TEST_CASE("a client that leaves while its request is sent: cancelled, unless an 
   await_requests(provider, 3);
   ::close(refused_keyed);
   CHECK(metrics_hold(relay, "llm_relay_clients_left_total 3"));
-  retry.reset();
-  for (int i = 0; i < 200 && (!retry || retry->status == 409); ++i) {
-    std::this_thread::sleep_for(50ms);
-    retry = *post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "kept-refusal"}});
-  }
+  retry = retry_once_stored("kept-refusal");
   REQUIRE(retry->status == 400);
   CHECK(retry->get_header_value("Idempotent-Replayed") == "true");
   CHECK_THAT(retry->body, llmretry_catch::contains("context_length_exceeded"));
