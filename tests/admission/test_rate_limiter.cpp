@@ -60,6 +60,56 @@ TEST_CASE("A cost above a limit is refused at once and holds nothing", "[rate_li
   CHECK(limiter.stats().refused == 1);
 }
 
+TEST_CASE("Each dimension judges its own part of a cost, whatever the other limits", "[rate_limiter]") {
+  SECTION("input and output tokens are judged apart from their sum") {
+    Limits limits;
+    limits[Dimension::requests_per_minute] = Limit::per_minute(10);
+    limits[Dimension::output_tokens_per_minute] = Limit::per_minute(100);
+    RateLimiter limiter{limits};
+    CHECK(limiter.reserve(tokens(500, 50), t0).granted());  // 550 tokens, but only 50 count against 100
+    const auto output = limiter.reserve(tokens(0, 101), t0);
+    CHECK(output.status() == ReservationStatus::too_large);
+    CHECK(output.limited_by() == Dimension::output_tokens_per_minute);
+  }
+  SECTION("the first dimension exceeded decides") {
+    Limits limits;
+    limits[Dimension::tokens_per_minute] = Limit::per_minute(1000);
+    limits[Dimension::input_tokens_per_minute] = Limit::per_minute(200);
+    RateLimiter limiter{limits};
+    CHECK(limiter.reserve(tokens(150, 800), t0).granted());
+    CHECK(limiter.reserve(tokens(201), t0).limited_by() == Dimension::input_tokens_per_minute);
+    CHECK(limiter.reserve(tokens(150, 900), t0).limited_by() == Dimension::tokens_per_minute);
+    CHECK(limiter.stats().refused == 2);  // both too large, neither granted
+  }
+  SECTION("parts out of range count as bounded, even when their sum would wrap around") {
+    Limits limits = Limits::per_minute(600, 1000);
+    RateLimiter limiter{limits};
+    constexpr std::int64_t huge = 1'000'000'000'000'000;
+    const auto wrapped = limiter.reserve(Cost{1, -huge, huge + 5}, t0);  // 0 + 10^12 tokens
+    CHECK(wrapped.status() == ReservationStatus::too_large);
+    CHECK(wrapped.limited_by() == Dimension::tokens_per_minute);
+    CHECK(limiter.reserve(Cost{-3, 0, 0}, t0).granted());  // no request counted
+    const auto requests = limiter.reserve(Cost{2'000, 0, 0}, t0);
+    CHECK(requests.status() == ReservationStatus::too_large);
+    CHECK(requests.limited_by() == Dimension::requests_per_minute);
+  }
+  SECTION("a limit lowered or learned refuses what no longer fits") {
+    RateLimiter limiter{Limits::per_minute(600, 10'000)};
+    CHECK(limiter.reserve(tokens(2000), t0).granted());
+    RateLimits reported;
+    reported.tokens.limit = 1000;
+    limiter.learn(reported, t0);
+    const auto lowered = limiter.reserve(tokens(0, 1001), t0);
+    CHECK(lowered.status() == ReservationStatus::too_large);
+    CHECK(lowered.limited_by() == Dimension::tokens_per_minute);
+    reported.input_tokens.limit = 500;
+    limiter.learn(reported, t0);
+    const auto learned = limiter.reserve(tokens(600), t0);
+    CHECK(learned.status() == ReservationStatus::too_large);
+    CHECK(learned.limited_by() == Dimension::input_tokens_per_minute);
+  }
+}
+
 TEST_CASE("A cost above the burst but within the limit waits for a full bucket", "[rate_limiter]") {
   Limits limits;
   limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 100);  // 100 tokens a second, 100 at once
@@ -110,6 +160,13 @@ TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[r
     REQUIRE(second.wait_after(t0) == 5s);
     limiter.settle(first, tokens(100), t0 + 1s);  // the second has not started: the 900 stay charged
     CHECK(limiter.reserve(tokens(100), t0 + 1s).wait_after(t0 + 1s) == 5s);
+  }
+  SECTION("a reservation that started at once holds no refund back, even one made at a later time") {
+    auto first = limiter.reserve(tokens(500), t0);
+    REQUIRE(limiter.reserve(tokens(100), t0 + 2s).wait_after(t0 + 2s) == 0ms);
+    limiter.settle(first, tokens(100), t0 + 1s);  // 400 back: the burst is free again at t0 + 2 s
+    CHECK(limiter.reserve(tokens(800), t0 + 2s).wait_after(t0 + 2s) == 0ms);  // kept charged: 2 s
+    CHECK(limiter.reserve(tokens(300), t0 + 2s).wait_after(t0 + 2s) == 1s);
   }
   SECTION("a reservation is settled or cancelled once") {
     auto r = limiter.reserve(tokens(1000), t0);
@@ -220,6 +277,14 @@ TEST_CASE("slow_down: x 0.7 at most once a second, then 1 % of the limit back pe
   CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 590);
   (void)limiter.reserve(Cost{}, t0 + 200s);
   CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 1000);  // never above the configured limit
+  SECTION("a reservation held back recovers the limit too") {
+    REQUIRE(limiter.slow_down(t0 + 300s));
+    limiter.pause_until(t0 + 400s);
+    Precedence batch;
+    batch.ahead = false;
+    CHECK(limiter.reserve(Cost{}, t0 + 310s, std::nullopt, batch).status() == ReservationStatus::held_back);
+    CHECK(limiter.limit(Dimension::requests_per_minute)->limit == 800);
+  }
 }
 
 TEST_CASE("Limits that make no sense are refused, naming the dimension", "[rate_limiter]") {

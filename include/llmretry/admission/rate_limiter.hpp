@@ -58,12 +58,12 @@ class Reservation {
   Reservation() = default;
   Reservation(Reservation&& other) noexcept { *this = std::move(other); }
   Reservation& operator=(Reservation&& other) noexcept {
-    status_ = other.status_;
     start_ = other.start_;
     cost_ = other.cost_;
-    limited_by_ = other.limited_by_;
     held_ = other.held_;
     generation_ = other.generation_;
+    status_ = other.status_;
+    limited_by_ = other.limited_by_;
     paced_ = other.paced_;
     shared_ = other.shared_;
     open_ = std::exchange(other.open_, false);
@@ -88,7 +88,10 @@ class Reservation {
   [[nodiscard]] const Cost& cost() const noexcept { return cost_; }
   /// Returns the dimension that decided: the one the cost exceeds (too_large), or the one that made the
   /// call wait longest (granted, too_long); nullopt when nothing made it wait.
-  [[nodiscard]] std::optional<Dimension> limited_by() const noexcept { return limited_by_; }
+  [[nodiscard]] std::optional<Dimension> limited_by() const noexcept {
+    if (limited_by_ == no_dimension) return std::nullopt;
+    return static_cast<Dimension>(limited_by_);
+  }
   /// Returns true while the capacity is held: granted, and neither cancelled nor settled yet.
   [[nodiscard]] bool open() const noexcept { return open_; }
   /// Returns true when it was made on pacing state shared with other processes (SharedPacing), false when
@@ -100,13 +103,21 @@ class Reservation {
   friend struct detail::ReservationAccess;
   explicit Reservation(const Cost& cost) noexcept : cost_(cost) {}
 
-  ReservationStatus status_ = ReservationStatus::too_large;
+  static constexpr std::uint8_t no_dimension = 0xff;  ///< limited_by_ when no dimension decided
+
+  /// Sets the dimension that decided, or none.
+  void limit_by(std::optional<Dimension> dimension) noexcept {
+    limited_by_ = dimension ? static_cast<std::uint8_t>(*dimension) : no_dimension;
+  }
+
   time_point start_{};
   Cost cost_{0, 0, 0};
-  std::optional<Dimension> limited_by_;
   std::array<std::int64_t, dimension_count> held_{};  ///< nanoseconds of capacity held per dimension
   std::uint64_t generation_ = 0;  ///< the limiter's limits when it was reserved (RateLimiter::generation_)
-  std::uint8_t paced_ = 0;        ///< the dimensions paced when it was reserved, one bit each
+  // The rest share one word, so that making a reservation writes them together.
+  ReservationStatus status_ = ReservationStatus::too_large;
+  std::uint8_t limited_by_ = no_dimension;  ///< a Dimension, or no_dimension
+  std::uint8_t paced_ = 0;                  ///< the dimensions paced when it was reserved, one bit each
   bool shared_ = false;
   bool open_ = false;
 };
@@ -133,14 +144,14 @@ struct ReservationAccess {
                      std::optional<Dimension> limited_by) noexcept {
     reservation.status_ = status;
     reservation.start_ = start;
-    reservation.limited_by_ = limited_by;
+    reservation.limit_by(limited_by);
     reservation.held_ = {};
   }
   /// Grants `reservation` from `start`: it is open until closed.
   static void grant(Reservation& reservation, time_point start, std::optional<Dimension> limited_by) noexcept {
     reservation.status_ = ReservationStatus::granted;
     reservation.start_ = start;
-    reservation.limited_by_ = limited_by;
+    reservation.limit_by(limited_by);
     reservation.open_ = true;
   }
   /// Closes `reservation`. Returns true when it was open (what it holds is the caller's to give back).
@@ -213,27 +224,26 @@ class RateLimiter {
                                     const Precedence& precedence = {}) noexcept {
     Reservation reservation(cost);
     const std::int64_t now_ns = ns(now);
-    const Charges charges = charges_of(cost);
     const bool may_yield = !precedence.ahead || !precedence.tenant.empty();
     const Guard guard(lock_);
-    if (too_large(reservation, charges)) return reservation;
+    if (!within_least_limits(cost) && too_large(reservation, cost)) return reservation;
     Yield yield;
     if (may_yield) {
-      yield = yield_to_others(reservation, charges, now_ns, precedence);
+      yield = yield_to_others(reservation, cost, now_ns, precedence);
       if (yield.held_back) return reservation;
     }
+    if (slowed_) recover(now_ns);
     std::int64_t latest_cell = now_ns;
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      if (cell.recover(now_ns)) limits_changed();
-      const std::int64_t charge = charges[i];
+      const std::int64_t charge = charge_of(cost, static_cast<Dimension>(i));
       if (charge == 0) continue;
       const std::int64_t starts = cell.take(charge, now_ns, reservation.held_[i]);
-      cell.note_start(std::max(starts, now_ns));
+      if (starts > now_ns) cell.note_start(starts);
       if (starts > latest_cell) {
         latest_cell = starts;
-        reservation.limited_by_ = static_cast<Dimension>(i);
+        reservation.limited_by_ = static_cast<std::uint8_t>(i);
       }
     }
     const std::int64_t start_ns = std::max(paused_until_, latest_cell);
@@ -252,7 +262,8 @@ class RateLimiter {
     reservation.paced_ = paced_;
     reservation.open_ = true;
     ++stats_.granted;
-    stats_.tokens_reserved += charges[static_cast<std::size_t>(Dimension::tokens_per_minute)];
+    if ((cost.input_tokens | cost.output_tokens) != 0)
+      stats_.tokens_reserved += charge_of(cost, Dimension::tokens_per_minute);
     return reservation;
   }
 
@@ -268,7 +279,7 @@ class RateLimiter {
 
   /// Charges `actual` (the usage the response reported at `now`) instead of the estimate an open
   /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where
-  /// no reservation starts after `now` (capacity promised to calls that have not started is already
+  /// no reservation waits to start after `now` (capacity promised to calls that have not started is already
   /// spoken for, and a provider whose window is full loses a refund, so crediting it then could overbook:
   /// it stays charged). Does nothing for a reservation that is not open. Takes no lock when `actual`
   /// charges every paced dimension what the reservation holds and no limit changed since: there is
@@ -343,6 +354,7 @@ class RateLimiter {
       Cell& cell = cells_[active_[k]];
       if (cell.per_minute()) cell.slow_down(now_ns);
     }
+    slowed_ = true;
     limits_changed();
     return true;
   }
@@ -386,6 +398,8 @@ class RateLimiter {
 
  private:
   static constexpr std::int64_t no_time = std::numeric_limits<std::int64_t>::min();
+  /// A least limit when no dimension of its kind is paced: any part is within it.
+  static constexpr std::uint64_t no_least = std::numeric_limits<std::uint64_t>::max();
 
   /// Returns a + b, saturated to the int64 range.
   static std::int64_t saturated_sum(std::int64_t a, std::int64_t b) noexcept {
@@ -450,9 +464,9 @@ class RateLimiter {
       return tat_ - std::max<std::int64_t>(usable - time_of(units), 0);
     }
 
-    /// Records that a reservation starts at `start_ns`.
+    /// Records that a reservation waits to start at `start_ns`.
     void note_start(std::int64_t start_ns) noexcept { latest_start_ = std::max(latest_start_, start_ns); }
-    /// Returns the latest start of any reservation so far.
+    /// Returns the latest start of any reservation that waited, so far.
     [[nodiscard]] std::int64_t latest_start() const noexcept { return latest_start_; }
 
     /// Takes `delta` nanoseconds of capacity at `now_ns` (from a full bucket too): the TAT moves from
@@ -588,13 +602,35 @@ class RateLimiter {
     }
   }
 
-  /// Returns true when `charges` exceed the configured limit of a paced dimension: `reservation` (still
-  /// too_large) is limited by the first such, and counted refused. Requires the lock.
-  bool too_large(Reservation& reservation, const Charges& charges) noexcept {
+  /// Returns true when every part of `cost` is at most the least configured limit of the paced dimensions
+  /// it counts in (requests; input or output tokens, and their sum): no charge can then exceed a limit.
+  /// Requires the lock.
+  [[nodiscard]] bool within_least_limits(const Cost& cost) const noexcept {
+    const auto units = [](std::int64_t part) { return static_cast<std::uint64_t>(part); };  // negative: huge
+    return units(cost.requests) <= least_requests_ && units(cost.input_tokens) <= least_tokens_ &&
+           units(cost.output_tokens) <= least_tokens_ - units(cost.input_tokens);
+  }
+
+  /// Recomputes the least configured limits within_least_limits() compares with. Requires the lock.
+  void refresh_least_limits() noexcept {
+    least_requests_ = least_tokens_ = no_least;
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      const std::size_t i = active_[k];
+      const bool requests = i == static_cast<std::size_t>(Dimension::requests_per_minute) ||
+                            i == static_cast<std::size_t>(Dimension::requests_per_day);
+      std::uint64_t& least = requests ? least_requests_ : least_tokens_;
+      least = std::min(least, static_cast<std::uint64_t>(cells_[i].configured()));
+    }
+  }
+
+  /// Returns true when `cost` charges a paced dimension more than its configured limit: `reservation`
+  /// (still too_large) is limited by the first such, and counted refused. Requires the lock.
+  LLMRETRY_NOINLINE bool too_large(Reservation& reservation, const Cost& cost) noexcept {
+    const Charges charges = charges_of(cost);
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       if (charges[i] <= cells_[i].configured()) continue;
-      reservation.limited_by_ = static_cast<Dimension>(i);
+      reservation.limited_by_ = static_cast<std::uint8_t>(i);
       ++stats_.refused;
       return true;
     }
@@ -617,12 +653,13 @@ class RateLimiter {
   };
 
   /// Returns the account of `precedence.tenant` (null without one), and held_back true when `reservation`
-  /// may not reserve ahead (not ahead, or a tenant past its share) and some dimension has not `charges` free
+  /// may not reserve ahead (not ahead, or a tenant past its share) and some dimension has not `cost` free
   /// at `now_ns` beyond the share of its burst kept free, or a pause holds every call: `reservation` is then
   /// held_back, start() when to ask again, limited_by() the dimension, and counted. Recovers slowed-down
   /// limits. Requires the lock.
-  LLMRETRY_NOINLINE Yield yield_to_others(Reservation& reservation, const Charges& charges, std::int64_t now_ns,
+  LLMRETRY_NOINLINE Yield yield_to_others(Reservation& reservation, const Cost& cost, std::int64_t now_ns,
                                           const Precedence& precedence) noexcept {
+    const Charges charges = charges_of(cost);
     Yield yield;
     bool ahead = precedence.ahead;
     double kept_free = precedence.kept_free;
@@ -638,19 +675,18 @@ class RateLimiter {
       }
     }
     if (ahead) return yield;
+    if (slowed_) recover(now_ns);
     std::int64_t free_from = std::max(now_ns, paused_until_);
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
-      Cell& cell = cells_[i];
-      if (cell.recover(now_ns)) limits_changed();
       if (charges[i] == 0) continue;
-      if (const std::int64_t from = cell.free_from(charges[i], kept_free); from > free_from) {
+      if (const std::int64_t from = cells_[i].free_from(charges[i], kept_free); from > free_from) {
         free_from = from;
-        reservation.limited_by_ = static_cast<Dimension>(i);
+        reservation.limited_by_ = static_cast<std::uint8_t>(i);
       }
     }
     if (free_from <= now_ns) {
-      reservation.limited_by_.reset();
+      reservation.limited_by_ = Reservation::no_dimension;
       return yield;
     }
     reservation.status_ = ReservationStatus::held_back;
@@ -672,6 +708,18 @@ class RateLimiter {
     tenant.weight = weight;
   }
 
+  /// Raises every slowed-down limit toward its configured one (Cell::recover), and notes whether one is
+  /// still below it. Requires the lock.
+  LLMRETRY_NOINLINE void recover(std::int64_t now_ns) noexcept {
+    bool slowed = false;
+    for (std::size_t k = 0; k < active_count_; ++k) {
+      Cell& cell = cells_[active_[k]];
+      if (cell.recover(now_ns)) limits_changed();
+      slowed = slowed || cell.limit() < cell.configured();
+    }
+    slowed_ = slowed;
+  }
+
   /// Paces dimension `i` with `limit` from now on (it is not paced yet).
   void configure(std::size_t i, const Limit& limit) noexcept {
     cells_[i].configure(limit);
@@ -684,6 +732,7 @@ class RateLimiter {
     for (; k > 0 && active_[k - 1] > i; --k) active_[k] = active_[k - 1];
     active_[k] = static_cast<std::uint8_t>(i);
     paced_ = static_cast<std::uint8_t>(paced_ | (1U << i));
+    refresh_least_limits();
   }
 
   /// Records that a limit, burst or period changed, or a dimension became paced: a reservation made
@@ -713,7 +762,10 @@ class RateLimiter {
     Cell& cell = cells_[i];
     if (window.limit && *window.limit > 0) {
       const bool was_active = cell.active();
-      if (cell.adopt(*window.limit)) limits_changed();
+      if (cell.adopt(*window.limit)) {
+        limits_changed();
+        refresh_least_limits();
+      }
       if (!was_active) note_active(i);
     }
     if (!cell.active()) return;
@@ -731,6 +783,9 @@ class RateLimiter {
   std::uint8_t active_count_ = 0;
   std::array<std::uint8_t, dimension_count> active_{};  ///< the paced dimensions, in order
   std::uint8_t paced_ = 0;                              ///< the paced dimensions, one bit each
+  bool slowed_ = false;  ///< a limit may be below its configured one (slow_down): reservations recover it
+  std::uint64_t least_requests_ = no_least;  ///< the least configured limit on requests
+  std::uint64_t least_tokens_ = no_least;    ///< the least configured limit on tokens (of any kind)
   std::int64_t paused_until_ = no_time;
   RateLimiterStats stats_;  ///< all but tokens_used
   std::int64_t last_slow_down_ = no_time;
