@@ -79,7 +79,8 @@ TEST_CASE("Each dimension judges its own part of a cost, whatever the other limi
     CHECK(limiter.reserve(tokens(150, 800), t0).granted());
     CHECK(limiter.reserve(tokens(201), t0).limited_by() == Dimension::input_tokens_per_minute);
     CHECK(limiter.reserve(tokens(150, 900), t0).limited_by() == Dimension::tokens_per_minute);
-    CHECK(limiter.stats().refused == 2);  // both too large, neither granted
+    CHECK(limiter.reserve(tokens(300, 800), t0).limited_by() == Dimension::tokens_per_minute);  // over both
+    CHECK(limiter.stats().refused == 3);  // all too large, none granted
   }
   SECTION("parts out of range count as bounded, even when their sum would wrap around") {
     Limits limits = Limits::per_minute(600, 1000);
@@ -92,6 +93,19 @@ TEST_CASE("Each dimension judges its own part of a cost, whatever the other limi
     const auto requests = limiter.reserve(Cost{2'000, 0, 0}, t0);
     CHECK(requests.status() == ReservationStatus::too_large);
     CHECK(requests.limited_by() == Dimension::requests_per_minute);
+  }
+  SECTION("per-day limits count requests and tokens as the per-minute ones do") {
+    Limits limits;
+    limits[Dimension::requests_per_day] = Limit{100, std::chrono::hours{24}, std::nullopt};
+    limits[Dimension::tokens_per_day] = Limit{10'000, std::chrono::hours{24}, std::nullopt};
+    RateLimiter limiter{limits};
+    const auto requests = limiter.reserve(Cost{101, 0, 0}, t0);
+    CHECK(requests.status() == ReservationStatus::too_large);
+    CHECK(requests.limited_by() == Dimension::requests_per_day);
+    const auto day_tokens = limiter.reserve(tokens(5'000, 5'001), t0);
+    CHECK(day_tokens.status() == ReservationStatus::too_large);
+    CHECK(day_tokens.limited_by() == Dimension::tokens_per_day);
+    CHECK(limiter.reserve(Cost{100, 5'000, 5'000}, t0).granted());
   }
   SECTION("a limit lowered or learned refuses what no longer fits") {
     RateLimiter limiter{Limits::per_minute(600, 10'000)};
@@ -167,6 +181,12 @@ TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[r
     limiter.settle(first, tokens(100), t0 + 1s);  // 400 back: the burst is free again at t0 + 2 s
     CHECK(limiter.reserve(tokens(800), t0 + 2s).wait_after(t0 + 2s) == 0ms);  // kept charged: 2 s
     CHECK(limiter.reserve(tokens(300), t0 + 2s).wait_after(t0 + 2s) == 1s);
+  }
+  SECTION("a reservation refused as too long holds no refund back") {
+    auto first = limiter.reserve(tokens(500), t0);
+    REQUIRE(limiter.reserve(tokens(1000), t0, 1s).status() == ReservationStatus::too_long);  // would wait 5 s
+    limiter.settle(first, tokens(100), t0);                                                  // nothing waits: 400 back
+    CHECK(limiter.reserve(tokens(900), t0).wait_after(t0) == 0ms);
   }
   SECTION("a reservation is settled or cancelled once") {
     auto r = limiter.reserve(tokens(1000), t0);

@@ -114,7 +114,7 @@ class Reservation {
   Cost cost_{0, 0, 0};
   std::array<std::int64_t, dimension_count> held_{};  ///< nanoseconds of capacity held per dimension
   std::uint64_t generation_ = 0;  ///< the limiter's limits when it was reserved (RateLimiter::generation_)
-  // The rest share one word, so that making a reservation writes them together.
+  // The small fields last, side by side, so that making a reservation writes them together.
   ReservationStatus status_ = ReservationStatus::too_large;
   std::uint8_t limited_by_ = no_dimension;  ///< a Dimension, or no_dimension
   std::uint8_t paced_ = 0;                  ///< the dimensions paced when it was reserved, one bit each
@@ -234,16 +234,20 @@ class RateLimiter {
     }
     if (slowed_) recover(now_ns);
     std::int64_t latest_cell = now_ns;
+    unsigned waits = 0;  // the dimensions on which it waits, one bit each
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
       const std::int64_t charge = charge_of(cost, static_cast<Dimension>(i));
       if (charge == 0) continue;
       const std::int64_t starts = cell.take(charge, now_ns, reservation.held_[i]);
-      if (starts > now_ns) cell.note_start(starts);
+      if (starts > now_ns) {
+        cell.note_start(starts);
+        waits |= 1U << i;
+      }
       if (starts > latest_cell) {
         latest_cell = starts;
-        reservation.limited_by_ = static_cast<std::uint8_t>(i);
+        reservation.limit_by(static_cast<Dimension>(i));
       }
     }
     const std::int64_t start_ns = std::max(paused_until_, latest_cell);
@@ -251,7 +255,7 @@ class RateLimiter {
     // A bound beyond what nanoseconds hold (milliseconds::max(), centuries) bounds nothing.
     if (max_wait && *max_wait < detail::longest_wait &&
         start_ns - now_ns > std::chrono::nanoseconds{*max_wait}.count()) {
-      refuse_too_long(reservation);
+      refuse_too_long(reservation, waits);
       return reservation;
     }
     if (yield.tenant != nullptr)
@@ -279,11 +283,11 @@ class RateLimiter {
 
   /// Charges `actual` (the usage the response reported at `now`) instead of the estimate an open
   /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where
-  /// no reservation waits to start after `now` (capacity promised to calls that have not started is already
-  /// spoken for, and a provider whose window is full loses a refund, so crediting it then could overbook:
-  /// it stays charged). Does nothing for a reservation that is not open. Takes no lock when `actual`
-  /// charges every paced dimension what the reservation holds and no limit changed since: there is
-  /// nothing to adjust.
+  /// no granted reservation waits for that dimension past `now`, a wait for a pause alone not counted
+  /// (capacity promised to calls that wait is already spoken for, and a provider whose window is full loses
+  /// a refund, so crediting it then could overbook: it stays charged). Does nothing for a reservation that is not open.
+  /// Takes no lock when `actual` charges every paced dimension what the reservation holds and no limit changed since:
+  /// there is nothing to adjust.
   void settle(Reservation& reservation, const Cost& actual, time_point now) noexcept {
     if (!reservation.open_) return;
     reservation.open_ = false;
@@ -464,9 +468,14 @@ class RateLimiter {
       return tat_ - std::max<std::int64_t>(usable - time_of(units), 0);
     }
 
-    /// Records that a reservation waits to start at `start_ns`.
-    void note_start(std::int64_t start_ns) noexcept { latest_start_ = std::max(latest_start_, start_ns); }
-    /// Returns the latest start of any reservation that waited, so far.
+    /// Records that a reservation waits to start at `start_ns`, until forget_start().
+    void note_start(std::int64_t start_ns) noexcept {
+      noted_over_ = latest_start_;
+      latest_start_ = std::max(latest_start_, start_ns);
+    }
+    /// Undoes the last note_start(). Requires: no note_start() since.
+    void forget_start() noexcept { latest_start_ = noted_over_; }
+    /// Returns the latest start of any granted reservation that waited, so far.
     [[nodiscard]] std::int64_t latest_start() const noexcept { return latest_start_; }
 
     /// Takes `delta` nanoseconds of capacity at `now_ns` (from a full bucket too): the TAT moves from
@@ -537,6 +546,7 @@ class RateLimiter {
 
     std::int64_t tat_ = std::numeric_limits<std::int64_t>::min() / 2;
     std::int64_t latest_start_ = std::numeric_limits<std::int64_t>::min();
+    std::int64_t noted_over_ = std::numeric_limits<std::int64_t>::min();  ///< latest_start_ before the last note
     std::int64_t limit_ = 1;
     std::int64_t configured_ = 1;
     std::int64_t unit_time_ = 0;     ///< time_of(1)
@@ -602,24 +612,41 @@ class RateLimiter {
     }
   }
 
-  /// Returns true when every part of `cost` is at most the least configured limit of the paced dimensions
-  /// it counts in (requests; input or output tokens, and their sum): no charge can then exceed a limit.
-  /// Requires the lock.
+  /// The least configured limit of the paced dimensions that count each part of a cost, no_least where none
+  /// does: a cost whose parts are within them (each part at least 0) exceeds no dimension's limit.
+  struct LeastLimits {
+    std::uint64_t requests = no_least;  ///< requests per minute and per day
+    std::uint64_t input = no_least;     ///< input tokens, tokens per minute and per day
+    std::uint64_t output = no_least;    ///< output tokens, tokens per minute and per day
+    std::uint64_t tokens = no_least;    ///< tokens per minute and per day (input + output)
+  };
+
+  /// Returns true when `cost` is within least_: then no dimension's charge exceeds its limit; false when a
+  /// part is not, or is negative (too_large then walks the limits). Requires the lock.
   [[nodiscard]] bool within_least_limits(const Cost& cost) const noexcept {
     const auto units = [](std::int64_t part) { return static_cast<std::uint64_t>(part); };  // negative: huge
-    return units(cost.requests) <= least_requests_ && units(cost.input_tokens) <= least_tokens_ &&
-           units(cost.output_tokens) <= least_tokens_ - units(cost.input_tokens);
+    // input <= least_.input <= least_.tokens, so the subtraction does not wrap around.
+    return units(cost.requests) <= least_.requests && units(cost.input_tokens) <= least_.input &&
+           units(cost.output_tokens) <= least_.output &&
+           units(cost.output_tokens) <= least_.tokens - units(cost.input_tokens);
   }
 
-  /// Recomputes the least configured limits within_least_limits() compares with. Requires the lock.
-  void refresh_least_limits() noexcept {
-    least_requests_ = least_tokens_ = no_least;
-    for (std::size_t k = 0; k < active_count_; ++k) {
-      const std::size_t i = active_[k];
-      const bool requests = i == static_cast<std::size_t>(Dimension::requests_per_minute) ||
-                            i == static_cast<std::size_t>(Dimension::requests_per_day);
-      std::uint64_t& least = requests ? least_requests_ : least_tokens_;
-      least = std::min(least, static_cast<std::uint64_t>(cells_[i].configured()));
+  /// Lowers least_ to dimension `i`'s configured limit where it counts: when it becomes paced or its limit
+  /// is lowered (a configured limit never rises). Requires the lock.
+  void note_least_limit(std::size_t i) noexcept {
+    const auto limit = static_cast<std::uint64_t>(cells_[i].configured());
+    const auto lower = [limit](std::uint64_t& least) { least = std::min(least, limit); };
+    switch (static_cast<Dimension>(i)) {
+      case Dimension::requests_per_minute:
+      case Dimension::requests_per_day: lower(least_.requests); break;
+      case Dimension::tokens_per_minute:
+      case Dimension::tokens_per_day:
+        lower(least_.input);
+        lower(least_.output);
+        lower(least_.tokens);
+        break;
+      case Dimension::input_tokens_per_minute: lower(least_.input); break;
+      case Dimension::output_tokens_per_minute: lower(least_.output); break;
     }
   }
 
@@ -630,17 +657,20 @@ class RateLimiter {
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       if (charges[i] <= cells_[i].configured()) continue;
-      reservation.limited_by_ = static_cast<std::uint8_t>(i);
+      reservation.limit_by(static_cast<Dimension>(i));
       ++stats_.refused;
       return true;
     }
     return false;
   }
 
-  /// Gives back what `reservation` took, which would start too late, makes it too_long and counts it refused.
-  /// Requires the lock.
-  LLMRETRY_NOINLINE void refuse_too_long(Reservation& reservation) noexcept {
+  /// Gives back what `reservation` took, which would start too late, forgets the starts it noted on the
+  /// dimensions `waits` has a bit for, makes it too_long and counts it refused. Requires the lock, held since
+  /// it was taken.
+  LLMRETRY_NOINLINE void refuse_too_long(Reservation& reservation, unsigned waits) noexcept {
     give_back(reservation);
+    for (std::size_t k = 0; k < active_count_; ++k)
+      if ((waits >> active_[k] & 1U) != 0) cells_[active_[k]].forget_start();
     reservation.status_ = ReservationStatus::too_long;
     ++stats_.refused;
   }
@@ -682,11 +712,11 @@ class RateLimiter {
       if (charges[i] == 0) continue;
       if (const std::int64_t from = cells_[i].free_from(charges[i], kept_free); from > free_from) {
         free_from = from;
-        reservation.limited_by_ = static_cast<std::uint8_t>(i);
+        reservation.limit_by(static_cast<Dimension>(i));
       }
     }
     if (free_from <= now_ns) {
-      reservation.limited_by_ = Reservation::no_dimension;
+      reservation.limit_by(std::nullopt);
       return yield;
     }
     reservation.status_ = ReservationStatus::held_back;
@@ -732,7 +762,7 @@ class RateLimiter {
     for (; k > 0 && active_[k - 1] > i; --k) active_[k] = active_[k - 1];
     active_[k] = static_cast<std::uint8_t>(i);
     paced_ = static_cast<std::uint8_t>(paced_ | (1U << i));
-    refresh_least_limits();
+    note_least_limit(i);
   }
 
   /// Records that a limit, burst or period changed, or a dimension became paced: a reservation made
@@ -762,11 +792,9 @@ class RateLimiter {
     Cell& cell = cells_[i];
     if (window.limit && *window.limit > 0) {
       const bool was_active = cell.active();
-      if (cell.adopt(*window.limit)) {
-        limits_changed();
-        refresh_least_limits();
-      }
-      if (!was_active) note_active(i);
+      if (cell.adopt(*window.limit)) limits_changed();
+      if (was_active) note_least_limit(i);  // the limit may have come down
+      else note_active(i);
     }
     if (!cell.active()) return;
     if (window.remaining) {
@@ -784,8 +812,7 @@ class RateLimiter {
   std::array<std::uint8_t, dimension_count> active_{};  ///< the paced dimensions, in order
   std::uint8_t paced_ = 0;                              ///< the paced dimensions, one bit each
   bool slowed_ = false;  ///< a limit may be below its configured one (slow_down): reservations recover it
-  std::uint64_t least_requests_ = no_least;  ///< the least configured limit on requests
-  std::uint64_t least_tokens_ = no_least;    ///< the least configured limit on tokens (of any kind)
+  LeastLimits least_;
   std::int64_t paused_until_ = no_time;
   RateLimiterStats stats_;  ///< all but tokens_used
   std::int64_t last_slow_down_ = no_time;

@@ -35,7 +35,7 @@ namespace detail {
 
 // One script for every operation on one deployment's shared pacing state, with llmretry::RateLimiter's
 // arithmetic on the server's clock (TIME, in microseconds). KEYS[1]: the state's hash. Per dimension d
-// (0 to 5): t<d> its theoretical arrival time (TAT), s<d> the latest start granted on it, L<d> the lowest
+// (0 to 5): t<d> its theoretical arrival time (TAT), s<d> the latest start granted on it that waited, L<d> the lowest
 // limit learned from rate-limit headers, U<d> the burst of a dimension only learned, R<d> its rate while
 // slowed down and C<d> when that last changed; P the end of the pause after a 429, B the end of the last
 // set-back, D the last slow-down; the counters of every process: ng granted, nr refused, nt tokens reserved,
@@ -210,7 +210,7 @@ if op == 'reserve' then
         local from = math.max(state['t' .. d] or now, now)
         local starts = from + math.min(h - tolerance(c), 0)
         if starts > start then start, limited = starts, d end
-        takes[#takes + 1] = {d, from + h, math.max(starts, now)}
+        takes[#takes + 1] = {d, from + h, starts}
         held[d + 1] = h
       end
     end
@@ -227,7 +227,7 @@ if op == 'reserve' then
   count('nu', arg(22))
   for _, take in ipairs(takes) do
     set('t' .. take[1], take[2])
-    set('s' .. take[1], math.max(state['s' .. take[1]] or take[3], take[3]))
+    if take[3] > now then set('s' .. take[1], math.max(state['s' .. take[1]] or take[3], take[3])) end
   end
   if account then
     local taken = 0
