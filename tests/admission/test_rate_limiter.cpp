@@ -80,7 +80,7 @@ TEST_CASE("Each dimension judges its own part of a cost, whatever the other limi
     CHECK(limiter.reserve(tokens(201), t0).limited_by() == Dimension::input_tokens_per_minute);
     CHECK(limiter.reserve(tokens(150, 900), t0).limited_by() == Dimension::tokens_per_minute);
     CHECK(limiter.reserve(tokens(300, 800), t0).limited_by() == Dimension::tokens_per_minute);  // over both
-    CHECK(limiter.stats().refused == 3);  // all too large, none granted
+    CHECK(limiter.stats().refused == 3);                                                        // the three too large
   }
   SECTION("parts out of range count as bounded, even when their sum would wrap around") {
     Limits limits = Limits::per_minute(600, 1000);
@@ -96,8 +96,8 @@ TEST_CASE("Each dimension judges its own part of a cost, whatever the other limi
   }
   SECTION("per-day limits count requests and tokens as the per-minute ones do") {
     Limits limits;
-    limits[Dimension::requests_per_day] = Limit{100, std::chrono::hours{24}, std::nullopt};
-    limits[Dimension::tokens_per_day] = Limit{10'000, std::chrono::hours{24}, std::nullopt};
+    limits[Dimension::requests_per_day] = Limit::per_day(100);
+    limits[Dimension::tokens_per_day] = Limit::per_day(10'000);
     RateLimiter limiter{limits};
     const auto requests = limiter.reserve(Cost{101, 0, 0}, t0);
     CHECK(requests.status() == ReservationStatus::too_large);
@@ -179,14 +179,23 @@ TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[r
     auto first = limiter.reserve(tokens(500), t0);
     REQUIRE(limiter.reserve(tokens(100), t0 + 2s).wait_after(t0 + 2s) == 0ms);
     limiter.settle(first, tokens(100), t0 + 1s);  // 400 back: the burst is free again at t0 + 2 s
-    CHECK(limiter.reserve(tokens(800), t0 + 2s).wait_after(t0 + 2s) == 0ms);  // kept charged: 2 s
+    CHECK(limiter.reserve(tokens(800), t0 + 2s).wait_after(t0 + 2s) == 0ms);  // 2 s if kept charged
     CHECK(limiter.reserve(tokens(300), t0 + 2s).wait_after(t0 + 2s) == 1s);
   }
   SECTION("a reservation refused as too long holds no refund back") {
     auto first = limiter.reserve(tokens(500), t0);
-    REQUIRE(limiter.reserve(tokens(1000), t0, 1s).status() == ReservationStatus::too_long);  // would wait 5 s
-    limiter.settle(first, tokens(100), t0);                                                  // nothing waits: 400 back
+    // It would wait 5 s.
+    REQUIRE(limiter.reserve(tokens(1000), t0, 1s).status() == ReservationStatus::too_long);
+    limiter.settle(first, tokens(100), t0);  // nothing waits: 400 back
     CHECK(limiter.reserve(tokens(900), t0).wait_after(t0) == 0ms);
+  }
+  SECTION("a reservation refused as too long leaves the waits before it holding refunds back") {
+    auto first = limiter.reserve(tokens(500), t0);
+    REQUIRE(limiter.reserve(tokens(1000), t0).wait_after(t0) == 5s);
+    // It would wait 6 s.
+    REQUIRE(limiter.reserve(tokens(100), t0, 1s).status() == ReservationStatus::too_long);
+    limiter.settle(first, tokens(100), t0 + 1s);  // the second waits until t0 + 5 s: the 400 stay charged
+    CHECK(limiter.reserve(tokens(100), t0 + 1s).wait_after(t0 + 1s) == 5s);
   }
   SECTION("a reservation is settled or cancelled once") {
     auto r = limiter.reserve(tokens(1000), t0);
@@ -195,6 +204,19 @@ TEST_CASE("Cancel gives the capacity back; settle charges the actual usage", "[r
     limiter.settle(r, tokens(0), t0);
     CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 1s);
   }
+}
+
+TEST_CASE("A reservation refused as too long forgets only the waits it noted", "[rate_limiter]") {
+  Limits limits;
+  limits[Dimension::requests_per_minute] = Limit::per_minute(60, 1);     // one a second
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 1000);  // 100 tokens a second
+  RateLimiter limiter{limits};
+  auto first = limiter.reserve(tokens(500), t0);
+  // The second waits on tokens only, the third on requests only, too long.
+  REQUIRE(limiter.reserve(Cost{0, 1000, 0}, t0).wait_after(t0) == 5s);
+  REQUIRE(limiter.reserve(Cost{}, t0, 500ms).status() == ReservationStatus::too_long);
+  limiter.settle(first, tokens(100), t0 + 1s);  // the second still waits on tokens: the 400 stay charged
+  CHECK(limiter.reserve(Cost{0, 100, 0}, t0 + 1s).wait_after(t0 + 1s) == 5s);
 }
 
 TEST_CASE("Settling with what was reserved changes no level, unless a limit changed since", "[rate_limiter]") {

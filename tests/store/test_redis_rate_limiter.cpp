@@ -153,6 +153,14 @@ TEST_CASE("redis rate limiter: cancel gives the capacity back; settle charges th
     limiter.settle(r, tokens(0), t0);
     CHECK(about(limiter.reserve(tokens(1000), t0).wait_after(t0), 100s));
   }
+  SECTION("only a reservation that waits records its start") {
+    const std::string key = f.connection.options().prefix + "limit:{settle}";
+    const auto recorded = [&] { return f.connection.command("hexists", {"HEXISTS", key, "s1"}).integer() == 1; };
+    REQUIRE(limiter.reserve(tokens(1000), t0).wait_after(t0) == 0ms);
+    CHECK_FALSE(recorded());
+    REQUIRE(about(limiter.reserve(tokens(10000), t0).wait_after(t0), 100s));
+    CHECK(recorded());
+  }
 }
 
 TEST_CASE("redis rate limiter: one name is one limit for every connection, whatever their clocks say",

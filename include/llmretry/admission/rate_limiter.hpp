@@ -282,9 +282,9 @@ class RateLimiter {
   }
 
   /// Charges `actual` (the usage the response reported at `now`) instead of the estimate an open
-  /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where
-  /// no granted reservation waits for that dimension past `now`, a wait for a pause alone not counted
-  /// (capacity promised to calls that wait is already spoken for, and a provider whose window is full loses
+  /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where no
+  /// reservation granted on it (cancelled since or not) was to start after `now`, a wait for a pause alone not
+  /// counted (capacity promised to calls that wait is already spoken for, and a provider whose window is full loses
   /// a refund, so crediting it then could overbook: it stays charged). Does nothing for a reservation that is not open.
   /// Takes no lock when `actual` charges every paced dimension what the reservation holds and no limit changed since:
   /// there is nothing to adjust.
@@ -622,7 +622,8 @@ class RateLimiter {
   };
 
   /// Returns true when `cost` is within least_: then no dimension's charge exceeds its limit; false when a
-  /// part is not, or is negative (too_large then walks the limits). Requires the lock.
+  /// part, or input + output, is above the least limit of a paced dimension that counts it, or a part so
+  /// counted is negative (too_large then walks the limits). Requires the lock.
   [[nodiscard]] bool within_least_limits(const Cost& cost) const noexcept {
     const auto units = [](std::int64_t part) { return static_cast<std::uint64_t>(part); };  // negative: huge
     // input <= least_.input <= least_.tokens, so the subtraction does not wrap around.
@@ -805,16 +806,16 @@ class RateLimiter {
     }
   }
 
-  // What every reservation reads and writes, on the lock's cache line; then the cells; then, each on a
-  // line of its own, what a settle reads without the lock and what it adds to.
+  // What every reservation reads and writes, from the lock's cache line on, what it writes on that line; then
+  // the cells; then, each on a line of its own, what a settle reads without the lock and what it adds to.
   mutable detail::SpinLock lock_;
   std::uint8_t active_count_ = 0;
   std::array<std::uint8_t, dimension_count> active_{};  ///< the paced dimensions, in order
   std::uint8_t paced_ = 0;                              ///< the paced dimensions, one bit each
   bool slowed_ = false;  ///< a limit may be below its configured one (slow_down): reservations recover it
-  LeastLimits least_;
   std::int64_t paused_until_ = no_time;
   RateLimiterStats stats_;  ///< all but tokens_used
+  LeastLimits least_;       ///< read by every reservation, written only as limits change
   std::int64_t last_slow_down_ = no_time;
   std::int64_t set_back_until_ = no_time;
   std::array<Cell, dimension_count> cells_;
