@@ -1,7 +1,8 @@
 // The pacing's cost per call: RateLimiter::reserve + settle, alone and with 2 and 8 threads on one limiter,
-// beside the simple design (a token bucket behind one mutex, refilled on each acquire): its acquire alone,
-// and its acquire + settle (two lock acquisitions, the same steps as reserve + settle); and the success
-// path of call_with_retry with a Deployment::pace guard, beside the bare call. Counts allocations too.
+// and reserve alone (never settled), beside the simple design (a token bucket behind one mutex, refilled on
+// each acquire): its acquire alone, and its acquire + settle (two lock acquisitions, the same steps as
+// reserve + settle); and the success path of call_with_retry with a Deployment::pace guard, beside the bare
+// call. Counts allocations too.
 #include <benchmark/benchmark.h>
 
 #include <llmretry/admission/deployment.hpp>
@@ -83,6 +84,18 @@ void rate_limiter(benchmark::State& state) {
   limiter_reserve_settle(state, limiter, llmretry::Cost{});
 }
 
+// A reservation never settled: its estimate stays charged, as what the bucket's acquire takes stays taken.
+void limiter_reserve(benchmark::State& state, llmretry::RateLimiter& limiter, const llmretry::Cost& cost) {
+  as_in_a_threaded_process();
+  Ticks ticks;
+  measure(state, [&] { benchmark::DoNotOptimize(limiter.reserve(cost, ticks.next()).start()); });
+}
+
+void rate_limiter_reserve(benchmark::State& state) {
+  static llmretry::RateLimiter limiter{requests_only()};
+  limiter_reserve(state, limiter, llmretry::Cost{});
+}
+
 void rate_limiter_rpm_tpm(benchmark::State& state) {
   static llmretry::RateLimiter limiter{llmretry::Limits::per_minute(1'000'000'000, 1'000'000'000'000)};
   limiter_reserve_settle(state, limiter, llmretry::Cost{1, 300, 200});
@@ -142,6 +155,7 @@ void clock_read(benchmark::State& state) {
 
 BENCHMARK(clock_read)->Name("steady_clock/now");
 BENCHMARK(rate_limiter)->Name("rate_limiter/reserve_settle");
+BENCHMARK(rate_limiter_reserve)->Name("rate_limiter/reserve");
 BENCHMARK(rate_limiter_rpm_tpm)->Name("rate_limiter/reserve_settle_rpm_tpm");
 BENCHMARK(mutex_bucket_alone)->Name("mutex_bucket/acquire");
 BENCHMARK(mutex_bucket_settle_alone)->Name("mutex_bucket/acquire_settle");

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   reporter.compare("call_with_retry/deployment_pace", "direct_call/throwing_call");
   reporter.compare("call_with_retry/deployment_pace", "call_with_retry/throwing_call");
   reporter.compare("rate_limiter/reserve_settle", "mutex_bucket/acquire");
+  reporter.compare("rate_limiter/reserve", "mutex_bucket/acquire");
   reporter.compare("rate_limiter/reserve_settle", "mutex_bucket/acquire_settle");
   for (const char* threads : {"2", "8"}) {
     const std::string suffix = std::string("/contended/threads:") + threads;
