@@ -74,6 +74,9 @@ Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage
 One batch, many workers on any hosts: llmretry-batch submit | work | collect | status (see
 llmretry-batch work --help).)";
 
+/// The longest wait for Redis to connect or to answer one command, unless --redis-timeout says otherwise.
+constexpr std::chrono::milliseconds default_redis_timeout{1000};
+
 struct Options {
   std::string input;
   std::string output;
@@ -84,6 +87,7 @@ struct Options {
   llmretry::Priority priority = llmretry::Priority::interactive;
   std::string tenant;
   std::string redis;
+  std::chrono::milliseconds redis_timeout = default_redis_timeout;
   bool retry_errors = false;
   bool fresh = false;
   std::string metrics_file;
@@ -127,6 +131,45 @@ void add_metrics_file_option(CLI::App& app, std::string& path) {
                  "file or a new path");
 }
 
+/// Returns the duration "30s", "500ms", "2m" or "45" (seconds), from `least` to `most`. Throws UsageError
+/// naming `option`.
+std::chrono::milliseconds parse_duration(const std::string& option, const std::string& text,
+                                         std::chrono::milliseconds least,
+                                         std::chrono::milliseconds most = std::chrono::hours{1}) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string unit = text.substr(digits);
+  const long long scale = unit.empty() || unit == "s" ? 1000 : unit == "ms" ? 1 : unit == "m" ? 60'000 : 0;
+  if (digits == 0 || digits > 9 || scale == 0)
+    throw UsageError(option + ": \"" + text + "\" is not a duration such as 30s, 500ms or 2m");
+  const std::chrono::milliseconds duration{std::stoll(text.substr(0, digits)) * scale};
+  if (duration < least || duration > most) {
+    const auto written = [](std::chrono::milliseconds bound) {
+      const long long ms = bound.count();
+      for (const auto& [length, name] : {std::pair{3'600'000LL, "h"}, {60'000LL, "m"}, {1'000LL, "s"}})
+        if (ms != 0 && ms % length == 0) return std::to_string(ms / length) + name;
+      return std::to_string(ms) + "ms";
+    };
+    throw UsageError(option + ": " + text + " is outside " + written(least) + " to " + written(most));
+  }
+  return duration;
+}
+
+/// Adds --redis-timeout to `app`, read into `text` (parse it with redis_timeout_of).
+void add_redis_timeout_option(CLI::App& app, std::string& text) {
+  app.add_option("--redis-timeout", text,
+                 "the longest wait for Redis to connect or to answer one command: 250ms, 2s, 1m (a unit is "
+                 "required; 10ms to 10m, default 1s); past it Redis counts as out of reach for that operation");
+}
+
+/// Returns the --redis-timeout `text` (empty: the default). Throws UsageError naming the option.
+std::chrono::milliseconds redis_timeout_of(const std::string& text) {
+  if (text.empty()) return default_redis_timeout;
+  if (text.back() >= '0' && text.back() <= '9')
+    throw UsageError("--redis-timeout: \"" + text + "\" has no unit: write it as 500ms, 2s or 1m");
+  return parse_duration("--redis-timeout", text, std::chrono::milliseconds{10}, std::chrono::minutes{10});
+}
+
 /// Returns true when `word` names a command of the fleet form.
 bool is_fleet_command(const std::string& word) {
   return word == "submit" || word == "work" || word == "collect" || word == "status";
@@ -152,6 +195,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: keep the job queue and operations table in Redis, and pace with every "
                  "process that uses the same provider and key on it (default: in memory, paced alone)");
+  std::string redis_timeout;
+  add_redis_timeout_option(app, redis_timeout);
   app.add_flag("--retry-errors", options.retry_errors,
                "send again the requests of the errors file given up for a temporary cause (attempts_exhausted, "
                "wait_budget, provider_wait_too_long, ...): their lines leave the errors file");
@@ -170,6 +215,8 @@ Options parse(int argc, char** argv) {
   if (options.errors == options.output) throw UsageError("--errors: must not be OUTPUT");
   if (options.fresh && options.redis.empty())
     throw UsageError("--fresh: only with --redis (without it, the output and errors files alone say what is done)");
+  if (!redis_timeout.empty() && options.redis.empty()) throw UsageError("--redis-timeout: only with --redis");
+  options.redis_timeout = redis_timeout_of(redis_timeout);
   return options;
 }
 
@@ -211,10 +258,13 @@ llmretry::store::JobQueueOptions queue_options(std::chrono::milliseconds lease =
 }
 
 #if LLMRETRY_BATCH_REDIS
-/// Returns the host and port of "redis://HOST[:PORT]". Throws UsageError.
-llmretry::redis::Options redis_options(const std::string& url) {
+/// Returns the options of "redis://HOST[:PORT]", waiting at most `timeout` to connect and for each reply.
+/// Throws UsageError.
+llmretry::redis::Options redis_options(const std::string& url, std::chrono::milliseconds timeout) {
   try {
-    return llmretry::redis::options_from_url(url);
+    llmretry::redis::Options options = llmretry::redis::options_from_url(url);
+    options.connect_timeout = options.command_timeout = timeout;
+    return options;
   } catch (const std::invalid_argument& error) {
     throw UsageError(std::string("--redis: ") + error.what());
   }
@@ -385,8 +435,9 @@ int run(const Options& options) {
     output.emplace(options.output);
 #if LLMRETRY_BATCH_REDIS
     if (!options.redis.empty())
-      run_lease.emplace(redis_options(options.redis), batch_name(options.output), options.output);
-    if (options.fresh) forget_batch(redis_options(options.redis), batch_name(options.output));
+      run_lease.emplace(redis_options(options.redis, options.redis_timeout), batch_name(options.output),
+                        options.output);
+    if (options.fresh) forget_batch(redis_options(options.redis, options.redis_timeout), batch_name(options.output));
 #endif
     const auto send_again = [&](std::string_view reason) {
       return (options.retry_errors && batch::is_temporary(reason)) ||
@@ -432,8 +483,8 @@ int run(const Options& options) {
 #if LLMRETRY_BATCH_REDIS
   std::unique_ptr<llmretry_tools::RedisPool> pacing_connections;
   if (!options.redis.empty()) {
-    pacing_connections = std::make_unique<llmretry_tools::RedisPool>(redis_options(options.redis),
-                                                                     pacing_connection_count(options.concurrency));
+    pacing_connections = std::make_unique<llmretry_tools::RedisPool>(
+        redis_options(options.redis, options.redis_timeout), pacing_connection_count(options.concurrency));
     share_pacing(paced, *pacing_connections, base_url, api_key);
   }
 #endif
@@ -443,7 +494,7 @@ int run(const Options& options) {
   batch::OpenStores open_stores = [&] { return std::make_unique<MemoryStores>(memory_queue, memory_operations); };
 #if LLMRETRY_BATCH_REDIS
   if (!options.redis.empty()) {
-    open_stores = [redis = redis_options(options.redis), name = batch_name(options.output)] {
+    open_stores = [redis = redis_options(options.redis, options.redis_timeout), name = batch_name(options.output)] {
       return std::make_unique<RedisStores>(redis, name);
     };
     settings.is_outage = is_redis_outage;
@@ -471,7 +522,8 @@ constexpr const char* fleet_description = R"(The fleet form: one batch, many wor
   llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--rpm N] [--tpm N] [--lease DURATION]
                          [--redis-wait DURATION] [--priority CLASS] [--tenant NAME] [--metrics-file PATH]
   llmretry-batch collect --redis URL --batch NAME OUTPUT.jsonl [--errors ERRORS.jsonl]
-  llmretry-batch status  --redis URL --batch NAME)";
+  llmretry-batch status  --redis URL --batch NAME
+Each takes --redis-timeout DURATION too (default 1s).)";
 
 constexpr const char* fleet_footer = R"(
 submit enqueues every line of INPUT once (again: a no-op for the lines already there or done). work sends
@@ -495,24 +547,9 @@ struct FleetOptions {
   std::string tenant;
   std::chrono::milliseconds lease = visibility_timeout;
   std::chrono::milliseconds redis_wait{30'000};
+  std::chrono::milliseconds redis_timeout = default_redis_timeout;
   std::string metrics_file;  ///< work: where its metrics are written, empty: nowhere
 };
-
-/// Returns the duration "30s", "500ms", "2m" or "45" (seconds), from `least` to 1 h. Throws UsageError naming
-/// `option`.
-std::chrono::milliseconds parse_duration(const std::string& option, const std::string& text,
-                                         std::chrono::milliseconds least) {
-  std::size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  const std::string unit = text.substr(digits);
-  const long long scale = unit.empty() || unit == "s" ? 1000 : unit == "ms" ? 1 : unit == "m" ? 60'000 : 0;
-  if (digits == 0 || digits > 9 || scale == 0)
-    throw UsageError(option + ": \"" + text + "\" is not a duration such as 30s, 500ms or 2m");
-  const std::chrono::milliseconds duration{std::stoll(text.substr(0, digits)) * scale};
-  if (duration < least || duration > std::chrono::hours{1})
-    throw UsageError(option + ": " + text + " is outside " + std::to_string(least.count()) + "ms to 1h");
-  return duration;
-}
 
 /// Returns the options of a fleet command line (argv[1] is the command); exits with status 0 after --help.
 /// Throws UsageError.
@@ -530,6 +567,8 @@ FleetOptions parse_fleet(int argc, char** argv) {
   }
   app.add_option("--redis", options.redis, "redis://HOST[:PORT] (required)");
   app.add_option("--batch", options.batch, "the batch's name: letters, digits, '.', '_' and '-' (required)");
+  std::string redis_timeout;
+  add_redis_timeout_option(app, redis_timeout);
   if (options.command == "work") {
     app.add_option("--rpm", options.rpm, "requests per minute, enforced per second (default: learned)")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
@@ -553,6 +592,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
     throw UsageError("--batch: \"" + options.batch + "\": 1 to 100 letters, digits, '.', '_' or '-'");
   if (!lease.empty()) options.lease = parse_duration("--lease", lease, std::chrono::milliseconds{300});
   if (!redis_wait.empty()) options.redis_wait = parse_duration("--redis-wait", redis_wait, {});
+  options.redis_timeout = redis_timeout_of(redis_timeout);
   if (options.command == "collect") {
     if (options.errors.empty()) {
       const std::string& out = options.file;
@@ -561,7 +601,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
     }
     if (options.errors == options.file) throw UsageError("--errors: must not be OUTPUT");
   }
-  (void)redis_options(options.redis);  // throws UsageError for a bad URL
+  (void)redis_options(options.redis, options.redis_timeout);  // throws UsageError for a bad URL
   return options;
 }
 
@@ -593,7 +633,7 @@ constexpr std::chrono::milliseconds meta_retention = std::chrono::hours(24 * 7);
 
 /// llmretry-batch submit: enqueues every line of INPUT once. Returns the exit status.
 int submit(const FleetOptions& options) {
-  const auto redis = redis_options(options.redis);
+  const auto redis = redis_options(options.redis, options.redis_timeout);
   const FleetKeys keys(redis, options.batch);
   std::string digest_input;  // every line's Idempotency-Key: the batch's identity
   const std::size_t lines =
@@ -693,7 +733,7 @@ int work(const FleetOptions& options) {
   const std::string& base_url = provider.first;
   const std::string& api_key = provider.second;
   if (!options.metrics_file.empty()) batch::check_metrics_file(options.metrics_file);
-  const auto redis = redis_options(options.redis);
+  const auto redis = redis_options(options.redis, options.redis_timeout);
   const FleetKeys keys(redis, options.batch);
   std::int64_t submitted = 0;
   {
@@ -750,7 +790,7 @@ int work(const FleetOptions& options) {
 /// llmretry-batch collect: writes the batch's answers and errors, one line per custom_id, streamed from
 /// Redis a page at a time. Returns the exit status: 0, 1 or 4 (not finished, nothing written).
 int collect(const FleetOptions& options) {
-  const auto redis = redis_options(options.redis);
+  const auto redis = redis_options(options.redis, options.redis_timeout);
   const FleetKeys keys(redis, options.batch);
   llmretry::redis::Connection connection(redis);
   llmretry::redis::JobQueue queue(connection, keys.queue, queue_options());
@@ -798,7 +838,7 @@ int collect(const FleetOptions& options) {
 
 /// llmretry-batch status: prints where the batch stands on stdout. Returns the exit status.
 int status(const FleetOptions& options) {
-  const auto redis = redis_options(options.redis);
+  const auto redis = redis_options(options.redis, options.redis_timeout);
   const FleetKeys keys(redis, options.batch);
   llmretry::redis::Connection connection(redis);
   const std::int64_t lines = submitted_lines(connection, keys, options.batch);

@@ -803,7 +803,12 @@ TEST_CASE("fleet: bad usage, an unknown batch, a bad input or a file not to repl
   refused({"submit", "--redis", redis, "--batch", "b"}, "INPUT is required");
   refused({"submit", input, "--redis", redis, "--batch", "no/slash"}, "--batch: \"no/slash\"");
   refused({"work", "--redis", redis, "--batch", "b", "--lease", "soon"}, "--lease: \"soon\" is not a duration");
-  refused({"work", "--redis", redis, "--batch", "b", "--lease", "10ms"}, "--lease: 10ms is outside");
+  refused({"work", "--redis", redis, "--batch", "b", "--lease", "10ms"}, "--lease: 10ms is outside 300ms to 1h");
+  refused({"work", "--redis", redis, "--batch", "b", "--redis-timeout", "500"}, "--redis-timeout: \"500\" has no unit");
+  refused({"status", "--redis", redis, "--batch", "b", "--redis-timeout", "5ms"},
+          "--redis-timeout: 5ms is outside 10ms to 10m");
+  refused({"submit", input, "--redis", redis, "--batch", "b", "--redis-timeout", "11m"},
+          "--redis-timeout: 11m is outside 10ms to 10m");
   refused({"work", "--redis", "http://x", "--batch", "b"}, "--redis");
   refused({"work", "--redis", redis, "--batch", "never-submitted"}, "no such batch in Redis");
   refused({"collect", "--redis", redis, "--batch", "never-submitted", "out.jsonl"}, "no such batch in Redis");
@@ -1061,6 +1066,44 @@ TEST_CASE("fleet: a worker whose Redis stops answering for longer than --redis-w
   INFO(worker.err());
   CHECK(worker.err().find("stopped: redis") != std::string::npos);
   CHECK(worker.err().find("timeout") != std::string::npos);
+}
+
+TEST_CASE(
+    "fleet: a worker with a --redis-timeout longer than Redis's silence waits it out, under the same --redis-wait",
+    "[redis][workers]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  LoopbackLimits limits;
+  limits.requests_per_minute = 6'000;
+  limits.tokens_per_minute = 6'000'000;
+  limits.latency = 20ms;
+  provider.enforce(limits);
+  const auto dir = work_dir("fleet_redis_timeout");
+  const std::string input = write_input(dir, 100);
+  const std::string redis = url_of(server);
+  Child submitted({"submit", input, "--redis", redis, "--batch", "tickets"}, provider.base_url(), dir);
+  REQUIRE(submitted.wait() == 0);
+  // Each command may wait 10 s (scaled, within the option's 10 min): the 2.5 s silence below stays inside it,
+  // while with the default 1 s it would be an outage longer than --redis-wait (the test above).
+  const auto timeout = std::min<std::chrono::milliseconds>(llmretry_test::scaled(10s), 10min);
+  Child worker({"work", "--redis", redis, "--batch", "tickets", "--concurrency", "2", "--redis-wait", "1s",
+                "--redis-timeout", std::to_string(timeout.count()) + "ms"},
+               provider.base_url(), dir);
+  {
+    FleetQueue fleet(server, "tickets");
+    const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(60s);
+    while (fleet.queue.counts().done < 10 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(5ms);
+  }
+  server.pause();                       // connections stay open, nothing answers
+  std::this_thread::sleep_for(2500ms);  // on purpose: 1.5 s past the default timeout
+  server.resume();
+  const std::optional<int> exit = worker.wait_for(llmretry_test::scaled(60s));
+  REQUIRE(exit.has_value());
+  INFO(worker.err());
+  CHECK(*exit == 0);
+  FleetQueue fleet(server, "tickets");
+  CHECK(fleet.queue.counts().done == 100);
 }
 
 TEST_CASE("fleet: work --metrics-file counts the worker's lines, with no remaining count of its own", "[redis]") {
