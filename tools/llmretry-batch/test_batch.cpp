@@ -1036,74 +1036,56 @@ TEST_CASE(
   CHECK(provider.served() - 600 <= 8);
 }
 
-TEST_CASE("fleet: a worker whose Redis stops answering for longer than --redis-wait stops, naming it",
-          "[redis][workers]") {
-  llmretry::testing::RedisServer server;
-  LoopbackProvider provider;
-  LoopbackLimits limits;
-  limits.requests_per_minute = 6'000;
-  limits.tokens_per_minute = 6'000'000;
-  limits.latency = 20ms;
-  provider.enforce(limits);
-  const auto dir = work_dir("fleet_redis_hung");
-  const std::string input = write_input(dir, 300);
-  const std::string redis = url_of(server);
-  Child submitted({"submit", input, "--redis", redis, "--batch", "tickets"}, provider.base_url(), dir);
-  REQUIRE(submitted.wait() == 0);
-  Child worker({"work", "--redis", redis, "--batch", "tickets", "--concurrency", "2", "--redis-wait", "1s"},
-               provider.base_url(), dir);
-  {
-    FleetQueue fleet(server, "tickets");
-    const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(60s);
-    while (fleet.queue.counts().done < 20 && std::chrono::steady_clock::now() < give_up)
-      std::this_thread::sleep_for(5ms);
-  }
-  server.pause();  // connections stay open, nothing answers
-  const std::optional<int> exit = worker.wait_for(llmretry_test::scaled(60s));
-  server.resume();
-  REQUIRE(exit.has_value());  // it does not hang
-  CHECK(*exit == 3);
-  INFO(worker.err());
-  CHECK(worker.err().find("stopped: redis") != std::string::npos);
-  CHECK(worker.err().find("timeout") != std::string::npos);
-}
-
 TEST_CASE(
-    "fleet: a worker with a --redis-timeout longer than Redis's silence waits it out, under the same --redis-wait",
+    "fleet: Redis silent mid-run, a worker under --redis-wait 1s: stops with the default --redis-timeout, "
+    "waits it out with a longer one",
     "[redis][workers]") {
-  llmretry::testing::RedisServer server;
-  LoopbackProvider provider;
-  LoopbackLimits limits;
-  limits.requests_per_minute = 6'000;
-  limits.tokens_per_minute = 6'000'000;
-  limits.latency = 20ms;
-  provider.enforce(limits);
-  const auto dir = work_dir("fleet_redis_timeout");
-  const std::string input = write_input(dir, 100);
-  const std::string redis = url_of(server);
-  Child submitted({"submit", input, "--redis", redis, "--batch", "tickets"}, provider.base_url(), dir);
-  REQUIRE(submitted.wait() == 0);
-  // Each command may wait 10 s (scaled, within the option's 10 min): the 2.5 s silence below stays inside it,
-  // while with the default 1 s it would be an outage longer than --redis-wait (the test above).
-  const auto timeout = std::min<std::chrono::milliseconds>(llmretry_test::scaled(10s), 10min);
-  Child worker({"work", "--redis", redis, "--batch", "tickets", "--concurrency", "2", "--redis-wait", "1s",
-                "--redis-timeout", std::to_string(timeout.count()) + "ms"},
-               provider.base_url(), dir);
-  {
-    FleetQueue fleet(server, "tickets");
-    const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(60s);
-    while (fleet.queue.counts().done < 10 && std::chrono::steady_clock::now() < give_up)
-      std::this_thread::sleep_for(5ms);
+  for (const bool longer : {false, true}) {
+    // Each command may wait 10 s then (scaled, within the option's 10 min): 2.5 s of silence stays inside it,
+    // while with the default 1 s it is an outage longer than --redis-wait.
+    const auto timeout = std::min<std::chrono::milliseconds>(llmretry_test::scaled(10s), 10min);
+    INFO((longer ? "--redis-timeout " + std::to_string(timeout.count()) + "ms" : std::string("the default")));
+    llmretry::testing::RedisServer server;
+    LoopbackProvider provider;
+    LoopbackLimits limits;
+    limits.requests_per_minute = 6'000;
+    limits.tokens_per_minute = 6'000'000;
+    limits.latency = 20ms;
+    provider.enforce(limits);
+    const auto dir = work_dir(longer ? "fleet_redis_slow" : "fleet_redis_hung");
+    const std::string input = write_input(dir, 300);
+    const std::string redis = url_of(server);
+    Child submitted({"submit", input, "--redis", redis, "--batch", "tickets"}, provider.base_url(), dir);
+    REQUIRE(submitted.wait() == 0);
+    std::vector<std::string> arguments{"work", "--redis", redis, "--batch", "tickets", "--redis-wait", "1s"};
+    arguments.insert(arguments.end(), {"--concurrency", "2"});
+    if (longer) arguments.insert(arguments.end(), {"--redis-timeout", std::to_string(timeout.count()) + "ms"});
+    Child worker(arguments, provider.base_url(), dir);
+    {
+      FleetQueue fleet(server, "tickets");
+      const auto give_up = std::chrono::steady_clock::now() + llmretry_test::scaled(60s);
+      while (fleet.queue.counts().done < 20 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(5ms);
+    }
+    server.pause();  // connections stay open, nothing answers
+    if (longer) {
+      std::this_thread::sleep_for(2500ms);  // on purpose: 1.5 s past the default timeout
+      server.resume();
+    }
+    const std::optional<int> exit = worker.wait_for(llmretry_test::scaled(60s));
+    server.resume();
+    REQUIRE(exit.has_value());  // it does not hang
+    INFO(worker.err());
+    if (longer) {
+      CHECK(*exit == 0);
+      FleetQueue fleet(server, "tickets");
+      CHECK(fleet.queue.counts().done == 300);
+    } else {
+      CHECK(*exit == 3);
+      CHECK(worker.err().find("stopped: redis") != std::string::npos);
+      CHECK(worker.err().find("timeout") != std::string::npos);
+    }
   }
-  server.pause();                       // connections stay open, nothing answers
-  std::this_thread::sleep_for(2500ms);  // on purpose: 1.5 s past the default timeout
-  server.resume();
-  const std::optional<int> exit = worker.wait_for(llmretry_test::scaled(60s));
-  REQUIRE(exit.has_value());
-  INFO(worker.err());
-  CHECK(*exit == 0);
-  FleetQueue fleet(server, "tickets");
-  CHECK(fleet.queue.counts().done == 100);
 }
 
 TEST_CASE("fleet: work --metrics-file counts the worker's lines, with no remaining count of its own", "[redis]") {
