@@ -68,6 +68,33 @@ struct CountingGuard {
   }
 };
 
+// A guard whose ticket, at its first begin, asks to wait `wait` for `reason`, then begins.
+struct WaitingToBegin {
+  milliseconds wait{0};
+  WaitReason reason = WaitReason::capacity;
+  int given_back = 0;
+
+  struct Ticket {
+    WaitingToBegin* guard;
+    bool asked = false;
+    bool told = false;
+    Ticket(WaitingToBegin* owner) : guard(owner) {}
+    Ticket(Ticket&& other) noexcept : guard(other.guard), asked(other.asked), told(std::exchange(other.told, true)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    ~Ticket() {
+      if (!told) ++guard->given_back;
+    }
+    Begin begin(const Attempt& /*attempt*/, Waker* /*waker*/) {
+      if (std::exchange(asked, true)) return Begin::go();
+      return Begin::wait_at_most(guard->wait, guard->reason);
+    }
+    void succeeded(const int& /*answer*/) { told = true; }
+    void failed(const Failure& /*failure*/) { told = true; }
+  };
+
+  Admission<Ticket> admit(const Attempt& /*attempt*/) { return Admission<Ticket>::go(Ticket{this}); }
+};
+
 }  // namespace
 
 TEST_CASE("CallEngine: a first attempt that succeeds is one attempt step, then done") {
@@ -264,6 +291,79 @@ TEST_CASE("CallEngine: a Deployment in virtual time: the wait for capacity moves
     CHECK(engine.succeeded(0).kind == Kind::done);
   }
   CHECK(waits == std::vector<milliseconds>{1000ms, 1000ms});
+}
+
+TEST_CASE("CallEngine: a ticket's wait to begin ends by the deadline, and is never negative") {
+  const RetryPolicy policy = no_jitter();
+  ManualClock clock;
+  CallOptions options;
+  options.clock = std::ref(clock);
+  options.deadline = clock.now() + 10s;
+  WaitingToBegin guard;
+  CallEngine engine(policy, guard, options);
+
+  SECTION("a wait for capacity past the deadline is refused, nothing sent, the ticket given back") {
+    guard.wait = 1h;
+    CHECK(engine.start().kind == Kind::done);
+    REQUIRE(engine.first_refusal());
+    CHECK(engine.first_refusal()->reason == StopReason::deadline);
+    CHECK(engine.first_refusal()->failure.sent == Sent::not_sent);
+    CHECK(guard.given_back == 1);
+  }
+  SECTION("a wait for a slot is cut to the deadline") {
+    guard.wait = milliseconds::max();
+    guard.reason = WaitReason::slot;
+    const Step wait = engine.start();
+    REQUIRE(wait.kind == Kind::wait);
+    CHECK(wait.wait == 10s);
+    CHECK(wait.reason == WaitReason::slot);
+    clock.advance(1s);  // the slot came sooner
+    CHECK(engine.resume().kind == Kind::attempt);
+    CHECK(engine.succeeded(1).kind == Kind::done);
+  }
+  SECTION("a wait within the deadline is the step") {
+    guard.wait = 4s;
+    const Step wait = engine.start();
+    REQUIRE(wait.kind == Kind::wait);
+    CHECK(wait.wait == 4s);
+    CHECK(wait.reason == WaitReason::capacity);
+  }
+  SECTION("a negative wait is 0") {
+    guard.wait = -5s;
+    const Step wait = engine.start();
+    REQUIRE(wait.kind == Kind::wait);
+    CHECK(wait.wait == 0ms);
+    CHECK(engine.resume().kind == Kind::attempt);
+  }
+}
+
+TEST_CASE("CallEngine: the time left to a deadline far away, on a clock showing a time before its epoch") {
+  ManualClock clock(ManualClock::time_point{} - 1h);
+  CallOptions options;
+  options.clock = std::ref(clock);
+  options.deadline = ManualClock::time_point::max();
+  const RetryPolicy policy;
+  CallEngine engine(policy, NoGuard{}, options);
+  REQUIRE(engine.start().kind == Kind::attempt);
+  REQUIRE(engine.attempt().time_left);
+  CHECK(*engine.attempt().time_left > std::chrono::hours{24 * 365 * 100});  // a century and more: no overflow
+}
+
+TEST_CASE("call_with_retry: a negative wait the provider asked for counts as none") {
+  for (const milliseconds asked : {-1ms, milliseconds::min()}) {
+    INFO(asked.count());
+    FakeSleep sleep;
+    int calls = 0;
+    const int answer = call_with_retry(
+        [&] {
+          if (++calls == 1) throw RateLimited("slow down", asked);
+          return calls;
+        },
+        no_jitter(), sleep);
+    CHECK(answer == 2);
+    CHECK(sleep.waits() == std::vector<milliseconds>{500ms});  // the backoff
+    CHECK(sleep.reasons() == std::vector<WaitReason>{WaitReason::backoff});
+  }
 }
 
 TEST_CASE("CallEngine: an abandoned attempt gives its ticket back") {

@@ -103,10 +103,12 @@ class RetryState {
   [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
 
  private:
-  /// Returns the range of the provider's wait plus its spread; [0, 0] when the provider asked for none.
+  /// Returns the range of the provider's wait (a negative one counts as 0) plus its spread; [0, 0] when the
+  /// provider asked for none.
   [[nodiscard]] JitterRange provider_wait_range(const Failure& failure) const noexcept {
     if (!failure.provider_wait) return {std::chrono::milliseconds::zero(), std::chrono::milliseconds::zero()};
-    return {*failure.provider_wait, detail::saturating_add(*failure.provider_wait, policy_.provider_wait_jitter)};
+    const auto wait = std::max(*failure.provider_wait, std::chrono::milliseconds::zero());
+    return {wait, detail::saturating_add(wait, policy_.provider_wait_jitter)};
   }
 
   /// Returns why a further `wait` cannot be taken: wait_budget or deadline; nullopt when it can.

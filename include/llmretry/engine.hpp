@@ -1,10 +1,12 @@
 #ifndef LLMRETRY_ENGINE_HPP
 #define LLMRETRY_ENGINE_HPP
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -98,6 +100,8 @@ std::chrono::steady_clock::time_point clock_of(const Options& options) {
 /// guard does is the guard's: its own clock. A wait for capacity is tied to its instant: carry it out on
 /// time. A wait for a concurrency slot (WaitReason::slot) lasts at most its `wait` (milliseconds::max():
 /// no bound) and ends sooner when the slot comes, which the guard tells the Waker given to wake_with().
+/// No wait step ends after the deadline: a wait for capacity that would is refused (StopReason::deadline,
+/// nothing sent), a wait for a slot is cut to it; a negative wait a guard or ticket asks for is 0.
 ///
 /// The steps: start() once, then for an attempt step make attempt() and report it with succeeded() or
 /// failed() (or abandoned() for an outcome that is not a failure), and after a wait step call resume().
@@ -147,6 +151,10 @@ class CallEngine {
   /// The policy and the options are held by reference: a temporary would dangle.
   CallEngine(const RetryPolicy&& policy, Guard&& guard, const Options& options) = delete;
   CallEngine(const RetryPolicy& policy, Guard&& guard, const Options&& options) = delete;
+  CallEngine(detail::prevalidated_t, const RetryPolicy&& policy, Guard&& guard, const Options& options,
+             bool tells_time_left = true) = delete;
+  CallEngine(detail::prevalidated_t, const RetryPolicy& policy, Guard&& guard, const Options&& options,
+             bool tells_time_left = true) = delete;
   CallEngine(const CallEngine&) = delete;
   CallEngine& operator=(const CallEngine&) = delete;
   CallEngine(CallEngine&&) = delete;
@@ -156,14 +164,14 @@ class CallEngine {
   /// Returns the first step: the first attempt, or a wait for capacity before it, or done when the guard
   /// refused it or the deadline had passed. Call it once, first.
   [[nodiscard]] Step start() {
-    assert(made_ == 0 && !gave_up_ && !admitted_ && "CallEngine::start: call it once, first");
+    assert(phase_ == Phase::idle && "CallEngine::start: call it once, first");
     return admit();
   }
 
   /// Returns the step after a wait step was carried out (or a wait for a slot was woken): the attempt
   /// (admitted again after a failure's wait), another wait, or done when it was refused.
   [[nodiscard]] Step resume() {
-    assert(!gave_up_ && "CallEngine::resume: the call is over");
+    assert(phase_ == Phase::waiting && "CallEngine::resume: no wait step to resume after");
     if (std::exchange(admitted_, false)) return begin(true);
     return admit();
   }
@@ -193,6 +201,8 @@ class CallEngine {
   /// Records that the attempt ended with something that is not a failure (an exception nobody
   /// recognised): its tickets (its hedge's too) learn nothing and give back what they hold. The call is over.
   void abandoned() noexcept {
+    assert(phase_ == Phase::attempting && "CallEngine::abandoned: no attempt is under way");
+    phase_ = Phase::over;
     if constexpr (guarded) ticket_.reset();
     if constexpr (hedgeable) {
       if constexpr (guarded) hedge_.ticket.reset();
@@ -233,6 +243,7 @@ class CallEngine {
   /// per attempt. Throws what the guard throws (the attempt goes on alone).
   [[nodiscard]] bool hedge() {
     Hedging* const hedging_of_call = hedging();
+    assert(phase_ == Phase::attempting && "CallEngine::hedge: no attempt is under way");
     if (hedging_of_call == nullptr || !options_.safe_to_repeat || hedge_.closed || hedge_.in_flight != first_request)
       return false;
     hedge_.closed = true;
@@ -305,8 +316,9 @@ class CallEngine {
   [[nodiscard]] const Attempt& attempt() const noexcept { return attempt_; }
   /// Returns how many attempts were made (the current one included once it was admitted).
   [[nodiscard]] int attempts() const noexcept { return made_; }
-  /// Returns the total of the waits so far: after failures and for capacity (a wait for a slot, which may
-  /// end early, is not counted).
+  /// Returns the total of the waits so far that count toward max_total_wait: after failures and for capacity
+  /// at admission (a wait for a slot, which may end early, and a wait a ticket asks for as it begins, such as
+  /// a held-back attempt's, are not counted).
   [[nodiscard]] std::chrono::milliseconds waited() const noexcept {
     return state_ ? state_->waited() : std::chrono::milliseconds{0};
   }
@@ -338,8 +350,7 @@ class CallEngine {
           ticket_.reset();
           return refuse(Refusal{*stop, Failure::timed_out(Sent::not_sent)});
         }
-        admitted_ = true;
-        return Step::wait_for(admission.wait(), WaitReason::capacity);
+        return wait_step(admission.wait(), WaitReason::capacity);
       }
     }
     return begin(false);
@@ -363,8 +374,16 @@ class CallEngine {
           return refuse(answer.refusal());
         }
         if (answer.kind() == Begin::Kind::wait) {
-          admitted_ = true;
-          return Step::wait_for(answer.wait(), answer.reason());
+          // No wait ends after the deadline: a slot's is cut to it (it may end sooner anyway), another is refused.
+          std::chrono::milliseconds wait = std::max(answer.wait(), std::chrono::milliseconds::zero());
+          if (attempt_.time_left && wait > *attempt_.time_left) {
+            if (answer.reason() != WaitReason::slot) {
+              ticket_.reset();
+              return refuse(Refusal{StopReason::deadline, Failure::timed_out(Sent::not_sent)});
+            }
+            wait = *attempt_.time_left;
+          }
+          return wait_step(wait, answer.reason());
         }
       }
     }
@@ -381,7 +400,15 @@ class CallEngine {
     }
     // What the call spent should this attempt succeed; a failure writes it again.
     report(std::nullopt);
+    phase_ = Phase::attempting;
     return Step::attempt();
+  }
+
+  /// Returns a wait step for the admitted attempt, which then begins at resume().
+  Step wait_step(std::chrono::milliseconds wait, WaitReason reason) noexcept {
+    admitted_ = true;
+    phase_ = Phase::waiting;
+    return Step::wait_for(wait, reason);
   }
 
   /// The requests of an attempt, as bits of HedgeState::in_flight.
@@ -415,7 +442,8 @@ class CallEngine {
   /// A request (the hedge when `hedge`) answered: its ticket learns it.
   template <class... Answer>
   Step answered(bool hedge, const Answer&... answer) {
-    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::succeeded: no attempt is under way");
+    assert(phase_ == Phase::attempting && "CallEngine::succeeded: no attempt is under way");
+    phase_ = Phase::over;
     if constexpr (hedgeable) {
       if (Hedging* const hedging_of_call = hedging()) return answered_hedged(*hedging_of_call, hedge, answer...);
     }
@@ -458,7 +486,7 @@ class CallEngine {
   /// A request (the hedge when `hedge`) failed: pending while the other one is in flight, else decides.
   template <class Rng>
   Step failed_request(bool hedge, const Failure& failure, Rng& rng) {
-    assert(made_ > 0 && !gave_up_ && !admitted_ && "CallEngine::failed: no attempt is under way");
+    assert(phase_ == Phase::attempting && "CallEngine::failed: no attempt is under way");
     [[maybe_unused]] bool other_in_flight = false;
     if constexpr (hedgeable) {
       if (hedging() != nullptr) {
@@ -476,6 +504,7 @@ class CallEngine {
       give_up(decision.reason, failure);
       return Step::done();
     }
+    phase_ = Phase::waiting;
     return Step::wait_for(decision.wait, decision.why);
   }
 
@@ -498,7 +527,7 @@ class CallEngine {
 
   /// cancelled() and cancelled_unsent(): `unsent` true when the attempt step was not carried out.
   Step cancel(const Failure& failure, [[maybe_unused]] bool unsent) {
-    assert(!gave_up_ && "CallEngine::cancelled, cancelled_unsent: the call is over");
+    assert(phase_ != Phase::over && "CallEngine::cancelled, cancelled_unsent: the call is over");
     if constexpr (guarded) {
       if (std::exchange(admitted_, false) || unsent) ticket_.reset();
       else if (auto ticket = take_ticket(false)) detail::tell_lost(*ticket);
@@ -533,10 +562,17 @@ class CallEngine {
     return *state_;
   }
 
+  /// Returns the time from now to the deadline, 0 once it passed, without overflow whatever the two are.
   std::optional<std::chrono::milliseconds> time_left() const {
     using namespace std::chrono;
-    const auto now = detail::clock_of(options_);
-    return *options_.deadline > now ? floor<milliseconds>(*options_.deadline - now) : milliseconds::zero();
+    using Ticks = steady_clock::duration::rep;
+    const Ticks now = detail::clock_of(options_).time_since_epoch().count();
+    const Ticks deadline = options_.deadline->time_since_epoch().count();
+    if (deadline <= now) return milliseconds::zero();
+    // deadline - now > 0 overflows only when now < 0 and deadline > max + now.
+    const Ticks left = now < 0 && deadline > std::numeric_limits<Ticks>::max() + now ? std::numeric_limits<Ticks>::max()
+                                                                                     : deadline - now;
+    return floor<milliseconds>(steady_clock::duration{left});
   }
 
   Step refuse(const Refusal& refusal) {
@@ -552,6 +588,7 @@ class CallEngine {
   }
 
   void give_up(StopReason reason, const Failure& failure, LimitType limit = LimitType::unknown) {
+    phase_ = Phase::over;
     if constexpr (hedgeable) hedge_.in_flight = 0;
     gave_up_.emplace(GiveUp{reason, failure, made_, waited(), limit});
     report(reason);
@@ -571,6 +608,9 @@ class CallEngine {
   Waker* waker_ = nullptr;
   bool tells_time_left_ = true;
   bool admitted_ = false;  ///< the attempt was admitted and waits (for capacity or a slot) to begin
+  /// Where the call stands, so that a step out of order is caught by assert.
+  enum class Phase : unsigned char { idle, attempting, waiting, over };
+  Phase phase_ = Phase::idle;
   /// What a hedged call keeps (CallOptions::hedging); nothing for the options of a call that passes none.
   struct HedgeState {
     std::optional<Ticket> ticket;                     ///< the hedge's

@@ -43,7 +43,7 @@ enum class Sent {
 struct Failure {
   FailureKind kind = FailureKind::unknown;
   int status = 0;                                          ///< HTTP status, or 0 when there was no response
-  std::optional<std::chrono::milliseconds> provider_wait;  ///< the wait the provider asked for, if any
+  std::optional<std::chrono::milliseconds> provider_wait;  ///< the wait the provider asked for, if any (< 0: 0)
   Sent sent = Sent::maybe_processed;
   std::optional<bool> should_retry;  ///< the provider's explicit `x-should-retry`, which wins when set
 

@@ -118,7 +118,7 @@ struct GiveUp {
 /// What one call spent, whether it succeeded or gave up.
 struct CallStats {
   int attempts = 0;                     ///< attempts made
-  std::chrono::milliseconds waited{0};  ///< total time waited between and before attempts
+  std::chrono::milliseconds waited{0};  ///< the waits between and before attempts, as CallEngine::waited()
   std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded
   int hedges = 0;                       ///< hedges sent (CallOptions::hedging): requests beyond `attempts`
 };

@@ -29,6 +29,11 @@ TEST_CASE("Limit helpers", "[limits]") {
   STATIC_REQUIRE(Limit::per_minute_paced(600).limit == 600);
   STATIC_REQUIRE(Limit::per_minute_paced(600).burst_or_limit() == 10);
   STATIC_REQUIRE(Limit::per_minute_paced(30).burst_or_limit() == 1);
+  // A wait the provider reported, bounded to [0, a day].
+  STATIC_REQUIRE(at_most_a_day(-5ms) == 0ms);
+  STATIC_REQUIRE(at_most_a_day(std::chrono::milliseconds::min()) == 0ms);
+  STATIC_REQUIRE(at_most_a_day(48h) == 24h);
+  STATIC_REQUIRE(at_most_a_day(90s) == 90s);
   const Limits limits = Limits::per_minute(600, 300'000);
   CHECK(limits[Dimension::requests_per_minute]->limit == 600);
   CHECK(limits[Dimension::tokens_per_minute]->limit == 300'000);

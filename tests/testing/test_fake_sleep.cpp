@@ -28,6 +28,15 @@ TEST_CASE("FakeSleep moves a manual clock by each wait", "[fake_sleep]") {
   CHECK(clock.now() - start == std::chrono::microseconds{1'500'010});
 }
 
+TEST_CASE("FakeSleep's total stops at milliseconds::max(), and so does its clock", "[fake_sleep]") {
+  ManualClock clock;
+  FakeSleep sleep(clock);
+  sleep(std::chrono::milliseconds::max());
+  sleep(1ms);
+  CHECK(sleep.total() == std::chrono::milliseconds::max());
+  CHECK(clock.now() == ManualClock::time_point::max());
+}
+
 TEST_CASE("FakeSleep can be shared by threads", "[fake_sleep][threads]") {
   ManualClock clock;
   FakeSleep sleep{clock};

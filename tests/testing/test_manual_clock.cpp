@@ -25,3 +25,11 @@ TEST_CASE("ManualSystemClock starts where it is told and stands in for system_cl
   clock.advance(2s);
   CHECK(now() == start + 2s);
 }
+
+TEST_CASE("ManualClock stops at the last time it can show", "[manual_clock]") {
+  ManualClock clock(ManualClock::time_point{} + 1h);
+  clock.advance(std::chrono::milliseconds::max());
+  CHECK(clock.now() == ManualClock::time_point::max());
+  clock.advance(1ms);
+  CHECK(clock.now() == ManualClock::time_point::max());
+}

@@ -81,10 +81,10 @@ inline constexpr std::size_t dimension_count = 6;
   return 0;
 }
 
-/// Returns `wait` bounded to a day: a wait the provider reported is untrusted and may be huge, and times
-/// computed from it must not overflow.
+/// Returns `wait` bounded to [0, a day]: a wait the provider reported is untrusted and may be huge or
+/// negative, and times computed from it must not overflow.
 [[nodiscard]] constexpr std::chrono::milliseconds at_most_a_day(std::chrono::milliseconds wait) noexcept {
-  return std::min(wait, std::chrono::milliseconds{std::chrono::hours{24}});
+  return std::clamp(wait, std::chrono::milliseconds::zero(), std::chrono::milliseconds{std::chrono::hours{24}});
 }
 
 /// What a cost charges every dimension at once: charge_of(cost, d) at index d.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../decision.hpp"
+#include "../detail/saturate.hpp"
 #include "../version.hpp"
 #include "manual_clock.hpp"
 
@@ -55,11 +56,11 @@ class FakeSleep {
     std::lock_guard<std::mutex> lock(mutex_);
     return reasons_;
   }
-  /// Returns the sum of the waits so far.
+  /// Returns the sum of the waits so far (milliseconds::max() when it would be more).
   std::chrono::milliseconds total() const {
     std::lock_guard<std::mutex> lock(mutex_);
     std::chrono::milliseconds sum{0};
-    for (auto wait : waits_) sum += wait;
+    for (auto wait : waits_) sum = ::llmretry::detail::saturating_add(sum, wait);
     return sum;
   }
 

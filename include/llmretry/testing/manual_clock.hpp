@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 
 #include "../version.hpp"
 
@@ -25,10 +26,18 @@ class BasicManualClock {
   [[nodiscard]] time_point now() const noexcept { return time_point{duration{ticks_.load()}}; }
   /// Returns now(): lets the clock be passed where a callable clock is expected.
   [[nodiscard]] time_point operator()() const noexcept { return now(); }
-  /// Moves the clock forward by `step` (which must not be negative).
+  /// Moves the clock forward by `step` (which must not be negative), up to the last time it can show.
   template <class Rep, class Period>
   void advance(std::chrono::duration<Rep, Period> step) noexcept {
-    ticks_ += std::chrono::duration_cast<duration>(step).count();
+    using Ticks = typename duration::rep;
+    constexpr Ticks most = std::numeric_limits<Ticks>::max();
+    // Compared as a floating-point count first: a step beyond what `duration` holds would overflow the cast.
+    const Ticks ticks =
+        std::chrono::duration<double, typename duration::period>(step).count() >= static_cast<double>(most)
+            ? most
+            : std::chrono::duration_cast<duration>(step).count();
+    Ticks shown = ticks_.load();
+    while (!ticks_.compare_exchange_weak(shown, shown > most - ticks ? most : shown + ticks)) {}
   }
   /// Shows `when` from now on.
   void set(time_point when) noexcept { ticks_ = when.time_since_epoch().count(); }

@@ -1,0 +1,9 @@
+// Must not compile: an engine made from a temporary policy, validated already or not, would hold it dangling.
+#include <llmretry/engine.hpp>
+
+int main() {
+  const llmretry::CallOptions options;
+  llmretry::CallEngine<llmretry::NoGuard, llmretry::CallOptions> engine(
+      llmretry::detail::prevalidated, llmretry::RetryPolicy::interactive(), llmretry::NoGuard{}, options);
+  return engine.attempts();
+}
