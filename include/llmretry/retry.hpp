@@ -386,8 +386,10 @@ R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng&
 /// `call` takes no argument, or a `const Attempt&` (the attempt's number and the time left until the
 /// deadline, to bound its own timeout). Failures come in one of two ways, chosen by its return type:
 /// - the call throws: a ProviderError (or what `options.classify` recognises) is classified and retried
-///   as the policy says; giving up rethrows the last exception unchanged. Any other exception is an
-///   unknown failure: never retried, rethrown at once after on_give_up.
+///   as the policy says; giving up rethrows the last exception unchanged. Any other std::exception is an
+///   unknown failure: never retried, rethrown at once after on_give_up. An exception of a type not derived
+///   from std::exception is rethrown at once, the attempt abandoned (CallEngine::abandoned: on_give_up is
+///   not told, and CallStats stay as the attempt began).
 /// - the call returns a result-like value (has_value() and error(), such as llmretry::Result,
 ///   std::expected<T, Failure>): a value without has_value() is a failure, read with `failure_of(error())`;
 ///   giving up returns the last result unchanged. Exceptions thrown by such a call are not retried.

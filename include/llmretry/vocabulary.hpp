@@ -119,7 +119,7 @@ struct GiveUp {
 struct CallStats {
   int attempts = 0;                     ///< attempts made
   std::chrono::milliseconds waited{0};  ///< the waits between and before attempts, as CallEngine::waited()
-  std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded
+  std::optional<StopReason> stopped;    ///< why it gave up; nullopt when it succeeded or was abandoned
   int hedges = 0;                       ///< hedges sent (CallOptions::hedging): requests beyond `attempts`
 };
 
