@@ -6,6 +6,7 @@
 
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "helpers.hpp"
@@ -68,10 +69,13 @@ struct CountingGuard {
   }
 };
 
-// A guard whose ticket, at its first begin, asks to wait `wait` for `reason`, then begins.
+// A guard whose ticket, at its first begin, asks to wait `wait` for `reason`, then begins; each admission
+// moves `clock` (when set) by `admission_takes`.
 struct WaitingToBegin {
   milliseconds wait{0};
   WaitReason reason = WaitReason::capacity;
+  ManualClock* clock = nullptr;
+  milliseconds admission_takes{0};
   int given_back = 0;
 
   struct Ticket {
@@ -92,7 +96,10 @@ struct WaitingToBegin {
     void failed(const Failure& /*failure*/) { told = true; }
   };
 
-  Admission<Ticket> admit(const Attempt& /*attempt*/) { return Admission<Ticket>::go(Ticket{this}); }
+  Admission<Ticket> admit(const Attempt& /*attempt*/) {
+    if (clock != nullptr) clock->advance(admission_takes);
+    return Admission<Ticket>::go(Ticket{this});
+  }
 };
 
 }  // namespace
@@ -321,6 +328,15 @@ TEST_CASE("CallEngine: a ticket's wait to begin ends by the deadline, and is nev
     CHECK(engine.resume().kind == Kind::attempt);
     CHECK(engine.succeeded(1).kind == Kind::done);
   }
+  SECTION("the time left is read again once the guard admitted the attempt, which took time") {
+    guard.wait = milliseconds::max();
+    guard.reason = WaitReason::slot;
+    guard.clock = &clock;
+    guard.admission_takes = 4s;
+    const Step wait = engine.start();
+    REQUIRE(wait.kind == Kind::wait);
+    CHECK(wait.wait == 6s);
+  }
   SECTION("a wait within the deadline is the step") {
     guard.wait = 4s;
     const Step wait = engine.start();
@@ -349,20 +365,31 @@ TEST_CASE("CallEngine: the time left to a deadline far away, on a clock showing 
   CHECK(*engine.attempt().time_left > std::chrono::hours{24 * 365 * 100});  // a century and more: no overflow
 }
 
-TEST_CASE("call_with_retry: a negative wait the provider asked for counts as none") {
-  for (const milliseconds asked : {-1ms, milliseconds::min()}) {
-    INFO(asked.count());
+TEST_CASE("call_with_retry: a negative wait the provider asked for counts as 0, as Retry-After: 0 does") {
+  // The waits and their reasons of a call whose first attempt is refused with `asked`, under a policy that
+  // spreads a provider's wait by up to 1 s, drawing from one seed.
+  const auto waits_after = [](milliseconds asked) {
+    RetryPolicy policy = no_jitter();
+    policy.base = 10ms;
+    policy.provider_wait_jitter = 1s;
     FakeSleep sleep;
+    std::minstd_rand rng(7);
     int calls = 0;
     const int answer = call_with_retry(
         [&] {
           if (++calls == 1) throw RateLimited("slow down", asked);
           return calls;
         },
-        no_jitter(), sleep);
+        policy, sleep, rng);
     CHECK(answer == 2);
-    CHECK(sleep.waits() == std::vector<milliseconds>{500ms});  // the backoff
-    CHECK(sleep.reasons() == std::vector<WaitReason>{WaitReason::backoff});
+    return std::pair{sleep.waits(), sleep.reasons()};
+  };
+  const auto at_once = waits_after(0ms);
+  REQUIRE(at_once.first.size() == 1);
+  CHECK(at_once.first.front() <= 1s);
+  for (const milliseconds asked : {-1ms, milliseconds::min()}) {
+    INFO(asked.count());
+    CHECK(waits_after(asked) == at_once);
   }
 }
 

@@ -9,7 +9,9 @@
 #include <llmretry/retry.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 
 #include "support.hpp"
@@ -59,10 +61,22 @@ llmretry::Limits requests_only() {
   return limits;
 }
 
-// Each thread's own time, 1 µs further at each call (no clock read in the loop).
+// Each thread's own time, 1 µs further at each call (no clock read in the loop), from the furthest time any
+// earlier run reached: a limiter or bucket kept from one run to the next never sees time go back (its
+// theoretical arrival time ahead of the new run's start would make calls wait).
 struct Ticks {
-  time_point now{std::chrono::hours{1}};
+  Ticks() = default;
+  Ticks(const Ticks&) = delete;
+  Ticks& operator=(const Ticks&) = delete;
+  ~Ticks() {
+    std::int64_t reached = furthest.load();
+    while (reached < now.time_since_epoch().count() &&
+           !furthest.compare_exchange_weak(reached, now.time_since_epoch().count())) {}
+  }
   time_point next() { return now += std::chrono::microseconds{1}; }
+
+  static inline std::atomic<std::int64_t> furthest{time_point{std::chrono::hours{1}}.time_since_epoch().count()};
+  time_point now{time_point::duration{furthest.load()}};
 };
 
 // One limiter shared by every thread of a benchmark, as the deployment's is.

@@ -117,7 +117,8 @@ std::chrono::steady_clock::time_point clock_of(const Options& options) {
 /// while the other is in flight returns a pending step: wait for the other one. A request that streams
 /// claims the answer first (claim()).
 /// The engine allocates nothing, draws nothing and reads no clock when the first attempt succeeds (with a
-/// deadline, it reads the clock before an attempt of a guarded call, or of one told the time left).
+/// deadline, it reads the clock before an attempt of a guarded call, before its admission and again as it
+/// begins, or once before an attempt told the time left).
 /// Not thread-safe: one call, one driver at a time (the guard may be shared, as its own contract says). Steps
 /// out of order (an outcome with no attempt under way, a resume after done) are a bug, caught by assert in a
 /// build without NDEBUG.
@@ -171,8 +172,9 @@ class CallEngine {
   /// Returns the step after a wait step was carried out (or a wait for a slot was woken): the attempt
   /// (admitted again after a failure's wait), another wait, or done when it was refused.
   [[nodiscard]] Step resume() {
-    assert(phase_ == Phase::waiting && "CallEngine::resume: no wait step to resume after");
-    if (std::exchange(admitted_, false)) return begin(true);
+    assert((phase_ == Phase::waiting || phase_ == Phase::waiting_to_begin) &&
+           "CallEngine::resume: no wait step to resume after");
+    if (phase_ == Phase::waiting_to_begin) return begin();
     return admit();
   }
 
@@ -346,6 +348,7 @@ class CallEngine {
       if (!admission.admitted()) return refuse(admission.refusal());
       ticket_.emplace(std::move(admission.ticket()));
       if (admission.wait() > std::chrono::milliseconds::zero()) {
+        if (options_.deadline) attempt_.time_left = time_left();  // read again: the admission took time
         if (const auto stop = state().add_guard_wait(admission.wait(), attempt_.time_left)) {
           ticket_.reset();
           return refuse(Refusal{*stop, Failure::timed_out(Sent::not_sent)});
@@ -353,14 +356,14 @@ class CallEngine {
         return wait_step(admission.wait(), WaitReason::capacity);
       }
     }
-    return begin(false);
+    return begin();
   }
 
-  /// Begins the admitted attempt (after a wait for capacity or a slot, when `after_wait`): the deadline
+  /// Begins the admitted attempt (at once, or after a wait for capacity or a slot): the deadline
   /// again, then the ticket's begin (a concurrency slot).
-  Step begin([[maybe_unused]] bool after_wait) {
+  Step begin() {
     if constexpr (guarded) {
-      if (after_wait && options_.deadline) {
+      if (options_.deadline) {  // read again: the admission, or the wait, took time
         attempt_.time_left = time_left();
         if (*attempt_.time_left <= std::chrono::milliseconds::zero()) {
           ticket_.reset();
@@ -406,8 +409,7 @@ class CallEngine {
 
   /// Returns a wait step for the admitted attempt, which then begins at resume().
   Step wait_step(std::chrono::milliseconds wait, WaitReason reason) noexcept {
-    admitted_ = true;
-    phase_ = Phase::waiting;
+    phase_ = Phase::waiting_to_begin;
     return Step::wait_for(wait, reason);
   }
 
@@ -529,7 +531,7 @@ class CallEngine {
   Step cancel(const Failure& failure, [[maybe_unused]] bool unsent) {
     assert(phase_ != Phase::over && "CallEngine::cancelled, cancelled_unsent: the call is over");
     if constexpr (guarded) {
-      if (std::exchange(admitted_, false) || unsent) ticket_.reset();
+      if (phase_ == Phase::waiting_to_begin || unsent) ticket_.reset();
       else if (auto ticket = take_ticket(false)) detail::tell_lost(*ticket);
       if constexpr (hedgeable) {
         if (auto ticket = take_ticket(true)) detail::tell_lost(*ticket);
@@ -607,9 +609,9 @@ class CallEngine {
   int made_ = 0;
   Waker* waker_ = nullptr;
   bool tells_time_left_ = true;
-  bool admitted_ = false;  ///< the attempt was admitted and waits (for capacity or a slot) to begin
-  /// Where the call stands, so that a step out of order is caught by assert.
-  enum class Phase : unsigned char { idle, attempting, waiting, over };
+  /// Where the call stands: before start(); an attempt under way; waiting before the next admission (after a
+  /// failure); admitted, waiting (for capacity or a slot) to begin; over.
+  enum class Phase : unsigned char { idle, attempting, waiting, waiting_to_begin, over };
   Phase phase_ = Phase::idle;
   /// What a hedged call keeps (CallOptions::hedging); nothing for the options of a call that passes none.
   struct HedgeState {

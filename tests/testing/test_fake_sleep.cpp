@@ -37,6 +37,16 @@ TEST_CASE("FakeSleep's total stops at milliseconds::max(), and so does its clock
   CHECK(clock.now() == ManualClock::time_point::max());
 }
 
+TEST_CASE("FakeSleep records a negative wait as 0, and leaves its clock", "[fake_sleep]") {
+  ManualClock clock;
+  FakeSleep sleep(clock);
+  sleep(-5ms);
+  sleep(std::chrono::milliseconds::min());
+  CHECK(sleep.waits() == std::vector<std::chrono::milliseconds>{0ms, 0ms});
+  CHECK(sleep.total() == 0ms);
+  CHECK(clock.now().time_since_epoch() == 0ms);
+}
+
 TEST_CASE("FakeSleep can be shared by threads", "[fake_sleep][threads]") {
   ManualClock clock;
   FakeSleep sleep{clock};

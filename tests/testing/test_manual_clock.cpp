@@ -33,3 +33,10 @@ TEST_CASE("ManualClock stops at the last time it can show", "[manual_clock]") {
   clock.advance(1ms);
   CHECK(clock.now() == ManualClock::time_point::max());
 }
+
+TEST_CASE("ManualClock: a negative step moves nothing", "[manual_clock]") {
+  ManualClock clock(ManualClock::time_point{} + 1h);
+  clock.advance(-5ms);
+  clock.advance(std::chrono::milliseconds::min());
+  CHECK(clock.now().time_since_epoch() == 1h);
+}

@@ -1057,8 +1057,8 @@ TEST_CASE(
     const std::string redis = url_of(server);
     Child submitted({"submit", input, "--redis", redis, "--batch", "tickets"}, provider.base_url(), dir);
     REQUIRE(submitted.wait() == 0);
-    std::vector<std::string> arguments{"work", "--redis", redis, "--batch", "tickets", "--redis-wait", "1s"};
-    arguments.insert(arguments.end(), {"--concurrency", "2"});
+    std::vector<std::string> arguments{"work", "--redis", redis, "--batch", "tickets"};
+    arguments.insert(arguments.end(), {"--concurrency", "2", "--redis-wait", "1s"});
     if (longer) arguments.insert(arguments.end(), {"--redis-timeout", std::to_string(timeout.count()) + "ms"});
     Child worker(arguments, provider.base_url(), dir);
     {

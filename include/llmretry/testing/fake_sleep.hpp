@@ -1,6 +1,7 @@
 #ifndef LLMRETRY_TESTING_FAKE_SLEEP_HPP
 #define LLMRETRY_TESTING_FAKE_SLEEP_HPP
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <vector>
@@ -26,16 +27,16 @@ class FakeSleep {
   /// Records waits and advances `clock` by each; the clock must outlive this object.
   explicit FakeSleep(ManualClock& clock) noexcept : clock_(&clock) {}
 
-  /// Records `wait` (rounded up to whole milliseconds) and advances the clock, if any, by it.
+  /// Records `wait` (rounded up to whole milliseconds, a negative one as 0) and advances the clock, if any, by it.
   template <class Rep, class Period>
   void operator()(std::chrono::duration<Rep, Period> wait) {
     (*this)(wait, WaitReason::backoff);
   }
-  /// Records `wait` (rounded up to whole milliseconds) and its `reason`, and advances the clock, if any,
-  /// by it: what call_with_retry calls.
+  /// Records `wait` (rounded up to whole milliseconds, a negative one as 0) and its `reason`, and advances
+  /// the clock, if any, by it: what call_with_retry calls.
   template <class Rep, class Period>
   void operator()(std::chrono::duration<Rep, Period> wait, WaitReason reason) {
-    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait);
+    const auto ms = std::max(std::chrono::ceil<std::chrono::milliseconds>(wait), std::chrono::milliseconds::zero());
     std::lock_guard<std::mutex> lock(mutex_);
     waits_.push_back(ms);
     reasons_.push_back(reason);

@@ -26,7 +26,7 @@ class BasicManualClock {
   [[nodiscard]] time_point now() const noexcept { return time_point{duration{ticks_.load()}}; }
   /// Returns now(): lets the clock be passed where a callable clock is expected.
   [[nodiscard]] time_point operator()() const noexcept { return now(); }
-  /// Moves the clock forward by `step` (which must not be negative), up to the last time it can show.
+  /// Moves the clock forward by `step`, up to the last time it can show (a negative step moves nothing).
   template <class Rep, class Period>
   void advance(std::chrono::duration<Rep, Period> step) noexcept {
     using Ticks = typename duration::rep;
@@ -36,6 +36,7 @@ class BasicManualClock {
         std::chrono::duration<double, typename duration::period>(step).count() >= static_cast<double>(most)
             ? most
             : std::chrono::duration_cast<duration>(step).count();
+    if (ticks <= 0) return;
     Ticks shown = ticks_.load();
     while (!ticks_.compare_exchange_weak(shown, shown > most - ticks ? most : shown + ticks)) {}
   }

@@ -1,0 +1,10 @@
+// Must not compile: an engine made from temporary options, its policy validated already or not, would hold
+// them dangling.
+#include <llmretry/engine.hpp>
+
+int main() {
+  const llmretry::RetryPolicy policy;
+  llmretry::CallEngine<llmretry::NoGuard, llmretry::CallOptions> engine(llmretry::detail::prevalidated, policy,
+                                                                        llmretry::NoGuard{}, llmretry::CallOptions{});
+  return engine.attempts();
+}
