@@ -102,6 +102,25 @@ struct WaitingToBegin {
   }
 };
 
+// Returns options whose deadline is `deadline`, read on `clock` (which must outlive them).
+CallOptions with_deadline(ManualClock& clock, ManualClock::time_point deadline) {
+  CallOptions options;
+  options.clock = std::ref(clock);
+  options.deadline = deadline;
+  return options;
+}
+
+// Checks that `engine`'s call ended at start() for `reason`, nothing sent, and that its guard got back the
+// one ticket it gave.
+template <class Engine, class Guard>
+void check_refused_before_sending(Engine& engine, const Guard& guard, StopReason reason) {
+  CHECK(engine.start().kind == Kind::done);
+  REQUIRE(engine.first_refusal());
+  CHECK(engine.first_refusal()->reason == reason);
+  CHECK(engine.first_refusal()->failure.sent == Sent::not_sent);
+  CHECK(guard.given_back == 1);
+}
+
 }  // namespace
 
 TEST_CASE("CallEngine: a first attempt that succeeds is one attempt step, then done") {
@@ -218,11 +237,7 @@ TEST_CASE("CallEngine: a wait for capacity past the wait budget is a refusal, an
   CountingGuard guard;
   guard.wait = 1500ms;
   CallEngine engine(policy, guard, options);
-  CHECK(engine.start().kind == Kind::done);
-  REQUIRE(engine.first_refusal());
-  CHECK(engine.first_refusal()->reason == StopReason::wait_budget);
-  CHECK(engine.first_refusal()->failure.sent == Sent::not_sent);
-  CHECK(guard.given_back == 1);
+  check_refused_before_sending(engine, guard, StopReason::wait_budget);
 }
 
 TEST_CASE("CallEngine: a refusal of the first attempt, and of a later one") {
@@ -255,9 +270,7 @@ TEST_CASE("CallEngine: a refusal of the first attempt, and of a later one") {
 TEST_CASE("CallEngine: the deadline on the options' clock, in virtual time") {
   const RetryPolicy policy = no_jitter();
   ManualClock clock;
-  CallOptions options;
-  options.clock = std::ref(clock);
-  options.deadline = clock.now() + 1200ms;
+  const CallOptions options = with_deadline(clock, clock.now() + 1200ms);
   std::minstd_rand rng;
   CallEngine engine(policy, NoGuard{}, options);
   REQUIRE(engine.start().kind == Kind::attempt);
@@ -303,19 +316,13 @@ TEST_CASE("CallEngine: a Deployment in virtual time: the wait for capacity moves
 TEST_CASE("CallEngine: a ticket's wait to begin ends by the deadline, and is never negative") {
   const RetryPolicy policy = no_jitter();
   ManualClock clock;
-  CallOptions options;
-  options.clock = std::ref(clock);
-  options.deadline = clock.now() + 10s;
+  const CallOptions options = with_deadline(clock, clock.now() + 10s);
   WaitingToBegin guard;
   CallEngine engine(policy, guard, options);
 
   SECTION("a wait for capacity past the deadline is refused, nothing sent, the ticket given back") {
     guard.wait = 1h;
-    CHECK(engine.start().kind == Kind::done);
-    REQUIRE(engine.first_refusal());
-    CHECK(engine.first_refusal()->reason == StopReason::deadline);
-    CHECK(engine.first_refusal()->failure.sent == Sent::not_sent);
-    CHECK(guard.given_back == 1);
+    check_refused_before_sending(engine, guard, StopReason::deadline);
   }
   SECTION("a wait for a slot is cut to the deadline") {
     guard.wait = milliseconds::max();
@@ -355,9 +362,7 @@ TEST_CASE("CallEngine: a ticket's wait to begin ends by the deadline, and is nev
 
 TEST_CASE("CallEngine: the time left to a deadline far away, on a clock showing a time before its epoch") {
   ManualClock clock(ManualClock::time_point{} - 1h);
-  CallOptions options;
-  options.clock = std::ref(clock);
-  options.deadline = ManualClock::time_point::max();
+  const CallOptions options = with_deadline(clock, ManualClock::time_point::max());
   const RetryPolicy policy;
   CallEngine engine(policy, NoGuard{}, options);
   REQUIRE(engine.start().kind == Kind::attempt);
