@@ -29,6 +29,7 @@ class BasicManualClock {
   /// Moves the clock forward by `step`, up to the last time it can show (a negative step moves nothing).
   template <class Rep, class Period>
   void advance(std::chrono::duration<Rep, Period> step) noexcept {
+    if (!(step > std::chrono::duration<Rep, Period>::zero())) return;
     using Ticks = typename duration::rep;
     constexpr Ticks most = std::numeric_limits<Ticks>::max();
     // Compared as a floating-point count first: a step beyond what `duration` holds would overflow the cast.
@@ -36,7 +37,7 @@ class BasicManualClock {
         std::chrono::duration<double, typename duration::period>(step).count() >= static_cast<double>(most)
             ? most
             : std::chrono::duration_cast<duration>(step).count();
-    if (ticks <= 0) return;
+    if (ticks <= 0) return;  // less than one tick
     Ticks shown = ticks_.load();
     while (!ticks_.compare_exchange_weak(shown, shown > most - ticks ? most : shown + ticks)) {}
   }
