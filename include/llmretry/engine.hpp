@@ -349,10 +349,7 @@ class CallEngine {
       ticket_.emplace(std::move(admission.ticket()));
       if (admission.wait() > std::chrono::milliseconds::zero()) {
         if (options_.deadline) attempt_.time_left = time_left();  // read again: the admission took time
-        if (const auto stop = state().add_guard_wait(admission.wait(), attempt_.time_left)) {
-          ticket_.reset();
-          return refuse(Refusal{*stop, Failure::timed_out(Sent::not_sent)});
-        }
+        if (const auto stop = state().add_guard_wait(admission.wait(), attempt_.time_left)) return refuse_unsent(*stop);
         return wait_step(admission.wait(), WaitReason::capacity);
       }
     }
@@ -365,10 +362,7 @@ class CallEngine {
     if constexpr (guarded) {
       if (options_.deadline) {  // read again: the admission, or the wait, took time
         attempt_.time_left = time_left();
-        if (*attempt_.time_left <= std::chrono::milliseconds::zero()) {
-          ticket_.reset();
-          return refuse(Refusal{StopReason::deadline, Failure::timed_out(Sent::not_sent)});
-        }
+        if (*attempt_.time_left <= std::chrono::milliseconds::zero()) return refuse_unsent(StopReason::deadline);
       }
       if constexpr (detail::has_begin<Ticket>::value) {
         const Begin answer = detail::begin_ticket(*ticket_, std::as_const(attempt_), waker_);
@@ -380,10 +374,7 @@ class CallEngine {
           // No wait ends after the deadline: a slot's is cut to it (it may end sooner anyway), another is refused.
           std::chrono::milliseconds wait = std::max(answer.wait(), std::chrono::milliseconds::zero());
           if (attempt_.time_left && wait > *attempt_.time_left) {
-            if (answer.reason() != WaitReason::slot) {
-              ticket_.reset();
-              return refuse(Refusal{StopReason::deadline, Failure::timed_out(Sent::not_sent)});
-            }
+            if (answer.reason() != WaitReason::slot) return refuse_unsent(StopReason::deadline);
             wait = *attempt_.time_left;
           }
           return wait_step(wait, answer.reason());
@@ -580,6 +571,12 @@ class CallEngine {
   Step refuse(const Refusal& refusal) {
     give_up(refusal.reason, refusal.failure, refusal.limit);
     return Step::done();
+  }
+
+  /// Gives the admitted attempt's ticket back and ends the call for `reason` before anything was sent.
+  Step refuse_unsent(StopReason reason) {
+    ticket_.reset();
+    return refuse(Refusal{reason, Failure::timed_out(Sent::not_sent)});
   }
 
   /// Writes what the call spent, and why it stopped (nullopt: it has not, or it succeeded).
