@@ -1,5 +1,5 @@
-// The code the tools share: the periodic thread and the lease renewer driven by a manual clock, and the
-// exit statuses of run_main().
+// The code the tools share: the periodic thread and the lease renewer driven by a manual clock, the exit
+// statuses of run_main(), and the durations of the command lines.
 
 #include <llmretry/store/idempotency_store.hpp>
 #include <llmretry/testing/manual_clock.hpp>
@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/duration.hpp"
 #include "common/lease_renewer.hpp"
 #include "common/periodic_thread.hpp"
 #include "common/program.hpp"
@@ -177,4 +178,40 @@ TEST_CASE("run_main: the body's status, 2 for a UsageError, what `other` says fo
             "tool", []() -> int { throw UsageError("--x: bad"); }, options) == 2);
   CHECK(run_main(
             "tool", []() -> int { throw std::runtime_error("broken"); }, options) == 3);
+}
+
+TEST_CASE("parse_duration: every number carries its unit, 0 alone may go without; the option and the range named",
+          "[duration]") {
+  using llmretry_tools::parse_duration;
+  const auto parse = [](std::string_view text) { return parse_duration("--wait", text, 0ms, 1h); };
+  CHECK(parse("30s") == 30s);
+  CHECK(parse("500ms") == 500ms);
+  CHECK(parse("1m30s") == 90s);
+  CHECK(parse("0.5s") == 500ms);
+  CHECK(parse("1h") == 1h);
+  CHECK(parse("500us") == 1ms);  // rounded up to a whole millisecond
+  CHECK(parse("0") == 0ms);
+  CHECK(parse("0s") == 0ms);
+  CHECK_THROWS_WITH(parse("500"), "--wait: \"500\" has no unit: write it as 500ms, 500s or 500m");
+  CHECK_THROWS_WITH(parse("0.5"), "--wait: \"0.5\" has no unit: write it as 0.5ms, 0.5s or 0.5m");
+  for (const std::string_view text : {"", "soon", "-5s", "5 s", "5sec", "s", "1m30"}) {
+    INFO(text);
+    CHECK_THROWS_WITH(parse(text),
+                      "--wait: \"" + std::string(text) + "\" is not a duration such as 30s, 500ms or 1m30s");
+  }
+  CHECK_THROWS_WITH(parse_duration("--timeout", "5ms", 10ms, 10min), "--timeout: 5ms is outside 10ms to 10m");
+  CHECK_THROWS_WITH(parse("61m"), "--wait: 61m is outside 0 to 1h");
+  CHECK_THROWS_WITH(parse("99999999999999999h"), "--wait: 99999999999999999h is outside 0 to 1h");  // saturated
+  CHECK_THROWS_AS(parse("500"), llmretry_tools::UsageError);
+}
+
+TEST_CASE("duration_text: the largest of h, m and s that divides it, else ms", "[duration]") {
+  using llmretry_tools::duration_text;
+  CHECK(duration_text(0ms) == "0");
+  CHECK(duration_text(1h) == "1h");
+  CHECK(duration_text(90min) == "90m");
+  CHECK(duration_text(90s) == "90s");
+  CHECK(duration_text(1min) == "1m");
+  CHECK(duration_text(250ms) == "250ms");
+  CHECK(duration_text(1500ms) == "1500ms");
 }

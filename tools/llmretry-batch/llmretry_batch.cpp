@@ -71,6 +71,7 @@ Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL
 Progress and summary go to stderr.
 Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage, input or files,
 3 stopped by a file or Redis failure (rerun to resume).
+Durations carry their unit (h, m, s, ms): 500ms, 2s, 1m30s; 0 alone may go without.
 One batch, many workers on any hosts: llmretry-batch submit | work | collect | status (see
 llmretry-batch work --help).)";
 
@@ -131,43 +132,12 @@ void add_metrics_file_option(CLI::App& app, std::string& path) {
                  "file or a new path");
 }
 
-/// Returns the duration "30s", "500ms", "2m" or "45" (seconds), from `least` to `most`. Throws UsageError
-/// naming `option`.
-std::chrono::milliseconds parse_duration(const std::string& option, const std::string& text,
-                                         std::chrono::milliseconds least,
-                                         std::chrono::milliseconds most = std::chrono::hours{1}) {
-  std::size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  const std::string unit = text.substr(digits);
-  const long long scale = unit.empty() || unit == "s" ? 1000 : unit == "ms" ? 1 : unit == "m" ? 60'000 : 0;
-  if (digits == 0 || digits > 9 || scale == 0)
-    throw UsageError(option + ": \"" + text + "\" is not a duration such as 30s, 500ms or 2m");
-  const std::chrono::milliseconds duration{std::stoll(text.substr(0, digits)) * scale};
-  if (duration < least || duration > most) {
-    const auto written = [](std::chrono::milliseconds bound) {
-      const long long ms = bound.count();
-      for (const auto& [length, name] : {std::pair{3'600'000LL, "h"}, {60'000LL, "m"}, {1'000LL, "s"}})
-        if (ms != 0 && ms % length == 0) return std::to_string(ms / length) + name;
-      return std::to_string(ms) + "ms";
-    };
-    throw UsageError(option + ": " + text + " is outside " + written(least) + " to " + written(most));
-  }
-  return duration;
-}
-
-/// Adds --redis-timeout to `app`, read into `text` (parse it with redis_timeout_of).
-void add_redis_timeout_option(CLI::App& app, std::string& text) {
-  app.add_option("--redis-timeout", text,
-                 "the longest wait for Redis to connect or to answer one command: 250ms, 2s, 1m (a unit is "
-                 "required; 10ms to 10m, default 1s); past it Redis counts as out of reach for that operation");
-}
-
-/// Returns the --redis-timeout `text` (empty: the default). Throws UsageError naming the option.
-std::chrono::milliseconds redis_timeout_of(const std::string& text) {
-  if (text.empty()) return default_redis_timeout;
-  if (text.back() >= '0' && text.back() <= '9')
-    throw UsageError("--redis-timeout: \"" + text + "\" has no unit: write it as 500ms, 2s or 1m");
-  return parse_duration("--redis-timeout", text, std::chrono::milliseconds{10}, std::chrono::minutes{10});
+/// Adds --redis-timeout to `app`, read into `timeout`. Returns the option.
+CLI::Option* add_redis_timeout_option(CLI::App& app, std::chrono::milliseconds& timeout) {
+  return llmretry_tools::add_duration_option(
+      app, "--redis-timeout", timeout, std::chrono::milliseconds{10}, std::chrono::minutes{10},
+      "the longest wait for Redis to connect or to answer one command (default 1s, 10ms to 10m); past it Redis "
+      "counts as out of reach for that operation");
 }
 
 /// Returns true when `word` names a command of the fleet form.
@@ -195,8 +165,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: keep the job queue and operations table in Redis, and pace with every "
                  "process that uses the same provider and key on it (default: in memory, paced alone)");
-  std::string redis_timeout;
-  add_redis_timeout_option(app, redis_timeout);
+  const CLI::Option* redis_timeout = add_redis_timeout_option(app, options.redis_timeout);
   app.add_flag("--retry-errors", options.retry_errors,
                "send again the requests of the errors file given up for a temporary cause (attempts_exhausted, "
                "wait_budget, provider_wait_too_long, ...): their lines leave the errors file");
@@ -215,8 +184,7 @@ Options parse(int argc, char** argv) {
   if (options.errors == options.output) throw UsageError("--errors: must not be OUTPUT");
   if (options.fresh && options.redis.empty())
     throw UsageError("--fresh: only with --redis (without it, the output and errors files alone say what is done)");
-  if (!redis_timeout.empty() && options.redis.empty()) throw UsageError("--redis-timeout: only with --redis");
-  options.redis_timeout = redis_timeout_of(redis_timeout);
+  if (redis_timeout->count() > 0 && options.redis.empty()) throw UsageError("--redis-timeout: only with --redis");
   return options;
 }
 
@@ -531,7 +499,8 @@ the batch's jobs until none is left (exit 0), holding each under a lease it rene
 a worker killed loses its jobs to the others once it lapses) and riding out Redis unreachable or slow for
 --redis-wait (default 30s) before it stops. collect writes one line per custom_id:
 exit 0 all answered, 1 some in the errors file, 4 the batch is not finished (nothing written). work reads
-OPENAI_BASE_URL and OPENAI_API_KEY. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure.)";
+OPENAI_BASE_URL and OPENAI_API_KEY. Durations carry their unit (h, m, s, ms): 500ms, 2s, 1m30s; 0 alone may
+go without. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure.)";
 
 /// The command line of a fleet command.
 struct FleetOptions {
@@ -558,8 +527,6 @@ FleetOptions parse_fleet(int argc, char** argv) {
   options.command = argv[1];
   CLI::App app{fleet_description, "llmretry-batch " + options.command};
   app.footer(fleet_footer);
-  std::string lease;
-  std::string redis_wait;
   if (options.command == "submit") app.add_option("INPUT", options.file, "requests, one JSON object a line (required)");
   if (options.command == "collect") {
     app.add_option("OUTPUT", options.file, "answers, one line per custom_id, replaced whole (required)");
@@ -567,8 +534,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
   }
   app.add_option("--redis", options.redis, "redis://HOST[:PORT] (required)");
   app.add_option("--batch", options.batch, "the batch's name: letters, digits, '.', '_' and '-' (required)");
-  std::string redis_timeout;
-  add_redis_timeout_option(app, redis_timeout);
+  add_redis_timeout_option(app, options.redis_timeout);
   if (options.command == "work") {
     app.add_option("--rpm", options.rpm, "requests per minute, enforced per second (default: learned)")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
@@ -578,9 +544,14 @@ FleetOptions parse_fleet(int argc, char** argv) {
         ->check(CLI::Range(1, 256));
     add_priority_option(app, options.priority);
     add_tenant_option(app, options.tenant);
-    app.add_option("--lease", lease, "how long a job stays this worker's without being renewed (default 30s)");
-    app.add_option("--redis-wait", redis_wait,
-                   "how long Redis may stay unreachable or slow before this worker stops (default 30s)");
+    llmretry_tools::add_duration_option(app, "--lease", options.lease, std::chrono::milliseconds{300},
+                                        std::chrono::hours{1},
+                                        "how long a job stays this worker's without being renewed (default 30s, "
+                                        "300ms to 1h)");
+    llmretry_tools::add_duration_option(app, "--redis-wait", options.redis_wait, std::chrono::milliseconds::zero(),
+                                        std::chrono::hours{1},
+                                        "how long Redis may stay unreachable or slow before this worker stops "
+                                        "(default 30s, 0 to 1h)");
     add_metrics_file_option(app, options.metrics_file);
   }
   llmretry_tools::parse_command_line(app, argc - 1, argv + 1);
@@ -590,9 +561,6 @@ FleetOptions parse_fleet(int argc, char** argv) {
   if (options.batch.empty()) throw UsageError("--batch is required");
   if (!llmretry_tools::is_plain_name(options.batch, 100))
     throw UsageError("--batch: \"" + options.batch + "\": 1 to 100 letters, digits, '.', '_' or '-'");
-  if (!lease.empty()) options.lease = parse_duration("--lease", lease, std::chrono::milliseconds{300});
-  if (!redis_wait.empty()) options.redis_wait = parse_duration("--redis-wait", redis_wait, {});
-  options.redis_timeout = redis_timeout_of(redis_timeout);
   if (options.command == "collect") {
     if (options.errors.empty()) {
       const std::string& out = options.file;

@@ -26,8 +26,6 @@ then serves until interrupted, and prints how many requests it served and refuse
 /// Serves until SIGINT or SIGTERM. Returns the exit status.
 int run(int argc, char** argv) {
   int port = 0;
-  std::int64_t latency_ms = 20;
-  std::int64_t token_interval_ms = 0;
   llmretry::testing::LoopbackLimits limits;
   limits.requests_per_minute = 6000;
   limits.tokens_per_minute = 600'000;
@@ -37,14 +35,16 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}));
   app.add_option("--tpm", limits.tokens_per_minute, "tokens per minute (default 600000)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
-  app.add_option("--latency", latency_ms, "milliseconds each answer takes (default 20)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{60'000}));
-  app.add_option("--token-interval", token_interval_ms,
-                 "milliseconds before each content event of a streamed answer, one per completion token (default 0)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{60'000}));
+  limits.latency = std::chrono::milliseconds{20};
+  limits.token_interval = std::chrono::milliseconds::zero();
+  llmretry_tools::add_duration_option(app, "--latency", limits.latency, std::chrono::milliseconds::zero(),
+                                      std::chrono::minutes{1}, "how long each answer takes (default 20ms, 0 to 1m)");
+  llmretry_tools::add_duration_option(app, "--token-interval", limits.token_interval, std::chrono::milliseconds::zero(),
+                                      std::chrono::minutes{1},
+                                      "the wait before each content event of a streamed answer, one per completion "
+                                      "token (default 0, at most 1m)");
+  app.footer("Durations carry their unit (h, m, s, ms): 20ms, 1s; 0 alone may go without.");
   llmretry_tools::parse_command_line(app, argc, argv);
-  limits.latency = std::chrono::milliseconds{latency_ms};
-  limits.token_interval = std::chrono::milliseconds{token_interval_ms};
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

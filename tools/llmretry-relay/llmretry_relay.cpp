@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <sys/resource.h>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +26,6 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -47,6 +47,7 @@
 
 namespace {
 
+using llmretry_tools::add_duration_option;
 using llmretry_tools::environment;
 using llmretry_tools::UsageError;
 
@@ -65,6 +66,7 @@ Environment: OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_
 LLMRETRY_RELAY_CLIENT_KEY or the clients of --config (each with its key), required to listen on an
 address other than loopback: clients then send Authorization: Bearer <key> (or x-api-key: <key>);
 LLMRETRY_RELAY_METRICS_KEY, when set, the only key that reads /metrics.
+Durations carry their unit (h, m, s, ms): 500ms, 8s, 1m30s; 0 alone may go without.
 Exit status: 0 stopped by SIGINT or SIGTERM, 1 failed to serve, 2 bad usage or configuration.)";
 
 struct Options {
@@ -75,15 +77,15 @@ struct Options {
   relay::Pace pace;
   std::size_t max_body = std::size_t{1} << 20;
   std::string redis;
-  std::int64_t redis_timeout_ms = 1000;
+  std::chrono::milliseconds redis_timeout{1000};
   std::string config;
   std::chrono::milliseconds idempotency_lease = llmretry::store::IdempotencyOptions{}.lease;
   std::size_t threads = std::max(1U, std::thread::hardware_concurrency());
   std::size_t max_connections = relay::FrontLimits{}.max_connections;
   std::size_t max_requests = relay::ServerSettings{}.max_requests;
-  std::int64_t request_timeout_ms = relay::FrontLimits{}.request_timeout.count();
-  std::int64_t grace_ms = 30'000;
-  std::int64_t coalesce_wait_ms = 0;
+  std::chrono::milliseconds request_timeout = relay::FrontLimits{}.request_timeout;
+  std::chrono::milliseconds grace{30'000};
+  std::chrono::milliseconds coalesce_wait{0};
   std::string default_priority = "interactive";
   std::size_t max_body_memory_mb = relay::FrontLimits{}.max_body_memory >> 20;
   std::size_t max_stored_mb = 256;
@@ -111,10 +113,10 @@ void check_authorities(const std::string& path) {
 
 /// Returns the options of the command line; exits with status 0 after --help. Throws UsageError.
 Options parse(int argc, char** argv) {
+  using namespace std::chrono_literals;
   Options options;
   CLI::App app{description, "llmretry-relay"};
   app.footer(footer);
-  std::int64_t max_wait_ms = options.pace.max_wait.count();
   app.add_option("--listen", options.listen, "HOST:PORT to serve on (default 127.0.0.1:8080; port 0: any free one)");
   app.add_option("--upstream", options.upstream, "base URL of the provider (default OPENAI_BASE_URL)");
   app.add_option("--anthropic-upstream", options.anthropic_upstream,
@@ -128,21 +130,15 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
   app.add_option("--concurrency", options.pace.concurrency, "requests in flight upstream at most (default: no limit)")
       ->check(CLI::Range(1, 100'000));
-  app.add_option("--max-wait", max_wait_ms,
-                 "longest wait for capacity before a 429: 8s, 500ms, 1m (a bare number: ms; default 8s)")
-      ->transform(CLI::AsNumberWithUnit(std::map<std::string, std::int64_t>{{"ms", 1}, {"s", 1000}, {"m", 60'000}},
-                                        CLI::AsNumberWithUnit::CASE_SENSITIVE))
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
+  add_duration_option(app, "--max-wait", options.pace.max_wait, 0ms, 1h,
+                      "longest wait for capacity before a 429 (default 8s, 0 to 1h)");
   app.add_option("--max-body", options.max_body, "largest request body in bytes (default 1048576)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   app.add_option("--redis", options.redis,
                  "redis://HOST[:PORT]: share the idempotency keys and the limits with the relays on it");
-  app.add_option("--redis-timeout", options.redis_timeout_ms,
-                 "with --redis, the longest wait for Redis to connect or to answer one command: 1s, 250ms (a bare "
-                 "number: ms; default 1s); past it Redis counts as out of reach for that request")
-      ->transform(CLI::AsNumberWithUnit(std::map<std::string, std::int64_t>{{"ms", 1}, {"s", 1000}, {"m", 60'000}},
-                                        CLI::AsNumberWithUnit::CASE_SENSITIVE))
-      ->check(CLI::Range(std::int64_t{10}, std::int64_t{600'000}))
+  add_duration_option(app, "--redis-timeout", options.redis_timeout, 10ms, 10min,
+                      "with --redis, the longest wait for Redis to connect or to answer one command (default 1s, "
+                      "10ms to 10m); past it Redis counts as out of reach for that request")
       ->needs("--redis");
   app.add_option("--config", options.config,
                  "JSON config: the model table (per model its upstream, key variable, limits, fallback, under_pressure "
@@ -164,9 +160,9 @@ Options parse(int argc, char** argv) {
   app.add_option("--max-requests", options.max_requests,
                  "requests in the relay's hands at once; one more is answered 503 with Retry-After (default 10000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}));
-  app.add_option("--request-timeout", options.request_timeout_ms,
-                 "the most a client may take to send a whole request, in ms; a slower one is cut (default 10000)")
-      ->check(CLI::Range(std::int64_t{10}, std::int64_t{3'600'000}));
+  add_duration_option(app, "--request-timeout", options.request_timeout, 10ms, 1h,
+                      "the most a client may take to send a whole request; a slower one is cut (default 10s, 10ms "
+                      "to 1h)");
   app.add_option("--max-body-memory", options.max_body_memory_mb,
                  "MiB of request bodies held at once; one more is answered 503 before it is read (default 256)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
@@ -174,19 +170,16 @@ Options parse(int argc, char** argv) {
                  "MiB of answers kept under their Idempotency-Key in memory; past it the oldest are forgotten first "
                  "(default 256; with --redis, Redis's maxmemory bounds them)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
-  app.add_option("--coalesce-wait", options.coalesce_wait_ms,
-                 "how long, in ms, a duplicate of a request in flight (same Idempotency-Key and body) waits for "
-                 "the first's answer instead of an immediate 409 (default 0: 409 at once)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{600'000}));
+  add_duration_option(app, "--coalesce-wait", options.coalesce_wait, 0ms, 10min,
+                      "how long a duplicate of a request in flight (same Idempotency-Key and body) waits for the "
+                      "first's answer instead of an immediate 409 (default 0: 409 at once; at most 10m)");
   app.add_option("--default-priority", options.default_priority,
                  "the class of a request without X-LLMRetry-Priority: interactive (default), standard or batch")
       ->check(CLI::IsMember({"interactive", "standard", "batch"}));
-  app.add_option("--grace", options.grace_ms,
-                 "after SIGTERM, the most the requests in flight are given to finish, in ms (default 30000)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
-  std::int64_t lease_ms = options.idempotency_lease.count();
-  app.add_option("--idempotency-lease", lease_ms, "the idempotency claims' lease in ms (for tests)")
-      ->check(CLI::Range(std::int64_t{30}, std::int64_t{86'400'000}))
+  add_duration_option(app, "--grace", options.grace, 0ms, 1h,
+                      "after SIGTERM, the most the requests in flight are given to finish (default 30s, 0 to 1h)");
+  add_duration_option(app, "--idempotency-lease", options.idempotency_lease, 30ms, 24h,
+                      "the idempotency claims' lease (for tests)")
       ->group("");  // hidden: the default suits every deployment
   llmretry_tools::parse_command_line(app, argc, argv);
   if (options.upstream_connections && *options.upstream_connections < options.threads)
@@ -194,8 +187,6 @@ Options parse(int argc, char** argv) {
                      ": fewer than the event-loop threads (" + std::to_string(options.threads) +
                      "), each of which holds connections of its own: give at least as many, or fewer --threads");
   if (!options.upstream_ca.empty()) check_authorities(options.upstream_ca);
-  options.pace.max_wait = std::chrono::milliseconds{max_wait_ms};
-  options.idempotency_lease = std::chrono::milliseconds{lease_ms};
   return options;
 }
 
@@ -274,12 +265,12 @@ int run(const Options& options) {
   const auto [host, port] = listen_address(options.listen);
   relay::ServerSettings settings;
   settings.max_requests = options.max_requests;
-  settings.coalesce_wait = std::chrono::milliseconds{options.coalesce_wait_ms};
+  settings.coalesce_wait = options.coalesce_wait;
   settings.default_priority = *llmretry::priority_from_string(options.default_priority);
   relay::FrontLimits limits;
   limits.max_body = options.max_body;
   limits.max_connections = options.max_connections;
-  limits.request_timeout = std::chrono::milliseconds{options.request_timeout_ms};
+  limits.request_timeout = options.request_timeout;
   limits.max_body_memory = options.max_body_memory_mb << 20;
   const std::string shared_key = environment("LLMRETRY_RELAY_CLIENT_KEY");
   const std::string metrics_key = environment("LLMRETRY_RELAY_METRICS_KEY");
@@ -306,8 +297,7 @@ int run(const Options& options) {
   settings.idempotency_lease = options.idempotency_lease;
   std::optional<RedisState> redis;
   if (!options.redis.empty())
-    redis.emplace(options.redis, std::chrono::milliseconds{options.redis_timeout_ms}, idempotency_options,
-                  redis_connections);
+    redis.emplace(options.redis, options.redis_timeout, idempotency_options, redis_connections);
   settings.remote_store = redis.has_value();
   const relay::ShareLimits share = redis ? redis->share_limits() : relay::ShareLimits{};
   // The routes and the clients, read at start-up and again on SIGHUP; the `running` routes are kept (their
@@ -408,8 +398,7 @@ int run(const Options& options) {
     }
   }
   // Stops accepting; the requests in flight end first, within the grace period.
-  front.drain(std::chrono::milliseconds{options.grace_ms},
-              [](std::chrono::milliseconds wait) { std::this_thread::sleep_for(wait); });
+  front.drain(options.grace, [](std::chrono::milliseconds wait) { std::this_thread::sleep_for(wait); });
   server.stop_store();  // before the workers' event loops go: its calls post back to them
   if (pacing_pool) {    // what it has not run is let go now, while the workers it holds requests of exist
     pacing_pool->stop();

@@ -80,7 +80,7 @@ TEST_CASE("request bodies past --max-body are answered 413 at once, whatever the
   serve_freely(provider);
   // A minute to send a request: an answer that came only at the deadline would not come within read_raw's 5 s.
   Relay relay("body_limits", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--max-body", "4096",
-                              "--request-timeout", "60000"});
+                              "--request-timeout", "60s"});
   relay.started();
 
   CHECK(status_of(relay, head("Content-Type: application/json\r\nContent-Length: 99999999999\r\n")) == 413);
@@ -147,7 +147,7 @@ TEST_CASE("slow senders are cut after --request-timeout, and the others are serv
   LoopbackProvider provider;
   serve_freely(provider);
   Relay relay("slow_senders", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--threads", "1",
-                               "--request-timeout", "500"});
+                               "--request-timeout", "500ms"});
   relay.started();
   // 200 connections that send half a request header and stall, 50 that send nothing; one that sends a byte
   // every 100 ms.
@@ -270,7 +270,7 @@ TEST_CASE("--max-connections: one more connection is answered 503 with Retry-Aft
   serve_freely(provider);
   // A minute for a connection's first request: the three idle ones stay open while the test runs.
   Relay relay("max_connections", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--max-connections",
-                                  "3", "--request-timeout", "60000"});
+                                  "3", "--request-timeout", "60s"});
   relay.started();
   std::vector<int> idle;
   for (int i = 0; i < 3; ++i) idle.push_back(connect_raw(relay.port()));

@@ -246,7 +246,7 @@ TEST_CASE("16 concurrent requests with one Idempotency-Key reach the upstream on
 TEST_CASE("--coalesce-wait: duplicates of a request in flight wait for its answer instead of a 409") {
   LoopbackProvider provider;
   serve_freely(provider, 400ms);
-  Relay relay("coalesce", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "10000"});
+  Relay relay("coalesce", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "10s"});
   relay.started();
   std::vector<int> statuses(8);
   std::vector<std::string> replayed(8);
@@ -271,7 +271,7 @@ TEST_CASE("--coalesce-wait shorter than the first request: the duplicate gets 40
   LoopbackProvider provider;
   serve_freely(provider, 2s);
   Relay relay("coalesce_short",
-              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "200"});
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "200ms"});
   relay.started();
   std::thread first([&] {
     relay.client().Post("/v1/chat/completions", {{"Idempotency-Key", "k"}}, chat(), "application/json");
@@ -303,7 +303,7 @@ TEST_CASE("a request longer than the idempotency lease keeps its key: a duplicat
   slow.delay = 2000ms;
   provider.then(slow);
   provider.then(LoopbackProvider::chat_completion("sent twice"));
-  Relay relay("lease", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--idempotency-lease", "300"});
+  Relay relay("lease", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--idempotency-lease", "300ms"});
   relay.started();
   int first = 0;
   std::thread client([&] {
@@ -1178,7 +1178,7 @@ TEST_CASE("a client that leaves while its duplicate waits under --coalesce-wait:
   provider.then(first);
   provider.then(LoopbackProvider::stream({"duplicate"}));
   Relay relay("left_coalescing",
-              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "60000"});
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "60s"});
   relay.started();
   auto body = nlohmann::json::parse(chat());
   body["stream"] = true;
@@ -1211,7 +1211,7 @@ TEST_CASE("a client that leaves while its keyed duplicate waits, not streamed: i
   provider.then(first);
   provider.then(LoopbackProvider::chat_completion("duplicate"));
   Relay relay("left_keyed_waiting",
-              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "60000"});
+              {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--coalesce-wait", "60s"});
   relay.started();
   int first_status = 0;
   std::thread client([&] {

@@ -2,7 +2,6 @@
 // in virtual time. Without flags it runs the explorer: 4 clients, a provider that starts one request
 // every 0.25 s, without jitter and then with it.
 
-#include <llmretry/detail/duration.hpp>
 #include <llmretry/detail/number.hpp>
 #include <llmretry/sim.hpp>
 
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "common/command_line.hpp"
+#include "common/duration.hpp"
 #include "common/program.hpp"
 
 namespace {
@@ -94,7 +94,7 @@ Provider model (limits combine: a request is admitted only when all have room)
   --timeout-rate P       share of admitted requests never answered, in [0, 1]
   --timeout D            how long a client waits for an answer that never comes (default 10 s)
   --retry-after WHAT     none, precise (retry-after-ms: the time until capacity returns) or a duration
-                         sent with every 429 (fixed, like retry-after: 30)
+                         sent with every 429 (fixed, as 30s: like retry-after: 30)
 Output
   --table                print the per-client table even above 20 clients
   --svg FILE             draw the timeline as SVG; --csv FILE writes one row per attempt
@@ -103,18 +103,14 @@ Output
   --help                 this text
 
 Options take their value as --option VALUE or --option=VALUE.
-Durations: numbers with units h, m, s, ms, us or ns, one after another (0.5s, 500ms, 1m30s),
-or a bare number of seconds (2, 0.25). Exit status: 0, or 2 for a bad option.
+Durations: numbers each with its unit h, m, s, ms, us or ns, one after another (0.5s, 500ms,
+1m30s), from 0 to 24h; 0 alone may go without a unit. Exit status: 0, or 2 for a bad option.
 )";
 
-/// Returns a duration option's value: a sequence of numbers with units h, m, s, ms, us or ns ("0.5s",
-/// "500ms", "1m30s"), or a bare number of seconds. Throws UsageError naming the option otherwise.
+/// Returns a duration option's value, from 0 to a day, as llmretry_tools::parse_duration reads it. Throws
+/// UsageError naming the option otherwise.
 milliseconds parse_duration(std::string_view flag, std::string_view text) {
-  auto value = llmretry::detail::parse_duration_ms(text);
-  if (!value) value = llmretry::detail::parse_decimal_ms(text, 1000);
-  if (!value)
-    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a duration (0.5s, 500ms, 1m30s, 2)");
-  return *value;
+  return llmretry_tools::parse_duration(flag, text, milliseconds::zero(), std::chrono::hours{24});
 }
 
 /// Returns an integer option's value in [min, max]. Throws UsageError naming the option otherwise.
