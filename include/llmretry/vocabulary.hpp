@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -131,8 +132,14 @@ struct Cost {
   std::int64_t input_tokens = 0;   ///< prompt tokens
   std::int64_t output_tokens = 0;  ///< output tokens (estimated: max_tokens x n)
 
-  /// Returns input plus output tokens.
-  [[nodiscard]] constexpr std::int64_t tokens() const noexcept { return input_tokens + output_tokens; }
+  /// Returns input plus output tokens, saturated to the range of std::int64_t (a usage reported is untrusted).
+  [[nodiscard]] constexpr std::int64_t tokens() const noexcept {
+    constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+    constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
+    if (output_tokens > 0 && input_tokens > max - output_tokens) return max;
+    if (output_tokens < 0 && input_tokens < min - output_tokens) return min;
+    return input_tokens + output_tokens;
+  }
 
   friend constexpr bool operator==(const Cost& a, const Cost& b) noexcept {
     return a.requests == b.requests && a.input_tokens == b.input_tokens && a.output_tokens == b.output_tokens;

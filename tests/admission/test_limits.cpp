@@ -1,6 +1,8 @@
 #include <llmretry/admission/limits.hpp>
 #include <llmretry/admission/tokens.hpp>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "llmretry_catch.hpp"
@@ -18,6 +20,13 @@ TEST_CASE("Each dimension is charged its part of a cost", "[limits]") {
   CHECK(charge_of(cost, Dimension::input_tokens_per_minute) == 300);
   CHECK(charge_of(cost, Dimension::output_tokens_per_minute) == 700);
   CHECK(std::string(to_string(Dimension::output_tokens_per_minute)) == "output_tokens_per_minute");
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
+  STATIC_REQUIRE(Cost{1, 18, max}.tokens() == max);  // saturated: a usage reported is untrusted
+  STATIC_REQUIRE(Cost{1, max, max}.tokens() == max);
+  STATIC_REQUIRE(Cost{1, -18, min}.tokens() == min);
+  STATIC_REQUIRE(Cost{1, max, min}.tokens() == -1);
+  STATIC_REQUIRE(charge_of(Cost{1, max, max}, Dimension::tokens_per_minute) == 2'000'000'000'000);
 }
 
 TEST_CASE("Limit helpers", "[limits]") {

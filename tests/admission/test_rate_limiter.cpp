@@ -477,15 +477,25 @@ TEST_CASE("A cost within the configured limit is not refused while slowed down",
   CHECK(limiter.reserve(tokens(1001), t0).status() == ReservationStatus::too_large);
 }
 
-TEST_CASE("A usage out of range from the provider is bounded, never overflows", "[rate_limiter]") {
+TEST_CASE("A usage above the limit from the provider is charged as the limit, never overflows", "[rate_limiter]") {
   Limits limits;
-  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 1000);
+  limits[Dimension::tokens_per_minute] = Limit::per_minute(6000, 1000);  // 100 tokens a second
   RateLimiter limiter{limits};
-  auto r = limiter.reserve(tokens(100), t0);
-  limiter.settle(r, Cost{1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()}, t0);
-  const auto later = limiter.reserve(tokens(100), t0);
-  CHECK(later.granted());
-  CHECK(later.wait_after(t0) > std::chrono::hours{24});  // an enormous debt, not a wrapped-around credit
+  constexpr std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+  for (const Cost& reported : {Cost{1, huge, huge}, Cost{1, 18, huge}, Cost{1, 0, 1'000'000'000}, Cost{1, 0, 6000}}) {
+    INFO(reported.input_tokens << " + " << reported.output_tokens);
+    RateLimiter fresh{limits};
+    auto r = fresh.reserve(tokens(100), t0);
+    fresh.settle(r, reported, t0);
+    // The window's 6,000 tokens are charged (60 s), not the report (years), nor a wrapped-around credit: a
+    // reservation of 100 waits for them, less the burst's 10 s, plus its own 1 s.
+    const auto later = fresh.reserve(tokens(100), t0);
+    CHECK(later.granted());
+    CHECK(later.wait_after(t0) == 51s);
+  }
+  auto below = limiter.reserve(tokens(100), t0);
+  limiter.settle(below, tokens(5999), t0);  // an overrun within the limit is charged whole
+  CHECK(limiter.reserve(tokens(100), t0).wait_after(t0) == 50990ms);
   auto negative = limiter.reserve(Cost{1, -5, -5}, t0);  // negative parts count as nothing
   CHECK(negative.status() != ReservationStatus::too_large);
 }

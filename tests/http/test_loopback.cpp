@@ -355,6 +355,10 @@ TEST_CASE("what a request costs: its body's tokens, and max_tokens or the defaul
   CHECK(llmretry::testing::loopback_usage(with, limits).prompt_tokens == llmretry::estimate_tokens(with));
   CHECK(llmretry::testing::loopback_usage(with, limits).completion_tokens == 250);
   CHECK(llmretry::testing::loopback_usage(R"({"max_completion_tokens":40})", limits).completion_tokens == 40);
+  // A count beyond any model's, even beyond 64 bits, counts as 10^12: sums and refill times stay in range.
+  CHECK(llmretry::testing::loopback_usage(R"({"max_tokens":18446744073709551616})", limits).completion_tokens ==
+        1'000'000'000'000);
+  CHECK(llmretry::testing::loopback_usage(R"({"max_tokens":18446744073709551616})", limits).tokens() > 0);
   for (const char* body : {"{}", R"({"max_tokens":"12"})", R"({"max_tokens":-3})", R"({"max_tokens")", ""}) {
     INFO(body);
     CHECK(llmretry::testing::loopback_usage(body, limits).completion_tokens == 7);

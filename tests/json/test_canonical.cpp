@@ -26,9 +26,21 @@ TEST_CASE("canonical: the same request, whatever its layout, has one fingerprint
   CHECK(one != fingerprint(canonical(R"({"model":"m","messages":[{"role":"user","content":"hi!"}]})")));
 }
 
+TEST_CASE("canonical keeps integers beyond 64 bits exactly: two of them never read the same", "[json][canonical]") {
+  CHECK(canonical(R"({"seed":18446744073709551617})") == R"({"seed":18446744073709551617})");
+  CHECK(canonical(R"({"seed":18446744073709551616})") == R"({"seed":18446744073709551616})");
+  CHECK(canonical(R"([-99999999999999999999999, 18446744073709551615, -9223372036854775808])") ==
+        "[-99999999999999999999999,18446744073709551615,-9223372036854775808]");
+  CHECK(canonical(R"({ "b": 123456789012345678901234567890, "a": [ 1e2, 2.50 ] })") ==
+        R"({"a":[100.0,2.5],"b":123456789012345678901234567890})");
+  CHECK(canonical(R"({"a":1,"a":18446744073709551617})") == R"({"a":18446744073709551617})");
+}
+
 TEST_CASE("canonical refuses what is not JSON", "[json][canonical]") {
   CHECK_THROWS_AS(canonical("{\"a\":"), std::invalid_argument);
   CHECK_THROWS_AS(canonical(""), std::invalid_argument);
+  CHECK_THROWS_AS(canonical("[1] 2"), std::invalid_argument);
+  CHECK_THROWS_AS(canonical("{\"a\":1,}"), std::invalid_argument);
 }
 
 TEST_CASE("canonical refuses a body nested deeper than max_canonical_depth, before parsing it", "[json][canonical]") {

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -138,6 +140,12 @@ TEST_CASE("redis rate limiter: cancel gives the capacity back; settle charges th
     auto r = limiter.reserve(tokens(5000), t0);
     limiter.settle(r, tokens(15000), t0);
     CHECK(about(limiter.reserve(tokens(1000), t0).wait_after(t0), 600s));  // 5,000 beyond the burst, then 1,000
+  }
+  SECTION("a usage above the limit is charged as the limit") {
+    auto r = limiter.reserve(tokens(5000), t0);
+    limiter.settle(r, Cost{1, 18, std::numeric_limits<std::int64_t>::max()}, t0);
+    // 36,000 charged (an hour), 10,000 of them the burst, then 1,000: not the report's billions of hours.
+    CHECK(about(limiter.reserve(tokens(1000), t0).wait_after(t0), 2700s));
   }
   SECTION("no refund while a reservation waits to start: that capacity is promised") {
     auto first = limiter.reserve(tokens(10000), t0);

@@ -53,10 +53,30 @@ inline std::string idempotency_key(const nlohmann::json& line) {
 
 namespace detail {
 
+/// Returns what is wrong with `url`, the path (and query) of a request line, or nullptr: it must begin with one
+/// '/', hold only what a URL's path and query may (letters, digits, "-._~!$&'()*+,;=:@/?%"; no space, control
+/// character, '#' or byte above 0x7e) and no "." or ".." segment (which would climb out of the base URL).
+inline const char* url_problem(std::string_view url) {
+  if (url.front() != '/' || url.substr(0, 2) == "//") return "must be a path such as /v1/chat/completions";
+  constexpr std::string_view allowed =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:@/?%";
+  if (url.find_first_not_of(allowed) != std::string_view::npos)
+    return "holds a character a URL path may not (a space, a control character, '#', a byte above 0x7e...)";
+  const std::string_view path = url.substr(0, url.find('?'));
+  for (std::size_t from = 1; from <= path.size();) {
+    const std::size_t end = std::min(path.find('/', from), path.size());
+    const std::string_view segment = path.substr(from, end - from);
+    if (segment == "." || segment == "..") return "holds a \".\" or \"..\" segment";
+    from = end + 1;
+  }
+  return nullptr;
+}
+
 /// Returns the request on `text`, line `number` of `file`. Throws InputError naming the line and field.
 inline Request parse_line(std::string_view text, std::size_t number, const std::string& file,
                           const std::string& base_url) {
   const std::string where = file + ":" + std::to_string(number) + ": ";
+  if (text.find('\0') != std::string_view::npos) throw InputError(where + "not JSON (it holds a NUL byte)");
   const auto line = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (line.is_discarded()) throw InputError(where + "not JSON");
   if (!line.is_object()) throw InputError(where + "not a JSON object");
@@ -77,7 +97,7 @@ inline Request parse_line(std::string_view text, std::size_t number, const std::
   request.custom_id = string_field("custom_id");
   if (string_field("method") != "POST") throw InputError(where + "method: must be \"POST\"");
   const std::string& url = string_field("url");
-  if (url.front() != '/') throw InputError(where + "url: must be a path such as /v1/chat/completions");
+  if (const char* problem = url_problem(url)) throw InputError(where + "url: " + problem);
   const auto body = line.find("body");
   if (body == line.end()) throw InputError(where + "body: missing");
   if (!body->is_object()) throw InputError(where + "body: must be a JSON object");

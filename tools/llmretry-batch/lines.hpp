@@ -5,11 +5,13 @@
 #include <llmretry/curl/curl.hpp>
 #include <llmretry/decision.hpp>
 #include <llmretry/failure.hpp>
+#include <llmretry/json/canonical.hpp>
 #include <llmretry/json/error_fields.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 
 #include "input.hpp"
 
@@ -24,10 +26,14 @@ inline std::string dump_line(const Ordered& value) {
 }
 
 /// Returns the Batch output's `response` member for `response`: its status, the provider's request id
-/// (`x-request-id`, empty when absent) and its body, as JSON when it is JSON, else as a string.
+/// (`x-request-id`, empty when absent) and its body, as JSON when it is JSON nested at most
+/// json::max_canonical_depth deep (writing JSON takes a stack frame per level), else as a string.
 inline Ordered response_member(const llmretry::curl::Response& response) {
-  auto body = Ordered::parse(response.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) body = response.body;
+  Ordered body = response.body;
+  if (!llmretry::json::nested_deeper_than(response.body, llmretry::json::max_canonical_depth)) {
+    auto parsed = Ordered::parse(response.body, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_discarded()) body = std::move(parsed);
+  }
   return {{"status_code", response.status},
           {"request_id", std::string(response.header("x-request-id").value_or(""))},
           {"body", std::move(body)}};

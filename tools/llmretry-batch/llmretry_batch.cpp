@@ -411,8 +411,11 @@ int run(const Options& options) {
       return (options.retry_errors && batch::is_temporary(reason)) ||
              (options.fresh && reason == batch::already_completed);
     };
-    if (options.retry_errors || options.fresh) batch::drop_lines(options.errors, send_again);
-    errors.emplace(options.errors);
+    errors.emplace(options.errors);  // locked before its lines are dropped: no other run writes to it meanwhile
+    if ((options.retry_errors || options.fresh) && batch::drop_lines(options.errors, send_again) > 0) {
+      errors.reset();  // the lock of the version replaced: the new one is locked as it is opened again
+      errors.emplace(options.errors);
+    }
   } catch (const batch::FileError& error) {
     throw batch::FileProblem(error.what());
   }

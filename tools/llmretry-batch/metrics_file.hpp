@@ -67,13 +67,8 @@ inline std::string progress_metrics(const Stats& stats, const RunLabels& labels,
 /// the files `others` name: a metrics file replaces only a file that may be an earlier one of its own, never
 /// a directory, a device, a pipe, a link or a file the run reads or writes.
 inline void check_metrics_file(const std::string& path, const std::vector<std::string>& others = {}) {
-  std::error_code mine;
-  const auto canonical = std::filesystem::weakly_canonical(path, mine);
-  for (const std::string& other : others) {  // by name too: a file of the run may not exist yet
-    std::error_code theirs;
-    if (!other.empty() && !mine && canonical == std::filesystem::weakly_canonical(other, theirs) && !theirs)
-      throw FileProblem("--metrics-file " + path + " is the file " + other);
-  }
+  for (const std::string& other : others)  // by name too: a file of the run may not exist yet
+    if (detail::same_path(path, other)) throw FileProblem("--metrics-file " + path + " is the file " + other);
   struct stat status {};
   if (::lstat(path.c_str(), &status) != 0) {
     if (errno == ENOENT) return;

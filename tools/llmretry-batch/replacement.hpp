@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -20,12 +21,14 @@ namespace batch {
 
 /// A file written beside `path` (in its directory, named `path` and a random suffix) and renamed over it
 /// once whole and synced: a crash leaves the old version or the new one, and a reader opening `path`
-/// reads one whole version. Destroyed before commit(), it removes its new version and leaves `path` as it
-/// was.
+/// reads one whole version. When `path` is a symbolic link, the file it leads to is replaced (the link
+/// stays), and the new version keeps the old one's permissions (a new file's are 0644). Destroyed before
+/// commit(), it removes its new version and leaves `path` as it was.
 class Replacement {
  public:
   /// Creates the new version. Throws FileError naming `path`.
-  explicit Replacement(std::string path) : path_(std::move(path)), temporary_(path_ + ".XXXXXX") {
+  explicit Replacement(std::string path)
+      : path_(std::move(path)), target_(target_of(path_)), temporary_(target_ + ".XXXXXX") {
     const int fd = ::mkstemp(temporary_.data());
     if (fd < 0) fail("cannot write its new version beside it");
     file_ = ::fdopen(fd, "wb");
@@ -56,25 +59,38 @@ class Replacement {
   }
   /// Returns how many lines write() wrote.
   [[nodiscard]] std::size_t lines() const noexcept { return lines_; }
-  /// Syncs the new version (mode 0644) and renames it over the file. Throws FileError naming the file.
+  /// Syncs the new version (with the old one's permissions, or 0644) and renames it over the file. Throws
+  /// FileError naming the file.
   void commit() {
-    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0 && ::fchmod(::fileno(file_), 0644) == 0 &&
+    struct stat old {};
+    const mode_t mode = ::stat(target_.c_str(), &old) == 0 ? old.st_mode & 07777 : 0644;
+    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0 && ::fchmod(::fileno(file_), mode) == 0 &&
                          ::fdatasync(::fileno(file_)) == 0;
     const int error = errno;
     std::fclose(file_);
     file_ = nullptr;
     errno = error;
     if (!written) fail("cannot write its new version beside it");
-    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail("cannot be replaced by its new version");
+    if (::rename(temporary_.c_str(), target_.c_str()) != 0) fail("cannot be replaced by its new version");
     committed_ = true;
   }
 
  private:
+  /// Returns the file `path` leads to: itself, or where its symbolic links lead when it is one.
+  static std::string target_of(const std::string& path) {
+    struct stat status {};
+    if (::lstat(path.c_str(), &status) != 0 || !S_ISLNK(status.st_mode)) return path;
+    std::error_code error;
+    const auto target = std::filesystem::weakly_canonical(path, error);
+    return error ? path : target.string();
+  }
+
   [[noreturn]] void fail(const char* what) const {
     throw FileError(path_ + ": " + what + ": " + std::error_code(errno, std::generic_category()).message());
   }
 
   std::string path_;
+  std::string target_;
   std::string temporary_;
   std::FILE* file_ = nullptr;
   std::size_t lines_ = 0;

@@ -61,7 +61,8 @@ inline double per_second(std::int64_t count, double seconds) {
 }
 
 /// Returns the progress line: lines done of `total`, requests and tokens per second, 429s and the time
-/// left at the pace so far (`done_before`: lines answered before this run, not part of the pace).
+/// left at the pace so far (`done_before`: lines done before this run, answered or in the errors file, not part
+/// of the pace).
 inline std::string progress_line(const Stats& stats, std::int64_t total, std::int64_t done_before, double seconds) {
   const std::int64_t done_now = stats.answered + stats.failed;
   const std::int64_t left = total - done_before - done_now;
@@ -91,7 +92,7 @@ inline void print_summary(const Stats& stats, const llmretry::Deployment& deploy
                           std::int64_t done_before, double seconds) {
   using llmretry::Dimension;
   const std::int64_t requests = stats.requests;
-  std::fprintf(stderr, "lines: %lld, %lld answered before this run, %lld answered now, %lld to the errors file (%s)\n",
+  std::fprintf(stderr, "lines: %lld, %lld done before this run, %lld answered now, %lld to the errors file (%s)\n",
                static_cast<long long>(total), static_cast<long long>(done_before),
                static_cast<long long>(stats.answered.load()), static_cast<long long>(stats.failed.load()),
                stats.stops().c_str());

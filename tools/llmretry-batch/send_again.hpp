@@ -6,20 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <string>
 #include <string_view>
-#include <system_error>
 
 #include "answers.hpp"
+#include "replacement.hpp"
 
 namespace batch {
 
@@ -46,53 +40,24 @@ inline std::string stop_reason_of(const std::string& text) {
 
 /// Removes from the errors file `path` the lines whose stop reason `send_again` accepts, so that this run
 /// sends their requests again; the other lines stay as they were, in their order. The file is replaced
-/// whole (its new version written and synced beside it, then renamed over it): a crash leaves one version
-/// or the other. Returns how many lines were removed (none: the file is left as it was). The caller holds
-/// the lock of the output file, which keeps the other runs of this batch away. Throws FileError naming the
-/// file.
+/// whole (see Replacement): a crash leaves one version or the other. Returns how many lines were removed
+/// (none: the file is left as it was). The caller holds the file's lock (AnswerFile), which keeps away the
+/// other runs that write to it. Throws FileError naming the file.
 inline std::size_t drop_lines(const std::string& path, const std::function<bool(std::string_view)>& send_again) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return 0;  // none yet
-  const auto fail = [&](const char* what) {
-    throw FileError(path + ": " + what + ": " + std::error_code(errno, std::generic_category()).message());
-  };
-  std::string temporary = path + ".XXXXXX";
-  const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) fail("cannot write its new version beside it");
-  std::FILE* out = ::fdopen(fd, "wb");
-  if (out == nullptr) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    fail("cannot write its new version beside it");
-  }
+  Replacement kept(path);
   std::size_t dropped = 0;
   for (std::string line; std::getline(in, line);) {
-    const bool newline = !in.eof();  // the last line may have none (torn)
     if (send_again(stop_reason_of(line))) {
       ++dropped;
       continue;
     }
-    std::fwrite(line.data(), 1, line.size(), out);
-    if (newline) std::fputc('\n', out);
+    if (in.eof()) kept.append(line);  // the last line may have no newline (torn)
+    else kept.write(line);
   }
-  struct stat status {};
-  const bool written = !in.bad() && std::fflush(out) == 0 && std::ferror(out) == 0 &&
-                       ::stat(path.c_str(), &status) == 0 && ::fchmod(fd, status.st_mode & 07777) == 0 &&
-                       ::fdatasync(fd) == 0;
-  const int error = errno;
-  std::fclose(out);
-  if (!written || dropped == 0) {
-    ::unlink(temporary.c_str());
-    errno = error;
-    if (!written) fail("cannot write its new version beside it");
-    return 0;
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int rename_error = errno;
-    ::unlink(temporary.c_str());
-    errno = rename_error;
-    fail("cannot be replaced by its new version");
-  }
+  if (in.bad()) throw FileError(path + ": cannot be read");
+  if (dropped > 0) kept.commit();
   return dropped;
 }
 

@@ -13,8 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -226,7 +229,38 @@ TEST_CASE("a bad input line exits with status 2 naming the line and field, befor
   CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{},"x":1})"),
              llmretry_catch::contains("input.jsonl:2: x: unknown field"));
   CHECK_THAT(run_with(R"({"custom_id":"b",)"), llmretry_catch::contains("input.jsonl:2: not JSON"));
+  CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{}})") +
+                      '\0' + R"({"not":"json)"),
+             llmretry_catch::contains("input.jsonl:2: not JSON (it holds a NUL byte)"));
+  for (const char* url : {"v1/chat/completions", "//evil.example/v1/chat/completions"})
+    CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":")") + url + R"(","body":{}})"),
+               llmretry_catch::contains("input.jsonl:2: url: must be a path such as /v1/chat/completions"));
+  for (const char* url : {"/v1/chat completions", "/v1/chat/completions\\r\\nX-Evil: 1", "/v1/chat#x"})
+    CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":")") + url + R"(","body":{}})"),
+               llmretry_catch::contains("input.jsonl:2: url: holds a character a URL path may not"));
+  for (const char* url : {"/v1/../../internal/admin", "/v1/./chat/completions", "/v1/chat/..", "/v1/..?x=1"})
+    CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":")") + url + R"(","body":{}})"),
+               llmretry_catch::contains("input.jsonl:2: url: holds a \".\" or \"..\" segment"));
   CHECK(provider.request_count() == 0);
+}
+
+TEST_CASE("an answer nested deeper than 512 levels is written as the string it is, not as JSON (no crash)") {
+  LoopbackProvider provider;
+  const std::string deep = std::string(40'000, '[') + std::string(40'000, ']');
+  const std::string shallow = std::string(512, '[') + std::string(512, ']');
+  for (const std::string& body : {deep, shallow}) {
+    llmretry::testing::ScriptedResponse answer;
+    answer.body = body;
+    provider.then(answer);
+  }
+  const auto dir = work_dir("deep_answer");
+  Child child({write_input(dir, 2), (dir / "output.jsonl").string(), "--concurrency", "1"}, provider.base_url(), dir);
+  CHECK(child.wait() == 0);
+  INFO(child.err());
+  const auto lines = lines_of(dir / "output.jsonl");
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].at("response").at("body") == deep);
+  CHECK(lines[1].at("response").at("body").is_array());  // 512 levels: JSON still
 }
 
 TEST_CASE("a request that fails for good goes to the errors file with the stop reason and the provider's code") {
@@ -271,6 +305,12 @@ TEST_CASE("OUTPUT or --errors naming INPUT, or OUTPUT and ERRORS one file: statu
   refused({input, (dir / "output.jsonl").string(), "--errors", (dir / "output-link.jsonl").string()},
           "is the file OUTPUT names");
   CHECK(!std::filesystem::exists(dir / "output.errors.jsonl"));
+  // Two spellings of one new path, relative to where the program runs: refused before either is created.
+  const std::string fresh = std::filesystem::relative(dir / "fresh.jsonl").string();
+  refused({input, fresh, "--errors", "./" + fresh}, "--errors ./" + fresh + " is the file OUTPUT names");
+  refused({input, fresh, "--errors", (std::filesystem::relative(dir) / ".." / "same_file" / "fresh.jsonl").string()},
+          "is the file OUTPUT names");
+  CHECK(!std::filesystem::exists(dir / "fresh.jsonl"));
   CHECK(provider.request_count() == 0);
 }
 
@@ -393,6 +433,25 @@ TEST_CASE("a rerun with --retry-errors sends again the lines of the errors file 
 
   auto retry = arguments;
   retry.emplace_back("--retry-errors");
+  {
+    // Another run writing to the same errors file (under another OUTPUT) holds its lock: refused before any
+    // line is dropped, the file as it was.
+    const std::string before = llmretry_test::read_file((dir / "output.errors.jsonl").string());
+    const int held = ::open((dir / "output.errors.jsonl").c_str(), O_RDONLY);
+    REQUIRE(held >= 0);
+    REQUIRE(::flock(held, LOCK_EX | LOCK_NB) == 0);
+    Child refused(retry, provider.base_url(), dir);
+    CHECK(refused.wait() == 2);
+    CHECK_THAT(refused.err(), llmretry_catch::contains("output.errors.jsonl: in use by another llmretry-batch"));
+    ::close(held);
+    CHECK(llmretry_test::read_file((dir / "output.errors.jsonl").string()) == before);
+    CHECK(provider.request_count() == 1);
+  }
+  // The errors file a symbolic link to a file of mode 0600: the file is replaced, the link and the mode stay.
+  std::filesystem::rename(dir / "output.errors.jsonl", dir / "kept.errors.jsonl");
+  std::filesystem::permissions(dir / "kept.errors.jsonl",
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::create_symlink("kept.errors.jsonl", dir / "output.errors.jsonl");
   provider.then(LoopbackProvider::context_length_exceeded());  // ticket-1 now fails for good
   Child retried(retry, provider.base_url(), dir);
   CHECK(retried.wait() == 1);
@@ -403,6 +462,10 @@ TEST_CASE("a rerun with --retry-errors sends again the lines of the errors file 
   CHECK(now_errors[0].at("custom_id") == "ticket-1");
   CHECK(now_errors[0].at("error").at("stop_reason") == "not_retryable");
   CHECK(lines_of(dir / "output.jsonl").size() == 2);
+  CHECK(std::filesystem::is_symlink(dir / "output.errors.jsonl"));
+  CHECK(lines_of(dir / "kept.errors.jsonl").size() == 1);
+  CHECK(std::filesystem::status(dir / "kept.errors.jsonl").permissions() ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
 
   Child final_run(retry, provider.base_url(), dir);  // a final line is not sent again
   CHECK(final_run.wait() == 1);
@@ -532,6 +595,13 @@ TEST_CASE("--metrics-file naming a directory, a link or a file of the run is ref
   refused({input, output, "--metrics-file", output}, "--metrics-file " + output + " is the file " + output);
   refused({input, output, "--metrics-file", (dir / "." / "output.errors.jsonl").string()},
           "is the file " + (dir / "output.errors.jsonl").string());
+  // A relative OUTPUT that does not exist yet, and the metrics file spelled another way.
+  const std::string fresh = std::filesystem::relative(dir / "fresh.jsonl").string();
+  const std::string fresh_errors = std::filesystem::relative(dir / "fresh.errors.jsonl").string();
+  refused({input, fresh, "--metrics-file", "./" + fresh}, "--metrics-file ./" + fresh + " is the file " + fresh);
+  refused({input, fresh, "--metrics-file", "./" + fresh_errors},
+          "--metrics-file ./" + fresh_errors + " is the file " + fresh_errors);
+  CHECK_FALSE(std::filesystem::exists(dir / "fresh.jsonl"));
   CHECK_FALSE(std::filesystem::exists(output));
   refused({input, output, "--metrics-file", (dir / "nowhere" / "metrics.prom").string()},
           "nowhere/metrics.prom: cannot write its new version beside it");

@@ -34,7 +34,8 @@ class ConfigError : public std::runtime_error {
 };
 
 /// Returns an empty string when `url` can be an upstream's base URL: http:// or https:// (any case), then a
-/// host (after any userinfo, before any port), and no space or control character anywhere; otherwise what
+/// host (after any userinfo; an IPv6 address in brackets), an optional port in [1, 65535], and no space or
+/// control character anywhere; otherwise what
 /// is wrong with it, the URL quoted with its control characters escaped and any userinfo shown as "***".
 [[nodiscard]] inline std::string base_url_problem(std::string_view url) {
   std::string shown(url);
@@ -68,6 +69,23 @@ class ConfigError : public std::runtime_error {
   authority = authority.substr(0, authority.find_first_of("/?#"));
   if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
   if (authority.empty() || authority.front() == ':') return quoted + " names no host";
+  std::optional<std::string_view> port;  // after the host: a bracketed IPv6 address, or a name without ':'
+  if (authority.front() == '[') {
+    const std::size_t close = authority.find(']');
+    if (close == std::string_view::npos || close == 1) return quoted + " has an IPv6 address without its ']'";
+    if (authority.substr(1, close - 1).find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos)
+      return quoted + " has a bracketed host that is no IPv6 address";
+    const std::string_view rest = authority.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return quoted + " has something after its IPv6 address's ']'";
+    if (!rest.empty()) port = rest.substr(1);
+  } else if (authority.find_first_of("[]") != std::string_view::npos) {
+    return quoted + " has a '[' or ']' outside an IPv6 address";
+  } else if (const std::size_t colon = authority.find(':'); colon != std::string_view::npos) {
+    port = authority.substr(colon + 1);
+  }
+  if (port && (port->empty() || port->size() > 5 || port->find_first_not_of("0123456789") != std::string_view::npos ||
+               std::stoi(std::string(*port)) < 1 || std::stoi(std::string(*port)) > 65535))
+    return quoted + " has a port that is not a number in [1, 65535]";
   return {};
 }
 

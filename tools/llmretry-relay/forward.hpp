@@ -84,10 +84,21 @@ inline bool header_name_starts(std::string_view name, std::string_view prefix) n
   return name.size() >= prefix.size() && llmretry::detail::iequals(name.substr(0, prefix.size()), prefix);
 }
 
-/// Returns true for an upstream response header passed back to the client: Content-Type, X-Request-Id,
-/// Request-Id (Anthropic's), OpenAI-Processing-Ms, the rate-limit headers (x-ratelimit-*,
-/// anthropic-ratelimit-*, Retry-After, retry-after-ms). Hop-by-hop headers, cookies and the rest stay behind.
-inline bool passed_back(std::string_view name) noexcept {
+/// Returns true when `value` is a valid field value (RFC 9110, 5.5): visible characters, spaces, tabs and
+/// bytes above 0x7f, no CR, LF, NUL or other control character.
+inline bool valid_field_value(std::string_view value) noexcept {
+  return std::all_of(value.begin(), value.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte == '\t' || (byte >= 0x20 && byte != 0x7f);
+  });
+}
+
+/// Returns true for an upstream response header `name: value` passed back to the client: Content-Type,
+/// X-Request-Id, Request-Id (Anthropic's), OpenAI-Processing-Ms, the rate-limit headers (x-ratelimit-*,
+/// anthropic-ratelimit-*, Retry-After, retry-after-ms), each with a valid field value (a CR the upstream sent
+/// could otherwise end the line early). Hop-by-hop headers, cookies and the rest stay behind.
+inline bool passed_back(std::string_view name, std::string_view value) noexcept {
+  if (!valid_field_value(value)) return false;
   return llmretry::detail::iequals(name, "content-type") || llmretry::detail::iequals(name, "x-request-id") ||
          llmretry::detail::iequals(name, "request-id") || llmretry::detail::iequals(name, "openai-processing-ms") ||
          llmretry::detail::iequals(name, "retry-after") || llmretry::detail::iequals(name, "retry-after-ms") ||
@@ -234,7 +245,7 @@ class Forwarder {
         if (!std::exchange(started, true)) {
           llmretry::curl::HeaderList passed;
           for (const auto& [name, value] : stream.response_headers())
-            if (passed_back(name) && !llmretry::detail::iequals(name, "content-type"))
+            if (passed_back(name, value) && !llmretry::detail::iequals(name, "content-type"))
               passed.emplace_back(name, llmretry::curl::detail::redact(value, keys));
           if (!in->degraded.empty()) passed.emplace_back("x-llmretry-degraded", in->degraded);
           to.start(std::move(passed));
@@ -450,7 +461,7 @@ class Forwarder {
     answer.body = std::move(response.body);
     answer.storable = storable;
     for (auto& header : response.headers)
-      if (passed_back(header.first)) answer.headers.push_back(std::move(header));
+      if (passed_back(header.first, header.second)) answer.headers.push_back(std::move(header));
     return answer;
   }
 

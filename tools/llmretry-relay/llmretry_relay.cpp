@@ -186,6 +186,11 @@ Options parse(int argc, char** argv) {
     throw UsageError("--upstream-connections " + std::to_string(*options.upstream_connections) +
                      ": fewer than the event-loop threads (" + std::to_string(options.threads) +
                      "), each of which holds connections of its own: give at least as many, or fewer --threads");
+  if (options.max_body > options.max_body_memory_mb << 20)
+    throw UsageError("--max-body " + std::to_string(options.max_body) + ": more than --max-body-memory (" +
+                     std::to_string(options.max_body_memory_mb) +
+                     " MiB), the bodies held at once: a chunked body is given room for --max-body before it is read, "
+                     "so none would ever be admitted");
   if (!options.upstream_ca.empty()) check_authorities(options.upstream_ca);
   return options;
 }

@@ -2,6 +2,7 @@
 // header floods, slow senders, pipelined requests, conflicting framing, control characters, thousands of
 // idle connections, SIGTERM with stalled clients. Each is refused or cut with memory bounded, and the relay
 // serves the others meanwhile and after.
+#include "config.hpp"
 #include "test_support.hpp"
 
 using namespace relay_test;
@@ -72,6 +73,54 @@ void send_until_refused(int fd, const std::string& bytes) {
     sent += static_cast<std::size_t>(n);
   }
 }
+
+/// An upstream on 127.0.0.1 that answers every request with `answer`, byte for byte: what an HTTP library would
+/// refuse to send, such as a control character in a header value.
+class RawUpstream {
+ public:
+  explicit RawUpstream(std::string answer) : answer_(std::move(answer)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(listener_ >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof address;
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&address), size) == 0);
+    REQUIRE(::listen(listener_, 16) == 0);
+    REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  RawUpstream(const RawUpstream&) = delete;
+  RawUpstream& operator=(const RawUpstream&) = delete;
+  ~RawUpstream() {
+    ::shutdown(listener_, SHUT_RDWR);  // accept() returns
+    thread_.join();
+    ::close(listener_);
+  }
+  [[nodiscard]] std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+
+ private:
+  void serve() {
+    for (int fd; (fd = ::accept(listener_, nullptr, nullptr)) >= 0; ::close(fd)) {
+      std::string request = read_until(fd, "\r\n\r\n");
+      const auto length_at = request.find("Content-Length: ");
+      const std::size_t head_end = request.find("\r\n\r\n");
+      if (length_at != std::string::npos && head_end != std::string::npos) {
+        const std::size_t whole = head_end + 4 + std::stoul(request.substr(length_at + 16));
+        char buffer[4096];
+        for (ssize_t got; request.size() < whole && (got = ::recv(fd, buffer, sizeof buffer, 0)) > 0;)
+          request.append(buffer, static_cast<std::size_t>(got));
+      }
+      (void)::send(fd, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+    }
+  }
+
+  std::string answer_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -358,4 +407,59 @@ TEST_CASE("an HTTP/1.0 client gets a stream without chunks, ended by the connect
   CHECK_THAT(answer, llmretry_catch::contains("\r\n\r\ndata: {"));  // the first event right after the header
   CHECK(answer.size() > 14);
   CHECK(answer.substr(answer.size() - 14) == "data: [DONE]\n\n");
+}
+
+TEST_CASE("an upstream's header value with a control character is not passed back: the client's header stays whole") {
+  const std::string body = R"({"id":"chatcmpl-1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,)"
+                           R"("completion_tokens":1}})";
+  RawUpstream upstream(
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+      "x-request-id: abc\rSet-Cookie: session=evil\r\n"
+      "x-ratelimit-limit-requests: 1\x0b"
+      "2\r\n"
+      "x-ratelimit-remaining-requests: 5\x1b[31m\r\n"
+      "x-ratelimit-limit-tokens: 1000000\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  Relay relay("upstream_headers", {"--listen", "127.0.0.1:0", "--upstream", upstream.base_url()});
+  relay.started();
+  const std::string request = chat();
+  const int fd = send_raw(
+      relay.port(), head("Connection: close\r\nContent-Length: " + std::to_string(request.size()) + "\r\n") + request);
+  const std::string answer = read_raw(fd);
+  ::close(fd);
+  std::string header = answer.substr(0, answer.find("\r\n\r\n"));
+  INFO(header);
+  std::transform(header.begin(), header.end(), header.begin(), [](unsigned char c) { return std::tolower(c); });
+  CHECK(statuses(answer) == std::vector<int>{200});
+  CHECK(header.find("x-ratelimit-limit-tokens: 1000000") != std::string::npos);  // a valid one passes
+  CHECK(header.find("set-cookie") == std::string::npos);
+  CHECK(header.find("x-request-id") == std::string::npos);
+  CHECK(header.find("x-ratelimit-limit-requests") == std::string::npos);
+  CHECK(header.find("x-ratelimit-remaining-requests") == std::string::npos);
+  for (std::size_t at = header.find('\r'); at != std::string::npos; at = header.find('\r', at + 1))
+    CHECK(header.compare(at, 2, "\r\n") == 0);  // every CR ends a line
+  CHECK(answer.substr(answer.size() - body.size()) == body);
+}
+
+TEST_CASE("an upstream URL with a port that is no port, or brackets that hold no IPv6 address, is refused") {
+  for (const char* url : {"http://example.com/v1", "https://example.com:8443/v1", "http://127.0.0.1:9",
+                          "http://[::1]:8080/v1", "http://[::1]/v1", "https://user:pw@example.com:1/v1?x=1"}) {
+    INFO(url);
+    CHECK(relay::base_url_problem(url).empty());
+  }
+  for (const auto& [url, problem] : std::vector<std::pair<const char*, const char*>>{
+           {"http://example.com:abc/v1", "has a port that is not a number in [1, 65535]"},
+           {"http://example.com:99999/v1", "has a port that is not a number in [1, 65535]"},
+           {"http://example.com:0/v1", "has a port that is not a number in [1, 65535]"},
+           {"http://example.com:/v1", "has a port that is not a number in [1, 65535]"},
+           {"http://example.com:80:80/v1", "has a port that is not a number in [1, 65535]"},
+           {"http://[::1/v1", "has an IPv6 address without its ']'"},
+           {"http://[]:80/v1", "has an IPv6 address without its ']'"},
+           {"http://[example.com]/v1", "has a bracketed host that is no IPv6 address"},
+           {"http://[::1]x/v1", "has something after its IPv6 address's ']'"},
+           {"http://exa]mple.com/v1", "has a '[' or ']' outside an IPv6 address"}}) {
+    INFO(url);
+    CHECK(relay::base_url_problem(url) == "\"" + std::string(url) + "\" " + problem);
+  }
 }

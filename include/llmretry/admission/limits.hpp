@@ -65,11 +65,18 @@ inline constexpr std::size_t dimension_count = 6;
   return "unknown";
 }
 
+namespace detail {
+/// The most units a limit, or one part of a cost or of a level reported, counts for: 10^12, so that sums, and
+/// products with a period, fit 64 bits.
+inline constexpr std::int64_t most_units = 1'000'000'000'000;
+}  // namespace detail
+
 /// Returns the part of `cost` that `dimension` is charged, each part of the cost bounded to [0, 10^12].
 [[nodiscard]] constexpr std::int64_t charge_of(const Cost& cost, Dimension dimension) noexcept {
   // A cost is untrusted (a usage the provider reported): each part counts in [0, 10^12], so that sums fit.
-  constexpr std::int64_t most = 1'000'000'000'000;
-  const auto bounded = [](std::int64_t units) { return units < 0 ? 0 : units > most ? most : units; };
+  const auto bounded = [](std::int64_t units) {
+    return units < 0 ? 0 : units > detail::most_units ? detail::most_units : units;
+  };
   switch (dimension) {
     case Dimension::requests_per_minute:
     case Dimension::requests_per_day: return bounded(cost.requests);
@@ -133,7 +140,7 @@ struct Limits {
     const auto fail = [&](const char* what) {
       detail::throw_invalid_argument((std::string("Limits: ") + to_string(dimension) + what).c_str());
     };
-    if (limit.limit < 1 || limit.limit > 1'000'000'000'000) fail(".limit must be in [1, 10^12]");
+    if (limit.limit < 1 || limit.limit > detail::most_units) fail(".limit must be in [1, 10^12]");
     if (limit.period < std::chrono::milliseconds{1} || limit.period > std::chrono::hours{24})
       fail(".period must be in [1 ms, 1 day]");
     if (limit.burst && (*limit.burst < 1 || *limit.burst > limit.limit)) fail(".burst must be in [1, limit]");

@@ -285,7 +285,9 @@ class RateLimiter {
   /// reservation holds: an overrun is charged; what was not used is given back only on a dimension where no
   /// reservation granted on it (cancelled since or not) was to start after `now`, a wait for a pause alone not
   /// counted (capacity promised to calls that wait is already spoken for, and a provider whose window is full loses
-  /// a refund, so crediting it then could overbook: it stays charged). Does nothing for a reservation that is not open.
+  /// a refund, so crediting it then could overbook: it stays charged). A dimension is charged at most its limit: a
+  /// provider refuses a call larger than its limit, so a usage reported above it (untrusted) counts as the limit.
+  /// Does nothing for a reservation that is not open.
   /// Takes no lock when `actual` charges every paced dimension what the reservation holds and no limit changed since:
   /// there is nothing to adjust.
   void settle(Reservation& reservation, const Cost& actual, time_point now) noexcept {
@@ -607,7 +609,7 @@ class RateLimiter {
     for (std::size_t k = 0; k < active_count_; ++k) {
       const std::size_t i = active_[k];
       Cell& cell = cells_[i];
-      const std::int64_t delta = cell.time_of(charges[i]) - reservation.held_[i];
+      const std::int64_t delta = cell.time_of(std::min(charges[i], cell.configured())) - reservation.held_[i];
       if (delta > 0 || cell.latest_start() <= now_ns) cell.adjust(delta);
     }
   }

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -19,16 +18,16 @@ namespace json {
 
 namespace detail {
 
-/// Returns `object[key]` when it is a non-negative integer; nullopt when absent, and `malformed` set
-/// when present but anything else.
+/// Returns `object[key]` when it is an integer in [0, 10^12] (no model counts more tokens for one call);
+/// nullopt when absent, and `malformed` set when present but anything else.
 inline std::optional<std::int64_t> count_in(const nlohmann::json& object, const char* key, bool& malformed) {
   const auto found = object.find(key);
   if (found == object.end()) return std::nullopt;
   if (found->is_number_unsigned()) {
     const auto value = found->get<std::uint64_t>();
-    if (value <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      return static_cast<std::int64_t>(value);
-  } else if (found->is_number_integer() && found->get<std::int64_t>() >= 0) {
+    if (value <= static_cast<std::uint64_t>(llmretry::detail::most_units)) return static_cast<std::int64_t>(value);
+  } else if (found->is_number_integer() && found->get<std::int64_t>() >= 0 &&
+             found->get<std::int64_t>() <= llmretry::detail::most_units) {
     return found->get<std::int64_t>();
   }
   malformed = true;
@@ -52,7 +51,7 @@ inline std::optional<Cost> cost_in(const nlohmann::json& object, const char* inp
 /// - Anthropic: `{"usage": {"input_tokens": I, "output_tokens": O}}`;
 /// - Gemini / Vertex: `{"usageMetadata": {"promptTokenCount": P, "candidatesTokenCount": C}}`.
 /// The output count may be absent (0). Returns nullopt when the body is not JSON, has no usage, or a count
-/// is not a non-negative integer. Never throws on malformed input (only std::bad_alloc).
+/// is not an integer in [0, 10^12]. Never throws on malformed input (only std::bad_alloc).
 [[nodiscard]] inline std::optional<Cost> usage_of(std::string_view body) {
   const auto root = nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (!root.is_object()) return std::nullopt;

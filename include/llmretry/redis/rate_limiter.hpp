@@ -302,7 +302,7 @@ for d = 0, 5 do
   if mode == 'cancel' then
     if held ~= 0 and tat then set('t' .. d, tat - held) end
   elseif mode == 'settle' and cells[d] then
-    local delta = time_of(cells[d], arg(27 + d)) - held
+    local delta = time_of(cells[d], math.min(arg(27 + d), cells[d].configured)) - held
     if delta > 0 then
       set('t' .. d, (tat or now) + delta)
     elseif delta < 0 and tat and (state['s' .. d] or now) <= now then
@@ -492,7 +492,7 @@ class RateLimiter final : public SharedPacing {
     for (const RateLimitWindow* window :
          {&reported.requests, &reported.tokens, &reported.input_tokens, &reported.output_tokens}) {
       // Untrusted values, bounded as the local limiter bounds them: units to 10^12, a reset to a day.
-      constexpr std::int64_t most = 1'000'000'000'000;
+      constexpr std::int64_t most = llmretry::detail::most_units;
       args.push_back(window->limit && *window->limit > 0 ? std::to_string(std::min(*window->limit, most)) : "-1");
       args.push_back(window->remaining ? std::to_string(std::clamp<std::int64_t>(*window->remaining, 0, most)) : "-1");
       args.push_back(window->reset_after
