@@ -64,6 +64,13 @@ class AnswerFile {
       errno = error;
       fail("cannot be locked");
     }
+    // A run that held the lock may have replaced the file (--retry-errors) after it was opened here: the lock
+    // then holds a file no longer at `path`, which nobody reads, while that run works on the new one.
+    struct stat now {};
+    if (::stat(path_.c_str(), &now) != 0 || now.st_dev != status.st_dev || now.st_ino != status.st_ino) {
+      ::close(fd_);
+      throw FileError(path_ + ": in use by another llmretry-batch (it replaced the file as it was opened here)");
+    }
     try {
       read_existing();
     } catch (...) {

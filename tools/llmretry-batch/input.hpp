@@ -5,6 +5,7 @@
 
 #include <llmretry/admission/tokens.hpp>
 #include <llmretry/http/base_url.hpp>
+#include <llmretry/json/canonical.hpp>
 #include <llmretry/json/estimate.hpp>
 #include <llmretry/store/fingerprint.hpp>
 
@@ -51,11 +52,16 @@ inline std::string idempotency_key(const nlohmann::json& line) {
   return "batch-" + fingerprint.substr(fingerprint.find(':') + 1);
 }
 
+/// The deepest nesting of arrays and objects in JSON that llmretry-batch reads and writes back (an input line,
+/// an answer's body): writing JSON takes a stack frame per level.
+inline constexpr int most_depth = 512;
+
 namespace detail {
 
 /// Returns what is wrong with `url`, the path (and query) of a request line, or nullptr: it must begin with one
 /// '/', hold only what a URL's path and query may (letters, digits, "-._~!$&'()*+,;=:@/?%"; no space, control
-/// character, '#' or byte above 0x7e) and no "." or ".." segment (which would climb out of the base URL).
+/// character, '#' or byte above 0x7e), and its path no "." or ".." segment, written out or percent-encoded
+/// (which would climb out of the base URL), nor an encoded '/' or '\\'.
 inline const char* url_problem(std::string_view url) {
   if (url.front() != '/' || url.substr(0, 2) == "//") return "must be a path such as /v1/chat/completions";
   constexpr std::string_view allowed =
@@ -63,9 +69,23 @@ inline const char* url_problem(std::string_view url) {
   if (url.find_first_not_of(allowed) != std::string_view::npos)
     return "holds a character a URL path may not (a space, a control character, '#', a byte above 0x7e...)";
   const std::string_view path = url.substr(0, url.find('?'));
-  for (std::size_t from = 1; from <= path.size();) {
-    const std::size_t end = std::min(path.find('/', from), path.size());
-    const std::string_view segment = path.substr(from, end - from);
+  std::string decoded;  // the path with every %2e read as the '.' a server reads
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    const std::string_view escape = path.substr(i, 3);
+    if (escape.size() == 3 && escape[0] == '%' && escape[1] == '2' && (escape[2] == 'e' || escape[2] == 'E')) {
+      decoded += '.';
+      i += 2;
+    } else if (escape.size() == 3 && escape[0] == '%' &&
+               ((escape[1] == '2' && (escape[2] == 'f' || escape[2] == 'F')) ||
+                (escape[1] == '5' && (escape[2] == 'c' || escape[2] == 'C')))) {
+      return "holds an encoded '/' or '\\' (%2F, %5C)";
+    } else {
+      decoded += path[i];
+    }
+  }
+  for (std::size_t from = 1; from <= decoded.size();) {
+    const std::size_t end = std::min(decoded.find('/', from), decoded.size());
+    const std::string_view segment = std::string_view(decoded).substr(from, end - from);
     if (segment == "." || segment == "..") return "holds a \".\" or \"..\" segment";
     from = end + 1;
   }
@@ -77,6 +97,8 @@ inline Request parse_line(std::string_view text, std::size_t number, const std::
                           const std::string& base_url) {
   const std::string where = file + ":" + std::to_string(number) + ": ";
   if (text.find('\0') != std::string_view::npos) throw InputError(where + "not JSON (it holds a NUL byte)");
+  if (llmretry::json::nested_deeper_than(text, most_depth))
+    throw InputError(where + "nests arrays and objects deeper than " + std::to_string(most_depth) + " levels");
   const auto line = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (line.is_discarded()) throw InputError(where + "not JSON");
   if (!line.is_object()) throw InputError(where + "not a JSON object");

@@ -26,11 +26,11 @@ inline std::string dump_line(const Ordered& value) {
 }
 
 /// Returns the Batch output's `response` member for `response`: its status, the provider's request id
-/// (`x-request-id`, empty when absent) and its body, as JSON when it is JSON nested at most
-/// json::max_canonical_depth deep (writing JSON takes a stack frame per level), else as a string.
+/// (`x-request-id`, empty when absent) and its body, as JSON when it is JSON nested at most most_depth deep,
+/// else as a string.
 inline Ordered response_member(const llmretry::curl::Response& response) {
   Ordered body = response.body;
-  if (!llmretry::json::nested_deeper_than(response.body, llmretry::json::max_canonical_depth)) {
+  if (!llmretry::json::nested_deeper_than(response.body, most_depth)) {
     auto parsed = Ordered::parse(response.body, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded()) body = std::move(parsed);
   }

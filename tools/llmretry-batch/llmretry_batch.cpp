@@ -71,7 +71,7 @@ Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL
 Progress and summary go to stderr.
 Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage, input or files,
 3 stopped by a file or Redis failure (rerun to resume).
-Durations carry their unit (h, m, s, ms): 500ms, 2s, 1m30s; 0 alone may go without.
+Durations carry their unit (h, m, s, ms, us, ns): 500ms, 2s, 1m30s; 0 alone may go without.
 One batch, many workers on any hosts: llmretry-batch submit | work | collect | status (see
 llmretry-batch work --help).)";
 
@@ -502,8 +502,8 @@ the batch's jobs until none is left (exit 0), holding each under a lease it rene
 a worker killed loses its jobs to the others once it lapses) and riding out Redis unreachable or slow for
 --redis-wait (default 30s) before it stops. collect writes one line per custom_id:
 exit 0 all answered, 1 some in the errors file, 4 the batch is not finished (nothing written). work reads
-OPENAI_BASE_URL and OPENAI_API_KEY. Durations carry their unit (h, m, s, ms): 500ms, 2s, 1m30s; 0 alone may
-go without. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure.)";
+OPENAI_BASE_URL and OPENAI_API_KEY. Durations carry their unit (h, m, s, ms, us, ns): 500ms, 2s, 1m30s;
+0 alone may go without. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure.)";
 
 /// The command line of a fleet command.
 struct FleetOptions {
@@ -781,8 +781,8 @@ int collect(const FleetOptions& options) {
     // no other file is replaced; their locks keep a run of the single form away while this one writes.
     const batch::AnswerFile output_check(options.file);
     const batch::AnswerFile errors_check(options.errors);
-    batch::Replacement output(options.file);
-    batch::Replacement errors(options.errors);
+    batch::Replacement output(options.file, batch::Links::follow);
+    batch::Replacement errors(options.errors, batch::Links::follow);
     std::string cursor;
     do {
       auto page = queue.results(cursor, 1000);

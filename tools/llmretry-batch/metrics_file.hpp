@@ -117,7 +117,7 @@ class MetricsFile {
 
  private:
   void write() {
-    Replacement file(path_);
+    Replacement file(path_, Links::replace);
     file.append(text_());
     file.commit();
   }

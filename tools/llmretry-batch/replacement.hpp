@@ -19,16 +19,23 @@
 
 namespace batch {
 
+/// Whether a Replacement of a symbolic link replaces the file it leads to (a file the user named through a
+/// link), or the link itself (a file the program owns, such as its metrics: a link planted there later must
+/// not make it write elsewhere).
+enum class Links { follow, replace };
+
 /// A file written beside `path` (in its directory, named `path` and a random suffix) and renamed over it
 /// once whole and synced: a crash leaves the old version or the new one, and a reader opening `path`
-/// reads one whole version. When `path` is a symbolic link, the file it leads to is replaced (the link
-/// stays), and the new version keeps the old one's permissions (a new file's are 0644). Destroyed before
-/// commit(), it removes its new version and leaves `path` as it was.
+/// reads one whole version. The new version keeps the old one's permissions and, where it may, its group
+/// (a new file's are 0644). Destroyed before commit(), it removes its new version and leaves `path` as it was.
 class Replacement {
  public:
-  /// Creates the new version. Throws FileError naming `path`.
-  explicit Replacement(std::string path)
-      : path_(std::move(path)), target_(target_of(path_)), temporary_(target_ + ".XXXXXX") {
+  /// Creates the new version of `path`, or of the file it leads to when it is a symbolic link and `links`
+  /// says follow. Throws FileError naming `path`.
+  explicit Replacement(std::string path, Links links)
+      : path_(std::move(path)),
+        target_(links == Links::follow ? target_of(path_) : path_),
+        temporary_(target_ + ".XXXXXX") {
     const int fd = ::mkstemp(temporary_.data());
     if (fd < 0) fail("cannot write its new version beside it");
     file_ = ::fdopen(fd, "wb");
@@ -59,11 +66,15 @@ class Replacement {
   }
   /// Returns how many lines write() wrote.
   [[nodiscard]] std::size_t lines() const noexcept { return lines_; }
-  /// Syncs the new version (with the old one's permissions, or 0644) and renames it over the file. Throws
-  /// FileError naming the file.
+  /// Syncs the new version (with the old one's permissions and group, or 0644) and renames it over the file.
+  /// Throws FileError naming the file.
   void commit() {
     struct stat old {};
-    const mode_t mode = ::stat(target_.c_str(), &old) == 0 ? old.st_mode & 07777 : 0644;
+    // A link replaced itself (Links::replace) is as a new file.
+    const bool existed = ::lstat(target_.c_str(), &old) == 0 && S_ISREG(old.st_mode);
+    // The group where this user may give it (one of its own groups); otherwise the new version keeps its own.
+    if (existed) (void)::fchown(::fileno(file_), static_cast<uid_t>(-1), old.st_gid);
+    const mode_t mode = existed ? old.st_mode & 0777 : 0644;
     const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0 && ::fchmod(::fileno(file_), mode) == 0 &&
                          ::fdatasync(::fileno(file_)) == 0;
     const int error = errno;

@@ -46,7 +46,7 @@ inline std::string stop_reason_of(const std::string& text) {
 inline std::size_t drop_lines(const std::string& path, const std::function<bool(std::string_view)>& send_again) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return 0;  // none yet
-  Replacement kept(path);
+  Replacement kept(path, Links::follow);
   std::size_t dropped = 0;
   for (std::string line; std::getline(in, line);) {
     if (send_again(stop_reason_of(line))) {

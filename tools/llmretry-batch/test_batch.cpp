@@ -235,12 +235,20 @@ TEST_CASE("a bad input line exits with status 2 naming the line and field, befor
   for (const char* url : {"v1/chat/completions", "//evil.example/v1/chat/completions"})
     CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":")") + url + R"(","body":{}})"),
                llmretry_catch::contains("input.jsonl:2: url: must be a path such as /v1/chat/completions"));
-  for (const char* url : {"/v1/chat completions", "/v1/chat/completions\\r\\nX-Evil: 1", "/v1/chat#x"})
+  for (const char* url : {"/v1/chat completions", "/v1/chat/completions\\r\\nX-Evil:1", "/v1/chat\\r",
+                          "/v1/chat\\u0001", "/v1/chat\\u00e9", "/v1/chat#x", "/v1/chat\\\\x"})
     CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":")") + url + R"(","body":{}})"),
                llmretry_catch::contains("input.jsonl:2: url: holds a character a URL path may not"));
-  for (const char* url : {"/v1/../../internal/admin", "/v1/./chat/completions", "/v1/chat/..", "/v1/..?x=1"})
+  for (const char* url : {"/v1/../../internal/admin", "/v1/./chat/completions", "/v1/chat/..", "/v1/..?x=1",
+                          "/v1/%2e%2e/%2E%2e/internal/admin", "/v1/.%2e/admin", "/v1/%2e/chat"})
     CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":")") + url + R"(","body":{}})"),
                llmretry_catch::contains("input.jsonl:2: url: holds a \".\" or \"..\" segment"));
+  for (const char* url : {"/v1/..%2Finternal", "/v1/%2f%2fevil", "/v1/%5C..%5Cadmin"})
+    CHECK_THAT(run_with(std::string(R"({"custom_id":"b","method":"POST","url":")") + url + R"(","body":{}})"),
+               llmretry_catch::contains("input.jsonl:2: url: holds an encoded '/' or '\\' (%2F, %5C)"));
+  CHECK_THAT(run_with(R"({"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"x":)" +
+                      std::string(600, '[') + std::string(600, ']') + "}}"),
+             llmretry_catch::contains("input.jsonl:2: nests arrays and objects deeper than 512 levels"));
   CHECK(provider.request_count() == 0);
 }
 
@@ -261,6 +269,16 @@ TEST_CASE("an answer nested deeper than 512 levels is written as the string it i
   REQUIRE(lines.size() == 2);
   CHECK(lines[0].at("response").at("body") == deep);
   CHECK(lines[1].at("response").at("body").is_array());  // 512 levels: JSON still
+}
+
+TEST_CASE("url_problem: paths a base URL's host serves beneath it pass, with any query") {
+  for (const char* url : {"/v1/chat/completions", "/v1/chat/completions?x=%2e%2e/../",
+                          "/openai/deployments/gpt-4o/"
+                          "chat/completions?api-version=2024-10-21",
+                          "/v1/files/file-abc%20x", "/v1/a.b/..c/.d"}) {
+    INFO(url);
+    CHECK(batch::detail::url_problem(url) == nullptr);
+  }
 }
 
 TEST_CASE("a request that fails for good goes to the errors file with the stop reason and the provider's code") {

@@ -43,7 +43,7 @@ int run(int argc, char** argv) {
                                       std::chrono::minutes{1},
                                       "the wait before each content event of a streamed answer, one per completion "
                                       "token (default 0, at most 1m)");
-  app.footer("Durations carry their unit (h, m, s, ms): 20ms, 1s; 0 alone may go without.");
+  app.footer("Durations carry their unit (h, m, s, ms, us, ns): 20ms, 1s; 0 alone may go without.");
   llmretry_tools::parse_command_line(app, argc, argv);
 
   sigset_t stop_signals;

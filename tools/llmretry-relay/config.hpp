@@ -9,6 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -73,7 +76,10 @@ class ConfigError : public std::runtime_error {
   if (authority.front() == '[') {
     const std::size_t close = authority.find(']');
     if (close == std::string_view::npos || close == 1) return quoted + " has an IPv6 address without its ']'";
-    if (authority.substr(1, close - 1).find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos)
+    std::string_view address = authority.substr(1, close - 1);
+    address = address.substr(0, address.find("%25"));  // a zone, as in [fe80::1%25eth0]
+    in6_addr parsed{};
+    if (::inet_pton(AF_INET6, std::string(address).c_str(), &parsed) != 1)
       return quoted + " has a bracketed host that is no IPv6 address";
     const std::string_view rest = authority.substr(close + 1);
     if (!rest.empty() && rest.front() != ':') return quoted + " has something after its IPv6 address's ']'";

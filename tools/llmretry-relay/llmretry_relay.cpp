@@ -66,7 +66,7 @@ Environment: OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_
 LLMRETRY_RELAY_CLIENT_KEY or the clients of --config (each with its key), required to listen on an
 address other than loopback: clients then send Authorization: Bearer <key> (or x-api-key: <key>);
 LLMRETRY_RELAY_METRICS_KEY, when set, the only key that reads /metrics.
-Durations carry their unit (h, m, s, ms): 500ms, 8s, 1m30s; 0 alone may go without.
+Durations carry their unit (h, m, s, ms, us, ns): 500ms, 8s, 1m30s; 0 alone may go without.
 Exit status: 0 stopped by SIGINT or SIGTERM, 1 failed to serve, 2 bad usage or configuration.)";
 
 struct Options {

@@ -410,41 +410,51 @@ TEST_CASE("an HTTP/1.0 client gets a stream without chunks, ended by the connect
 }
 
 TEST_CASE("an upstream's header value with a control character is not passed back: the client's header stays whole") {
-  const std::string body = R"({"id":"chatcmpl-1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,)"
-                           R"("completion_tokens":1}})";
-  RawUpstream upstream(
-      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+  const std::string bad_headers =
       "x-request-id: abc\rSet-Cookie: session=evil\r\n"
       "x-ratelimit-limit-requests: 1\x0b"
       "2\r\n"
       "x-ratelimit-remaining-requests: 5\x1b[31m\r\n"
-      "x-ratelimit-limit-tokens: 1000000\r\n"
-      "Content-Length: " +
-      std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
-  Relay relay("upstream_headers", {"--listen", "127.0.0.1:0", "--upstream", upstream.base_url()});
-  relay.started();
-  const std::string request = chat();
-  const int fd = send_raw(
-      relay.port(), head("Connection: close\r\nContent-Length: " + std::to_string(request.size()) + "\r\n") + request);
-  const std::string answer = read_raw(fd);
-  ::close(fd);
-  std::string header = answer.substr(0, answer.find("\r\n\r\n"));
-  INFO(header);
-  std::transform(header.begin(), header.end(), header.begin(), [](unsigned char c) { return std::tolower(c); });
-  CHECK(statuses(answer) == std::vector<int>{200});
-  CHECK(header.find("x-ratelimit-limit-tokens: 1000000") != std::string::npos);  // a valid one passes
-  CHECK(header.find("set-cookie") == std::string::npos);
-  CHECK(header.find("x-request-id") == std::string::npos);
-  CHECK(header.find("x-ratelimit-limit-requests") == std::string::npos);
-  CHECK(header.find("x-ratelimit-remaining-requests") == std::string::npos);
-  for (std::size_t at = header.find('\r'); at != std::string::npos; at = header.find('\r', at + 1))
-    CHECK(header.compare(at, 2, "\r\n") == 0);  // every CR ends a line
-  CHECK(answer.substr(answer.size() - body.size()) == body);
+      "x-ratelimit-limit-tokens: 1000000\r\n";
+  for (const bool streamed : {false, true}) {
+    INFO((streamed ? "a streamed answer" : "a whole answer"));
+    const std::string body =
+        streamed
+            ? "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\ndata: [DONE]\n\n"
+            : R"({"id":"chatcmpl-1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,)"
+              R"("completion_tokens":1}})";
+    RawUpstream upstream("HTTP/1.1 200 OK\r\nContent-Type: " +
+                         std::string(streamed ? "text/event-stream" : "application/json") + "\r\n" + bad_headers +
+                         "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    Relay relay("upstream_headers", {"--listen", "127.0.0.1:0", "--upstream", upstream.base_url()});
+    relay.started();
+    const std::string request =
+        streamed ? R"({"model":"loopback","stream":true,"messages":[{"role":"user","content":"Hello"}]})" : chat();
+    const int fd =
+        send_raw(relay.port(),
+                 head("Connection: close\r\nContent-Length: " + std::to_string(request.size()) + "\r\n") + request);
+    const std::string answer = read_raw(fd);
+    ::close(fd);
+    std::string header = answer.substr(0, answer.find("\r\n\r\n"));
+    INFO(header);
+    std::transform(header.begin(), header.end(), header.begin(), [](unsigned char c) { return std::tolower(c); });
+    CHECK(statuses(answer) == std::vector<int>{200});
+    CHECK(header.find("x-ratelimit-limit-tokens: 1000000") != std::string::npos);  // a valid one passes
+    CHECK(header.find("set-cookie") == std::string::npos);
+    CHECK(header.find("x-request-id") == std::string::npos);
+    CHECK(header.find("x-ratelimit-limit-requests") == std::string::npos);
+    CHECK(header.find("x-ratelimit-remaining-requests") == std::string::npos);
+    for (std::size_t at = header.find('\r'); at != std::string::npos; at = header.find('\r', at + 1))
+      CHECK(header.compare(at, 2, "\r\n") == 0);  // every CR ends a line
+    CHECK(answer.find(streamed ? "data: [DONE]" : body) != std::string::npos);
+  }
 }
 
 TEST_CASE("an upstream URL with a port that is no port, or brackets that hold no IPv6 address, is refused") {
   for (const char* url : {"http://example.com/v1", "https://example.com:8443/v1", "http://127.0.0.1:9",
-                          "http://[::1]:8080/v1", "http://[::1]/v1", "https://user:pw@example.com:1/v1?x=1"}) {
+                          "http://[::1]:8080/v1", "http://[::1]/v1", "https://user:pw@example.com:1/v1?x=1",
+                          "http://[fe80::1%25eth0]:8080/v1", "http://[::ffff:10.0.0.1]/v1",
+                          "https://res.openai.azure.com/openai/deployments/gpt-4o?api-version=2024-10-21"}) {
     INFO(url);
     CHECK(relay::base_url_problem(url).empty());
   }
@@ -457,6 +467,8 @@ TEST_CASE("an upstream URL with a port that is no port, or brackets that hold no
            {"http://[::1/v1", "has an IPv6 address without its ']'"},
            {"http://[]:80/v1", "has an IPv6 address without its ']'"},
            {"http://[example.com]/v1", "has a bracketed host that is no IPv6 address"},
+           {"http://[:::]/v1", "has a bracketed host that is no IPv6 address"},
+           {"http://[1.2.3.4]/v1", "has a bracketed host that is no IPv6 address"},
            {"http://[::1]x/v1", "has something after its IPv6 address's ']'"},
            {"http://exa]mple.com/v1", "has a '[' or ']' outside an IPv6 address"}}) {
     INFO(url);

@@ -179,7 +179,7 @@ struct RateLimiterStats {
 /// dimension is a generic cell rate algorithm (GCRA) over a "theoretical arrival time": a reservation
 /// takes its cost from every dimension at once and says when the call may start.
 /// Reservations may be cancelled (the capacity comes back) or settled with the actual usage (the
-/// difference is refunded, an overrun charged). It also learns: the provider's reported limits and
+/// difference is refunded, an overrun charged up to the limit). It also learns: the provider's reported limits and
 /// levels (learn), a deployment-wide pause after a 429 (pause_until), and a multiplicative slow-down
 /// for providers that report nothing (slow_down).
 /// Thread-safe: every operation holds one lock for its whole length, so that each sees and leaves all the

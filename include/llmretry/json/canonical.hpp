@@ -53,12 +53,16 @@ class ExactDocument final : public nlohmann::json_sax<nlohmann::json> {
  public:
   using json = nlohmann::json;
 
+  /// Builds the document into `root`, which must outlive it.
+  explicit ExactDocument(json& root) noexcept : root_(root) {}
+
   bool null() override { return place(nullptr); }
   bool boolean(bool value) override { return place(value); }
   bool number_integer(json::number_integer_t value) override { return place(value); }
   bool number_unsigned(json::number_unsigned_t value) override { return place(value); }
   bool number_float(json::number_float_t value, const json::string_t& text) override {
-    if (text.find_first_of(".eE") != json::string_t::npos) return place(value);
+    // Only digits and a sign: an integer (the text of a fraction holds the locale's decimal point).
+    if (text.find_first_not_of("-0123456789") != json::string_t::npos) return place(value);
     return place(json::binary(json::binary_t::container_type(text.begin(), text.end())));
   }
   bool string(json::string_t& value) override { return place(std::move(value)); }
@@ -75,9 +79,6 @@ class ExactDocument final : public nlohmann::json_sax<nlohmann::json> {
                    const nlohmann::detail::exception& /*error*/) override {
     return false;
   }
-
-  /// Returns the document built.
-  [[nodiscard]] json& document() noexcept { return root_; }
 
  private:
   /// Puts `value` where the text is: the whole document, the next element of an array, a member's value.
@@ -108,7 +109,7 @@ class ExactDocument final : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
 
-  json root_;
+  json& root_;
   std::vector<json*> open_;  ///< the arrays and objects not closed yet, the innermost last
   json* slot_ = nullptr;     ///< the value of the member whose key came last
 };
@@ -143,17 +144,19 @@ inline void append_canonical(const nlohmann::json& value, std::string& out) {
 /// Returns `body` re-serialised with the keys of every object sorted (by bytes), no insignificant white
 /// space, strings in UTF-8 with the shortest escapes, numbers as nlohmann::json writes them (integers
 /// exactly, those beyond 64 bits too, other numbers in the shortest form that reads back the same). A key that
-/// occurs twice keeps its last value. Throws std::invalid_argument when `body` is not JSON, or nests arrays
-/// and objects deeper than max_canonical_depth.
+/// occurs twice keeps its last value. Throws std::invalid_argument when `body` is not JSON (an integer of
+/// more than about 300 digits included: the parser takes it for a number out of range), or nests arrays and
+/// objects deeper than max_canonical_depth.
 [[nodiscard]] inline std::string canonical(std::string_view body) {
   if (nested_deeper_than(body, max_canonical_depth))
     throw std::invalid_argument("canonical: the body nests deeper than " + std::to_string(max_canonical_depth) +
                                 " levels");
-  detail::ExactDocument document;
-  if (!nlohmann::json::sax_parse(body.begin(), body.end(), &document))
+  nlohmann::json document;
+  detail::ExactDocument builder(document);
+  if (!nlohmann::json::sax_parse(body.begin(), body.end(), &builder))
     throw std::invalid_argument("canonical: the body is not JSON");
   std::string out;
-  detail::append_canonical(document.document(), out);
+  detail::append_canonical(document, out);
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "../admission/limits.hpp"
 #include "../admission/tokens.hpp"
 #include "../detail/config.hpp"
 #include "../detail/number.hpp"
@@ -90,10 +91,10 @@ inline bool json_true(std::string_view body, std::string_view key) {
 /// Returns the usage of the request `body` under `limits` (see LoopbackUsage); a `max_tokens` above 10^12 (the
 /// most any count of the library means) counts as 10^12, so that sums and the times to refill them fit.
 [[nodiscard]] inline LoopbackUsage loopback_usage(std::string_view body, const LoopbackLimits& limits) {
-  constexpr std::int64_t most = 1'000'000'000'000;
   std::optional<std::int64_t> max_tokens = detail::json_count(body, "max_tokens");
   if (!max_tokens) max_tokens = detail::json_count(body, "max_completion_tokens");
-  return {estimate_tokens(body), std::min(max_tokens.value_or(limits.default_max_tokens), most)};
+  return {estimate_tokens(body),
+          std::min(max_tokens.value_or(limits.default_max_tokens), llmretry::detail::most_units)};
 }
 
 /// The buckets of the rate-limited mode: admits or refuses each request at the time it is given, and
