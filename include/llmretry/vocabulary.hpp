@@ -13,10 +13,10 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
 #include <optional>
 #include <string_view>
 
+#include "detail/saturate.hpp"
 #include "failure.hpp"
 #include "version.hpp"
 
@@ -134,11 +134,7 @@ struct Cost {
 
   /// Returns input plus output tokens, saturated to the range of std::int64_t (a usage reported is untrusted).
   [[nodiscard]] constexpr std::int64_t tokens() const noexcept {
-    constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
-    constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
-    if (output_tokens > 0 && input_tokens > max - output_tokens) return max;
-    if (output_tokens < 0 && input_tokens < min - output_tokens) return min;
-    return input_tokens + output_tokens;
+    return detail::saturated_sum(input_tokens, output_tokens);
   }
 
   friend constexpr bool operator==(const Cost& a, const Cost& b) noexcept {

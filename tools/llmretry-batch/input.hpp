@@ -4,6 +4,7 @@
 #define LLMRETRY_BATCH_INPUT_HPP
 
 #include <llmretry/admission/tokens.hpp>
+#include <llmretry/detail/text.hpp>
 #include <llmretry/http/base_url.hpp>
 #include <llmretry/json/canonical.hpp>
 #include <llmretry/json/estimate.hpp>
@@ -72,12 +73,10 @@ inline const char* url_problem(std::string_view url) {
   std::string decoded;  // the path with every %2e read as the '.' a server reads
   for (std::size_t i = 0; i < path.size(); ++i) {
     const std::string_view escape = path.substr(i, 3);
-    if (escape.size() == 3 && escape[0] == '%' && escape[1] == '2' && (escape[2] == 'e' || escape[2] == 'E')) {
+    if (llmretry::detail::iequals(escape, "%2e")) {
       decoded += '.';
       i += 2;
-    } else if (escape.size() == 3 && escape[0] == '%' &&
-               ((escape[1] == '2' && (escape[2] == 'f' || escape[2] == 'F')) ||
-                (escape[1] == '5' && (escape[2] == 'c' || escape[2] == 'C')))) {
+    } else if (llmretry::detail::iequals(escape, "%2f") || llmretry::detail::iequals(escape, "%5c")) {
       return "holds an encoded '/' or '\\' (%2F, %5C)";
     } else {
       decoded += path[i];

@@ -4,6 +4,7 @@
 #define LLMRETRY_RELAY_CONFIG_HPP
 
 #include <llmretry/admission/pressure.hpp>
+#include <llmretry/detail/number.hpp>
 #include <llmretry/detail/text.hpp>
 #include <llmretry/json/routing_policy.hpp>
 
@@ -35,6 +36,13 @@ class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// Returns the port number `text` (digits only, at most 65535), or nullopt.
+[[nodiscard]] inline std::optional<int> port_number(std::string_view text) noexcept {
+  const auto value = llmretry::detail::parse_digits(text);
+  if (!value || *value > 65535) return std::nullopt;
+  return static_cast<int>(*value);
+}
 
 /// Returns an empty string when `url` can be an upstream's base URL: http:// or https:// (any case), then a
 /// host (after any userinfo; an IPv6 address in brackets), an optional port in [1, 65535], and no space or
@@ -89,9 +97,7 @@ class ConfigError : public std::runtime_error {
   } else if (const std::size_t colon = authority.find(':'); colon != std::string_view::npos) {
     port = authority.substr(colon + 1);
   }
-  if (port && (port->empty() || port->size() > 5 || port->find_first_not_of("0123456789") != std::string_view::npos ||
-               std::stoi(std::string(*port)) < 1 || std::stoi(std::string(*port)) > 65535))
-    return quoted + " has a port that is not a number in [1, 65535]";
+  if (port && port_number(*port).value_or(0) < 1) return quoted + " has a port that is not a number in [1, 65535]";
   return {};
 }
 

@@ -198,13 +198,11 @@ Options parse(int argc, char** argv) {
 /// Returns the host and port of --listen "HOST:PORT". Throws UsageError.
 std::pair<std::string, int> listen_address(const std::string& listen) {
   const auto colon = listen.rfind(':');
-  const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
-  const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
-  if (colon == 0 || !digits || std::stoi(port) > 65535)
-    throw UsageError("--listen: '" + listen + "' is not HOST:PORT (such as 127.0.0.1:8080)");
+  const auto port = colon == std::string::npos ? std::nullopt : relay::port_number(listen.substr(colon + 1));
+  if (colon == 0 || !port) throw UsageError("--listen: '" + listen + "' is not HOST:PORT (such as 127.0.0.1:8080)");
   std::string host = listen.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return {host, std::stoi(port)};
+  return {host, *port};
 }
 
 /// How many connections to Redis the relay opens with --redis: each runs one command at a time.

@@ -407,15 +407,6 @@ class RateLimiter {
   /// A least limit when no dimension of its kind is paced: any part is within it.
   static constexpr std::uint64_t no_least = std::numeric_limits<std::uint64_t>::max();
 
-  /// Returns a + b, saturated to the int64 range.
-  static std::int64_t saturated_sum(std::int64_t a, std::int64_t b) noexcept {
-    constexpr auto max = std::numeric_limits<std::int64_t>::max();
-    constexpr auto min = std::numeric_limits<std::int64_t>::min();
-    if (b > 0 && a > max - b) return max;
-    if (b < 0 && a < min - b) return min;
-    return a + b;
-  }
-
   static std::int64_t ns(time_point when) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
   }
@@ -456,7 +447,7 @@ class RateLimiter {
     std::int64_t take(std::int64_t units, std::int64_t now_ns, std::int64_t& held) noexcept {
       held = time_of(units);
       const std::int64_t from = std::max(tat_, now_ns);
-      tat_ = saturated_sum(from, held);
+      tat_ = detail::saturated_sum(from, held);
       return from + std::min<std::int64_t>(held - tolerance_, 0);
     }
 
@@ -483,11 +474,11 @@ class RateLimiter {
     /// Takes `delta` nanoseconds of capacity at `now_ns` (from a full bucket too): the TAT moves from
     /// max(TAT, now) by `delta`.
     void take_time(std::int64_t delta, std::int64_t now_ns) noexcept {
-      tat_ = saturated_sum(std::max(tat_, now_ns), delta);
+      tat_ = detail::saturated_sum(std::max(tat_, now_ns), delta);
     }
 
     /// Moves the TAT by `delta` nanoseconds (negative: gives capacity back), saturating.
-    void adjust(std::int64_t delta) noexcept { tat_ = saturated_sum(tat_, delta); }
+    void adjust(std::int64_t delta) noexcept { tat_ = detail::saturated_sum(tat_, delta); }
 
     /// Raises the TAT to `at_least` (never lowers it).
     void raise_to(std::int64_t at_least) noexcept { tat_ = std::max(tat_, at_least); }
@@ -702,7 +693,8 @@ class RateLimiter {
       std::int64_t burst_time = 0;
       for (std::size_t k = 0; k < active_count_; ++k)
         if (charges[active_[k]] > 0) burst_time = std::max(burst_time, cells_[active_[k]].tolerance());
-      if (!precedence.promoted && yield.tenant->owed_from > saturated_sum(now_ns, burst_time)) {  // past its share
+      if (!precedence.promoted &&
+          yield.tenant->owed_from > detail::saturated_sum(now_ns, burst_time)) {  // past its share
         ahead = false;
         kept_free = std::max(kept_free, shares_.past_share_kept_free);
       }
@@ -736,7 +728,7 @@ class RateLimiter {
     std::int64_t cost_time = 0;
     for (std::size_t k = 0; k < active_count_; ++k) cost_time = std::max(cost_time, reservation.held_[active_[k]]);
     tenant.owed_from =
-        saturated_sum(std::max(tenant.owed_from, now_ns), detail::mul_div_up(cost_time, owed_weight, weight));
+        detail::saturated_sum(std::max(tenant.owed_from, now_ns), detail::mul_div_up(cost_time, owed_weight, weight));
     tenant.last = now_ns;
     tenant.weight = weight;
   }

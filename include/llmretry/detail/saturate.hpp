@@ -16,6 +16,15 @@ inline constexpr std::chrono::milliseconds longest_wait =
 
 using std::chrono::milliseconds;
 
+/// Returns a + b, saturated to the range of std::int64_t.
+[[nodiscard]] constexpr std::int64_t saturated_sum(std::int64_t a, std::int64_t b) noexcept {
+  constexpr auto max = std::numeric_limits<std::int64_t>::max();
+  constexpr auto min = std::numeric_limits<std::int64_t>::min();
+  if (b > 0 && a > max - b) return max;
+  if (b < 0 && a < min - b) return min;
+  return a + b;
+}
+
 /// Returns a + b for non-negative durations, or milliseconds::max() where the sum would overflow.
 [[nodiscard]] constexpr milliseconds saturating_add(milliseconds a, milliseconds b) noexcept {
   return b.count() > milliseconds::max().count() - a.count() ? milliseconds::max() : a + b;
