@@ -444,6 +444,35 @@ TEST_CASE("CallEngine: a policy that makes no sense is refused when the engine i
   CHECK_THROWS_AS(CallEngine(policy, NoGuard{}, options), std::invalid_argument);
 }
 
+TEST_CASE("CallEngine: validated later, a policy that makes no sense is refused when first read") {
+  RetryPolicy policy;
+  policy.cap = -1ms;
+  const CallOptions options;
+  std::mt19937_64 rng(1);
+  SECTION("a success never reads it") {
+    CallEngine<NoGuard> engine(detail::validate_later, policy, NoGuard{}, options);
+    REQUIRE(engine.start().kind == Kind::attempt);
+    CHECK(engine.succeeded().kind == Kind::done);
+  }
+  SECTION("the first failure reads it, after its ticket heard the failure") {
+    CountingGuard guard;
+    CallEngine<CountingGuard&> engine(detail::validate_later, policy, guard, options);
+    REQUIRE(engine.start().kind == Kind::attempt);
+    CHECK_THROWS_WITH(engine.failed(unavailable, rng), "RetryPolicy::cap must not be negative");
+    CHECK(guard.failed == 1);
+  }
+  SECTION("a guard's wait before the first attempt reads it: nothing is sent") {
+    CountingGuard guard;
+    guard.wait = 100ms;
+    {
+      CallEngine<CountingGuard&> engine(detail::validate_later, policy, guard, options);
+      CHECK_THROWS_WITH(engine.start(), "RetryPolicy::cap must not be negative");
+    }
+    CHECK(guard.admitted == 1);
+    CHECK(guard.given_back == 1);
+  }
+}
+
 TEST_CASE("call_with_retry tells a sleep that takes a WaitReason why it waits") {
   FakeSleep sleep;
   CountingGuard guard;

@@ -37,6 +37,18 @@ class MyProviderError : public ProviderError {
  private:
   int id_;
 };
+
+// A guard that asks every attempt to wait `wait` for capacity before it goes.
+struct WaitingGuard {
+  milliseconds wait;
+
+  struct Ticket {
+    void succeeded(const int& /*answer*/) {}
+    void failed(const Failure& /*failure*/) {}
+  };
+
+  Admission<Ticket> admit(const Attempt& /*attempt*/) const { return Admission<Ticket>::go(Ticket{}, wait); }
+};
 }  // namespace
 
 TEST_CASE("A first attempt that succeeds returns at once", "[retry]") {
@@ -123,14 +135,38 @@ TEST_CASE("Exceptions that are not the provider's propagate at once", "[retry]")
   }
 }
 
-TEST_CASE("A policy that makes no sense is refused before the first call", "[retry]") {
+TEST_CASE("A policy that makes no sense is refused when first read: at the first failure, before any retry",
+          "[retry]") {
   RetryPolicy policy;
   policy.max_attempts = 0;
-  int calls = 0;
   FakeSleep sleep;
-  CHECK_THROWS_WITH(call_with_retry([&] { return ++calls; }, policy, sleep),
-                    "RetryPolicy::max_attempts must be at least 1");
-  CHECK(calls == 0);
+  SECTION("a call that throws") {
+    SimulatedProvider provider{"rate_limit"};
+    CHECK_THROWS_WITH(call_with_retry([&] { return provider.call(); }, policy, sleep),
+                      "RetryPolicy::max_attempts must be at least 1");
+    CHECK(provider.calls() == 1);
+  }
+  SECTION("a call that returns a result") {
+    int calls = 0;
+    const auto failing = [&]() -> Result<int> {
+      ++calls;
+      return Error{Failure::of(FailureKind::server_error, Sent::maybe_processed), "503"};
+    };
+    CHECK_THROWS_WITH(call_with_retry(failing, policy, sleep), "RetryPolicy::max_attempts must be at least 1");
+    CHECK(calls == 1);
+  }
+  SECTION("a guard's wait before the first attempt: nothing is sent") {
+    WaitingGuard guard{300ms};
+    int calls = 0;
+    CHECK_THROWS_WITH(call_with_retry([&] { return ++calls; }, policy, sleep, guard),
+                      "RetryPolicy::max_attempts must be at least 1");
+    CHECK(calls == 0);
+  }
+  SECTION("a first attempt that succeeds never reads the policy") {
+    int calls = 0;
+    CHECK(call_with_retry([&] { return ++calls; }, policy, sleep) == 1);
+  }
+  CHECK(sleep.waits().empty());
 }
 
 TEST_CASE("A call that is not safe to repeat is not retried after an ambiguous failure", "[retry]") {

@@ -41,10 +41,9 @@ class RetryState {
   /// processed can be sent again (a read, or a write with an idempotency key).
   /// Throws std::invalid_argument naming the field when the policy makes no sense.
   explicit RetryState(const RetryPolicy& policy, bool safe_to_repeat = true)
-      : RetryState((policy.validate(), detail::prevalidated), policy, safe_to_repeat) {}
-  /// Starts a logical call under `policy`, which the caller has validated already.
-  RetryState(detail::prevalidated_t /*validated*/, const RetryPolicy& policy, bool safe_to_repeat = true) noexcept
-      : policy_(policy), safe_to_repeat_(safe_to_repeat), previous_wait_(std::min(policy.base, policy.cap)) {}
+      : policy_((policy.validate(), policy)),
+        safe_to_repeat_(safe_to_repeat),
+        previous_wait_(std::min(policy.base, policy.cap)) {}
 
   /// Records failed attempt number attempts() + 1 and returns what to do next. `time_left`: how long
   /// until the call's deadline, when it has one.

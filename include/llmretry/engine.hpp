@@ -135,11 +135,13 @@ class CallEngine {
   /// True when the call may be hedged: its options are CallOptions (CallOptions::hedging says whether it is).
   static constexpr bool hedgeable = !std::is_same_v<Options, detail::NoCallOptions>;
 
-  /// An engine for one call under `policy` (validated already, see RetryPolicy::validate; it must outlive
-  /// the engine), admitted by `guard` and following `options` (which must outlive it). `tells_time_left`:
+  /// An engine for one call under `policy` (which must outlive it), admitted by `guard` and following
+  /// `options` (which must outlive it). The policy is not validated now but when the engine first reads it,
+  /// at the first failure or wait: a step then throws std::invalid_argument naming the field, so a call
+  /// whose first attempt succeeds never pays for the check (see RetryPolicy::validate). `tells_time_left`:
   /// whether an attempt of a call with a deadline is told the time left (one clock read before it; a
   /// guarded call always is).
-  CallEngine(detail::prevalidated_t /*validated*/, const RetryPolicy& policy, Guard&& guard, const Options& options,
+  CallEngine(detail::validate_later_t /*later*/, const RetryPolicy& policy, Guard&& guard, const Options& options,
              bool tells_time_left = true) noexcept(std::is_nothrow_constructible_v<Guard, Guard&&>)
       : policy_(policy), guard_(std::forward<Guard>(guard)), options_(options), tells_time_left_(tells_time_left) {}
 
@@ -147,14 +149,14 @@ class CallEngine {
   /// `options` (which must outlive it). Throws std::invalid_argument naming the field when the policy
   /// makes no sense.
   CallEngine(const RetryPolicy& policy, Guard&& guard, const Options& options)
-      : CallEngine((policy.validate(), detail::prevalidated), policy, std::forward<Guard>(guard), options) {}
+      : CallEngine((policy.validate(), detail::validate_later), policy, std::forward<Guard>(guard), options) {}
 
   /// The policy and the options are held by reference: a temporary would dangle.
   CallEngine(const RetryPolicy&& policy, Guard&& guard, const Options& options) = delete;
   CallEngine(const RetryPolicy& policy, Guard&& guard, const Options&& options) = delete;
-  CallEngine(detail::prevalidated_t, const RetryPolicy&& policy, Guard&& guard, const Options& options,
+  CallEngine(detail::validate_later_t, const RetryPolicy&& policy, Guard&& guard, const Options& options,
              bool tells_time_left = true) = delete;
-  CallEngine(detail::prevalidated_t, const RetryPolicy& policy, Guard&& guard, const Options&& options,
+  CallEngine(detail::validate_later_t, const RetryPolicy& policy, Guard&& guard, const Options&& options,
              bool tells_time_left = true) = delete;
   CallEngine(const CallEngine&) = delete;
   CallEngine& operator=(const CallEngine&) = delete;
@@ -550,8 +552,9 @@ class CallEngine {
   }
 
   /// Returns the retry state, set up at the first failure (or guard wait) so that a success sets up nothing.
+  /// Throws std::invalid_argument naming the field when the policy makes no sense.
   RetryState& state() {
-    if (!state_) state_.emplace(detail::prevalidated, policy_, options_.safe_to_repeat);
+    if (!state_) state_.emplace(policy_, options_.safe_to_repeat);
     return *state_;
   }
 

@@ -411,7 +411,9 @@ R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng&
 /// Nothing is allocated, drawn or read from a clock on a first attempt that succeeds; the clock is read
 /// before attempts only with a deadline and a call taking an Attempt or a guard.
 /// Returns what the successful (or last) call returned.
-/// Throws std::invalid_argument naming the field, before the first call, when the policy makes no sense.
+/// Throws std::invalid_argument naming the field when the policy makes no sense, as soon as the policy is
+/// read: at the first failure (before any retry) or the first wait for capacity. A call whose first
+/// attempt succeeds does not read it: validate a policy where it is built (RetryPolicy::validate).
 template <class Call, class... Parts>
 detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& policy, Parts&&... parts) {
   using R = detail::attempt_result_t<Call>;
@@ -426,7 +428,6 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
                 "each kind of argument after the policy may be given once");
   static_assert(((!detail::keeps_records<std::decay_t<Parts>>::value || std::is_lvalue_reference_v<Parts>)&&...),
                 "pass a recording sleep such as testing::FakeSleep as a variable: a temporary loses what it records");
-  policy.validate();
   RealSleep real_sleep;
   ThreadRng thread_rng;
   NoRetryHook no_hook;
@@ -448,7 +449,7 @@ detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& p
   using Engine = CallEngine<std::remove_reference_t<decltype(guard)>&, Options>;
   constexpr bool wakes = Engine::guarded && detail::may_wait<typename Engine::Ticket>::value;
   BlockingWaits<std::remove_reference_t<decltype(sleep)>, wakes> waits{sleep};  // outlives the engine
-  Engine engine(detail::prevalidated, policy, guard, options, detail::takes_attempt_v<Call>);
+  Engine engine(detail::validate_later, policy, guard, options, detail::takes_attempt_v<Call>);
   if constexpr (wakes) engine.wake_with(waits.waker());
   if constexpr (is_result_like_v<R>) {
     return detail::run_results<R>(engine, call, check, waits, rng, on_retry);

@@ -4,7 +4,7 @@
 
 int main() {
   const llmretry::RetryPolicy policy;
-  llmretry::CallEngine<llmretry::NoGuard, llmretry::CallOptions> engine(llmretry::detail::prevalidated, policy,
+  llmretry::CallEngine<llmretry::NoGuard, llmretry::CallOptions> engine(llmretry::detail::validate_later, policy,
                                                                         llmretry::NoGuard{}, llmretry::CallOptions{});
   return engine.attempts();
 }

@@ -4,6 +4,6 @@
 int main() {
   const llmretry::CallOptions options;
   llmretry::CallEngine<llmretry::NoGuard, llmretry::CallOptions> engine(
-      llmretry::detail::prevalidated, llmretry::RetryPolicy::interactive(), llmretry::NoGuard{}, options);
+      llmretry::detail::validate_later, llmretry::RetryPolicy::interactive(), llmretry::NoGuard{}, options);
   return engine.attempts();
 }

@@ -139,7 +139,7 @@ struct CallState : std::enable_shared_from_this<CallState<R, Attempt, Guard, Exe
             const Executor& executor_in)
       : executor(executor_in),
         waker(*this),
-        engine(::llmretry::detail::prevalidated, policy, guard, options),
+        engine(::llmretry::detail::validate_later, policy, guard, options),
         attempt(std::move(attempt_in)),
         hedged(options.hedging != nullptr) {
     engine.wake_with(&waker);

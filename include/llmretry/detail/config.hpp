@@ -42,6 +42,12 @@ struct prevalidated_t {
 };
 inline constexpr prevalidated_t prevalidated{};
 
+/// Tags a constructor that validates its configuration when it first reads it instead of at once.
+struct validate_later_t {
+  explicit validate_later_t() = default;
+};
+inline constexpr validate_later_t validate_later{};
+
 }  // namespace detail
 LLMRETRY_END_NAMESPACE
 

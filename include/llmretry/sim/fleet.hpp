@@ -161,7 +161,7 @@ struct FleetTotals {
     call.route = route;
     call.last_sent.reset();
     call.engine.reset();
-    call.engine.emplace(detail::prevalidated, scenario.policy, route_guard(chain.routes()[route], Cost{}),
+    call.engine.emplace(detail::validate_later, scenario.policy, route_guard(chain.routes()[route], Cost{}),
                         call_options);
   };
   for (std::int64_t i = 0; i < scenario.calls; ++i) {

@@ -96,7 +96,7 @@ struct HedgingTotals {
     const std::size_t i = event.payload.call;
     switch (event.payload.kind) {
       case Kind::start: {
-        CallEngine<NoGuard>& engine = engines.emplace_back(detail::prevalidated, policy, NoGuard{}, options);
+        CallEngine<NoGuard>& engine = engines.emplace_back(detail::validate_later, policy, NoGuard{}, options);
         [[maybe_unused]] const Step step = engine.start();  // without a guard or deadline: the attempt
         ++totals.requests;
         queue.push(event.at + latency_of(i, 0), i, Payload{i, Kind::answer});

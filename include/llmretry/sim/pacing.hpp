@@ -218,7 +218,8 @@ PooledTotals run_paced(const sim::PacedScenario& scenario, sim::ProviderModel& p
   for (std::int64_t i = 0; i < w.calls; ++i) {
     Call& call = calls.emplace_back();
     call.rng = sim::stream(scenario.seed, static_cast<std::uint64_t>(i) + 1);
-    call.engine.emplace(prevalidated, scenario.policy, make_guard(pool_of(static_cast<std::size_t>(i))), call_options);
+    call.engine.emplace(validate_later, scenario.policy, make_guard(pool_of(static_cast<std::size_t>(i))),
+                        call_options);
   }
 
   enum class Kind : std::uint8_t { ready, start, resume, answered };

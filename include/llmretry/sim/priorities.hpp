@@ -169,7 +169,7 @@ struct PriorityTotals {
     call.batch = batch;
     call.arrived = now;
     const Priority priority = batch && scenario.priorities ? Priority::batch : Priority::interactive;
-    call.engine.emplace(detail::prevalidated, policy, deployment.pace(estimate, priority), call_options);
+    call.engine.emplace(detail::validate_later, policy, deployment.pace(estimate, priority), call_options);
     if (!batch) ++window_of(call).calls;
     return calls.size() - 1;
   };
@@ -384,7 +384,7 @@ struct TenantTotals {
         Call& call = calls.emplace_back();
         call.tenant = static_cast<int>(i);
         call.arrived = now;
-        call.engine.emplace(detail::prevalidated, policy,
+        call.engine.emplace(detail::validate_later, policy,
                             deployment.pace(estimate, Priority::interactive, scenario.tenants ? tenant.name : ""),
                             call_options);
         if (now < counted_until) ++tenant.figures->calls;

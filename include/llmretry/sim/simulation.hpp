@@ -174,7 +174,7 @@ struct Group {
   for (std::size_t i = 0; i < result.clients.size(); ++i) {
     Caller& caller = callers.emplace_back();
     caller.rng = stream(scenario.seed, i + 1);
-    caller.engine.emplace(detail::prevalidated, scenario.policy, NoGuard{}, options);
+    caller.engine.emplace(detail::validate_later, scenario.policy, NoGuard{}, options);
     result.clients[i].start = scenario.start_spacing * static_cast<std::int64_t>(i);
     queue.push(result.clients[i].start, i, i);
   }
