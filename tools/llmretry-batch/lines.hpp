@@ -62,15 +62,18 @@ inline std::string error_line(const Request& request, const std::string& code, c
 }
 
 /// Returns the errors-file line of a request that failed for good with `failure` after `attempts` attempts:
-/// the code is the provider's (from the last answer's error body), else the failure's kind.
+/// the code is the provider's (from the last answer's error body), else the failure's kind; the message is
+/// `text` (what the last attempt's failure said: "Could not resolve host: ...", "HTTP 400 invalid_request
+/// (context_length_exceeded)"), or the failure described when it is empty (no attempt failed).
 inline std::string failure_line(const Request& request, const llmretry::Failure& failure, llmretry::StopReason reason,
-                                int attempts, const llmretry::curl::Response* response) {
+                                int attempts, const llmretry::curl::Response* response, const std::string& text) {
   const llmretry::ErrorFields fields =
       response != nullptr ? llmretry::json::error_fields(response->body) : llmretry::ErrorFields{};
   const std::string code = !fields.code.empty()   ? fields.code
                            : !fields.type.empty() ? fields.type
                                                   : llmretry::to_string(failure.kind);
-  return error_line(request, code, llmretry::describe(failure), llmretry::to_string(reason), attempts, response);
+  return error_line(request, code, text.empty() ? llmretry::describe(failure) : text, llmretry::to_string(reason),
+                    attempts, response);
 }
 
 }  // namespace batch

@@ -251,6 +251,7 @@ class Runner {
     bool begun = false;                    ///< the operation was begun in this run
     bool may_have_run = false;             ///< an attempt (of this run, or of one before) may have been processed
     bool done = false;                     ///< its line is written
+    std::string failed_with;               ///< what the last failed attempt's exception said (secrets redacted)
     std::optional<Unrecorded> unrecorded;  ///< its line, until recorded
     std::mutex mutex;
   };
@@ -276,6 +277,7 @@ class Runner {
         call_options_);
     line.engine->wake_with(line.waits.waker());
     line.started = false;
+    line.failed_with.clear();
   }
 
   /// Ends the observed call of `line`, which succeeded (counted with status "success").
@@ -518,6 +520,7 @@ class Runner {
     } catch (const std::exception& error) {
       failure = llmretry::failure_of(error).value_or(llmretry::Failure{});
       if (const auto* answer = llmretry::curl::response_of(error)) error_response = *answer;
+      line.failed_with = error.what();
     }
     if (response) {
       (void)engine.succeeded(*response);
@@ -567,8 +570,10 @@ class Runner {
       (void)stores.queue().retry_later(job.id, job.token, std::chrono::seconds{1});
       throw PacingUnavailable("the shared pacing in Redis was out of reach");
     }
-    if (!finish(line, job, stores,
-                failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response), false))
+    if (!finish(
+            line, job, stores,
+            failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response, line.failed_with),
+            false))
       return;
     if (!line.may_have_run && gave_up.failure.sent != llmretry::Sent::maybe_processed)
       (void)stores.operations().fail(settings_.batch_name + line.request.key);

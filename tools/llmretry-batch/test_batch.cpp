@@ -293,6 +293,7 @@ TEST_CASE("a request that fails for good goes to the errors file with the stop r
   REQUIRE(errors.size() == 1);
   CHECK(errors[0].at("custom_id") == "long");
   CHECK(errors[0].at("error").at("code") == "context_length_exceeded");
+  CHECK(errors[0].at("error").at("message") == "HTTP 400 context_length (context_length_exceeded)");
   CHECK(errors[0].at("error").at("stop_reason") == "not_retryable");
   CHECK(errors[0].at("response").at("status_code") == 400);
   CHECK(provider.requests().at(0).path == "/v1/chat/completions");
@@ -300,6 +301,23 @@ TEST_CASE("a request that fails for good goes to the errors file with the stop r
   Child rerun({path, (dir / "output.jsonl").string()}, provider.base_url(), dir);
   CHECK(rerun.wait() == 1);  // answered in the errors file: not sent again
   CHECK(provider.request_count() == 1);
+}
+
+TEST_CASE("an attempt that failed without an error answer: the errors line says what the HTTP client saw") {
+  LoopbackProvider provider;
+  auto huge = LoopbackProvider::chat_completion("x");
+  for (int i = 0; i < 80; ++i) huge.headers.emplace_back("X-Filler-" + std::to_string(i), std::string(1000, 'h'));
+  provider.then(huge);
+  const auto dir = work_dir("failed_with");
+  const std::string path = (dir / "input.jsonl").string();
+  std::ofstream(path) << R"({"custom_id":"huge","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n';
+  Child child({path, (dir / "output.jsonl").string(), "--concurrency", "1"}, provider.base_url(), dir);
+  CHECK(child.wait() == 1);
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].at("error").at("code") == "too_large");
+  CHECK(errors[0].at("error").at("message") == "HTTP 200 too_large: the answer passed Options::max_header_bytes");
+  CHECK(errors[0].at("error").at("attempts") == 1);
 }
 
 TEST_CASE("OUTPUT or --errors naming INPUT, or OUTPUT and ERRORS one file: status 2, no file touched, nothing sent") {
