@@ -270,6 +270,18 @@ TEST_CASE("fallback_reason reads the stop and the last failure", "[fallback]") {
   CHECK_FALSE(fallback_reason_named("foo"));
 }
 
+TEST_CASE("A policy that makes no sense is refused before the first call", "[fallback]") {
+  const FallbackChain chain{routes()};
+  FakeSleep sleep;
+  Recorder recorder;
+  Providers p{{}};
+  RetryPolicy policy = no_jitter();
+  policy.base = -1ms;
+  CHECK_THROWS_WITH(call_with_fallback(chain, std::ref(p), policy, recorder.options, sleep),
+                    "RetryPolicy::base must not be negative");
+  CHECK(p.called.empty());
+}
+
 TEST_CASE("A chain that makes no sense is refused, naming the route and field", "[fallback]") {
   CHECK_THROWS_WITH(FallbackChain{{}}, "FallbackChain: at least one route is needed");
   auto r = routes();

@@ -49,6 +49,19 @@ struct WaitingGuard {
 
   Admission<Ticket> admit(const Attempt& /*attempt*/) const { return Admission<Ticket>::go(Ticket{}, wait); }
 };
+
+// A guard that refuses every attempt: no capacity.
+struct RefusingGuard {
+  struct Ticket {
+    void succeeded(const int& /*answer*/) {}
+    void failed(const Failure& /*failure*/) {}
+  };
+
+  Admission<Ticket> admit(const Attempt& /*attempt*/) const {
+    return Admission<Ticket>::refuse(
+        Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent)});
+  }
+};
 }  // namespace
 
 TEST_CASE("A first attempt that succeeds returns at once", "[retry]") {
@@ -145,6 +158,24 @@ TEST_CASE("A policy that makes no sense is refused when first read: at the first
     CHECK_THROWS_WITH(call_with_retry([&] { return provider.call(); }, policy, sleep),
                       "RetryPolicy::max_attempts must be at least 1");
     CHECK(provider.calls() == 1);
+  }
+  SECTION("a failure that is not retried: the policy error in its place, on_give_up not told") {
+    GiveUpRecorder recorder;
+    SimulatedProvider provider{"context_length"};
+    CHECK_THROWS_WITH(call_with_retry([&] { return provider.call(); }, policy, sleep, recorder.options),
+                      "RetryPolicy::max_attempts must be at least 1");
+    CHECK(provider.calls() == 1);
+    CHECK_FALSE(recorder.gave_up);
+  }
+  SECTION("an exception nobody recognises") {
+    CHECK_THROWS_WITH(call_with_retry([]() -> int { throw std::runtime_error("a bug"); }, policy, sleep),
+                      "RetryPolicy::max_attempts must be at least 1");
+  }
+  SECTION("a first attempt refused: AttemptRefused, the policy not read") {
+    RefusingGuard guard;
+    int calls = 0;
+    CHECK_THROWS_AS(call_with_retry([&] { return ++calls; }, policy, sleep, guard), AttemptRefused);
+    CHECK(calls == 0);
   }
   SECTION("a call that returns a result") {
     int calls = 0;

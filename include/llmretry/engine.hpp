@@ -136,9 +136,10 @@ class CallEngine {
   static constexpr bool hedgeable = !std::is_same_v<Options, detail::NoCallOptions>;
 
   /// An engine for one call under `policy` (which must outlive it), admitted by `guard` and following
-  /// `options` (which must outlive it). The policy is not validated now but when the engine first reads it,
-  /// at the first failure or wait: a step then throws std::invalid_argument naming the field, so a call
-  /// whose first attempt succeeds never pays for the check (see RetryPolicy::validate). `tells_time_left`:
+  /// `options` (which must outlive it). The policy is not validated now but when the engine first reads it:
+  /// at the first failure, or a wait for capacity at the first admission. The step that reads a policy that
+  /// makes no sense throws std::invalid_argument naming the field, and the call is over (see state()). A
+  /// call whose first attempt succeeds, or is refused, never reads it. `tells_time_left`:
   /// whether an attempt of a call with a deadline is told the time left (one clock read before it; a
   /// guarded call always is).
   CallEngine(detail::validate_later_t /*later*/, const RetryPolicy& policy, Guard&& guard, const Options& options,
@@ -165,7 +166,8 @@ class CallEngine {
   ~CallEngine() = default;
 
   /// Returns the first step: the first attempt, or a wait for capacity before it, or done when the guard
-  /// refused it or the deadline had passed. Call it once, first.
+  /// refused it or the deadline had passed. Call it once, first. Throws std::invalid_argument when the
+  /// guard asks for a wait and the policy, validated later, makes no sense.
   [[nodiscard]] Step start() {
     assert(phase_ == Phase::idle && "CallEngine::start: call it once, first");
     return admit();
@@ -196,7 +198,8 @@ class CallEngine {
   /// Records that the attempt failed with `failure` (the guard's ticket learns it) and decides: a wait
   /// before the next attempt (backoff, or the provider's wait; `rng` draws its jitter), or done when the
   /// call gives up (options.on_give_up has been told, gave_up() says why); pending while its hedge is in
-  /// flight.
+  /// flight. Throws std::invalid_argument, once the ticket has learned the failure, when the policy,
+  /// validated later, makes no sense.
   template <class Rng>
   Step failed(const Failure& failure, Rng& rng) {
     return failed_request(false, failure, rng);
@@ -285,7 +288,7 @@ class CallEngine {
   }
 
   /// Records that the hedge failed with `failure`: pending while the attempt's own request is in flight,
-  /// else as failed().
+  /// else as failed() (and throws as it does).
   template <class Rng>
   Step hedge_failed(const Failure& failure, Rng& rng) {
     return failed_request(true, failure, rng);
@@ -551,11 +554,27 @@ class CallEngine {
     return ticket;
   }
 
-  /// Returns the retry state, set up at the first failure (or guard wait) so that a success sets up nothing.
-  /// Throws std::invalid_argument naming the field when the policy makes no sense.
+  /// Returns the retry state, set up at the first failure (or wait for capacity at admission) so that a
+  /// success sets up nothing.
   RetryState& state() {
-    if (!state_) state_.emplace(policy_, options_.safe_to_repeat);
+    if (!state_) set_up_state();
     return *state_;
+  }
+
+  /// Sets up the retry state. Throws std::invalid_argument naming the field when the policy makes no sense:
+  /// the call is then over, on_give_up not told, the ticket of an attempt not begun given back.
+  LLMRETRY_NOINLINE void set_up_state() {
+#if LLMRETRY_HAS_EXCEPTIONS
+    try {
+      state_.emplace(policy_, options_.safe_to_repeat);
+    } catch (...) {
+      phase_ = Phase::over;
+      ticket_.reset();
+      throw;
+    }
+#else
+    state_.emplace(policy_, options_.safe_to_repeat);  // aborts when the policy makes no sense
+#endif
   }
 
   /// Returns the time from now to the deadline, 0 once it passed, without overflow whatever the two are.

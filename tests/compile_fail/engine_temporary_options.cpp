@@ -1,4 +1,4 @@
-// Must not compile: an engine made from temporary options, its policy validated already or not, would hold
+// Must not compile: an engine made from temporary options, its policy validated now or later, would hold
 // them dangling.
 #include <llmretry/engine.hpp>
 

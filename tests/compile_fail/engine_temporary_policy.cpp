@@ -1,4 +1,4 @@
-// Must not compile: an engine made from a temporary policy, validated already or not, would hold it dangling.
+// Must not compile: an engine made from a temporary policy, validated now or later, would hold it dangling.
 #include <llmretry/engine.hpp>
 
 int main() {
