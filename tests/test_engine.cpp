@@ -460,6 +460,15 @@ TEST_CASE("CallEngine: validated later, a policy that makes no sense is refused 
     REQUIRE(engine.start().kind == Kind::attempt);
     CHECK_THROWS_WITH(engine.failed(unavailable, rng), "RetryPolicy::cap must not be negative");
     CHECK(guard.failed == 1);
+    CHECK(engine.gave_up() == nullptr);
+  }
+  SECTION("a failure that is not retried reads it too") {
+    CountingGuard guard;
+    CallEngine<CountingGuard&> engine(detail::validate_later, policy, guard, options);
+    REQUIRE(engine.start().kind == Kind::attempt);
+    CHECK_THROWS_WITH(engine.failed(classify_status(400), rng), "RetryPolicy::cap must not be negative");
+    CHECK(guard.failed == 1);
+    CHECK(engine.gave_up() == nullptr);
   }
   SECTION("a guard's wait before the first attempt reads it: nothing is sent") {
     CountingGuard guard;

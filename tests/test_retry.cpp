@@ -168,8 +168,15 @@ TEST_CASE("A policy that makes no sense is refused when first read: at the first
     CHECK_FALSE(recorder.gave_up);
   }
   SECTION("an exception nobody recognises") {
-    CHECK_THROWS_WITH(call_with_retry([]() -> int { throw std::runtime_error("a bug"); }, policy, sleep),
+    int calls = 0;
+    CHECK_THROWS_WITH(call_with_retry(
+                          [&]() -> int {
+                            ++calls;
+                            throw std::runtime_error("a bug");
+                          },
+                          policy, sleep),
                       "RetryPolicy::max_attempts must be at least 1");
+    CHECK(calls == 1);
   }
   SECTION("a first attempt refused: AttemptRefused, the policy not read") {
     RefusingGuard guard;

@@ -105,7 +105,7 @@ std::chrono::steady_clock::time_point clock_of(const Options& options) {
 ///
 /// The steps: start() once, then for an attempt step make attempt() and report it with succeeded() or
 /// failed() (or abandoned() for an outcome that is not a failure), and after a wait step call resume().
-/// A done step ends the call: gave_up() is null after a success.
+/// A done step ends the call: gave_up() is null after a success. A step that throws ends it too.
 ///
 /// Hedging (CallOptions::hedging, for a driver that sends requests concurrently): after an attempt step,
 /// hedge_delay() says when a hedge of it may go; then hedge() admits it or not, and when it goes the
@@ -138,8 +138,10 @@ class CallEngine {
   /// An engine for one call under `policy` (which must outlive it), admitted by `guard` and following
   /// `options` (which must outlive it). The policy is not validated now but when the engine first reads it:
   /// at the first failure, or a wait for capacity at the first admission. The step that reads a policy that
-  /// makes no sense throws std::invalid_argument naming the field, and the call is over (see state()). A
-  /// call whose first attempt succeeds, or is refused, never reads it. `tells_time_left`:
+  /// makes no sense throws std::invalid_argument naming the field and ends the call: on_give_up is not told,
+  /// gave_up() stays null, CallOptions::stats stay as the attempt began, and the ticket of an attempt
+  /// admitted but not begun is given back. A call whose first attempt succeeds, is refused or is abandoned
+  /// never reads it. `tells_time_left`:
   /// whether an attempt of a call with a deadline is told the time left (one clock read before it; a
   /// guarded call always is).
   CallEngine(detail::validate_later_t /*later*/, const RetryPolicy& policy, Guard&& guard, const Options& options,
@@ -167,7 +169,7 @@ class CallEngine {
 
   /// Returns the first step: the first attempt, or a wait for capacity before it, or done when the guard
   /// refused it or the deadline had passed. Call it once, first. Throws std::invalid_argument when the
-  /// guard asks for a wait and the policy, validated later, makes no sense.
+  /// guard asks for a wait for capacity and the policy, validated later, makes no sense.
   [[nodiscard]] Step start() {
     assert(phase_ == Phase::idle && "CallEngine::start: call it once, first");
     return admit();
@@ -329,7 +331,7 @@ class CallEngine {
   [[nodiscard]] std::chrono::milliseconds waited() const noexcept {
     return state_ ? state_->waited() : std::chrono::milliseconds{0};
   }
-  /// Returns how the call gave up, or null while it goes on and after a success.
+  /// Returns how the call gave up, or null while it goes on, after a success, and after a step threw.
   [[nodiscard]] const GiveUp* gave_up() const noexcept { return gave_up_ ? &*gave_up_ : nullptr; }
   /// Returns the refusal that ended the call before any attempt was made, or nullopt.
   [[nodiscard]] std::optional<Refusal> first_refusal() const noexcept {
@@ -562,7 +564,7 @@ class CallEngine {
   }
 
   /// Sets up the retry state. Throws std::invalid_argument naming the field when the policy makes no sense:
-  /// the call is then over, on_give_up not told, the ticket of an attempt not begun given back.
+  /// the call is then over, on_give_up not told, the tickets of requests not begun given back.
   LLMRETRY_NOINLINE void set_up_state() {
 #if LLMRETRY_HAS_EXCEPTIONS
     try {
@@ -570,6 +572,10 @@ class CallEngine {
     } catch (...) {
       phase_ = Phase::over;
       ticket_.reset();
+      if constexpr (hedgeable) {
+        hedge_.ticket.reset();
+        hedge_.in_flight = 0;
+      }
       throw;
     }
 #else

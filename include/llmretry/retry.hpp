@@ -414,8 +414,8 @@ R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng&
 /// Throws std::invalid_argument naming the field when the policy makes no sense, as soon as the policy is
 /// read: at the first failure, retryable or not (before any wait; the failure itself is not reported and
 /// on_give_up not told), or at a wait for capacity before the first attempt (nothing sent). A first attempt
-/// that succeeds, or is refused, does not read it: validate a policy where it is built
-/// (RetryPolicy::validate). Without exceptions, that is where the program aborts.
+/// that succeeds, is refused or throws what is not a std::exception does not read it: validate a policy where
+/// it is built (RetryPolicy::validate). Without exceptions, that is where the program aborts.
 template <class Call, class... Parts>
 detail::attempt_result_t<Call> call_with_retry(Call&& call, const RetryPolicy& policy, Parts&&... parts) {
   using R = detail::attempt_result_t<Call>;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -1341,6 +1342,47 @@ TEST_CASE("the loopback's token_interval comes before each content event; stoppi
   client.join();
   CHECK_FALSE(returned);
   CHECK(delivered == std::optional<std::size_t>(1));
+}
+
+TEST_CASE("without_userinfo: the user name and password of every URL in libcurl's words", "[curl]") {
+  using llmretry::curl::detail::without_userinfo;
+  CHECK(without_userinfo("Unsupported proxy syntax in 'http://alice:s3cr@t@proxy:8080': Bad URL") ==
+        "Unsupported proxy syntax in 'http://[redacted]@proxy:8080': Bad URL");
+  CHECK(without_userinfo("Unsupported proxy scheme for 'alice:s3cret@proxy'") ==
+        "Unsupported proxy scheme for '[redacted]@proxy'");
+  CHECK(without_userinfo("a http://u:p@h/x and \"socks5://v@w\"") ==
+        "a http://[redacted]@h/x and \"socks5://[redacted]@w\"");
+  CHECK(without_userinfo("Failed to connect to 127.0.0.1 port 1 after 0 ms: Connection refused") ==
+        "Failed to connect to 127.0.0.1 port 1 after 0 ms: Connection refused");
+  CHECK(without_userinfo("'@' x://@h @") == "'@' x://@h @");  // nothing before the '@'
+  CHECK(without_userinfo("") == "");
+}
+
+TEST_CASE("a proxy from the environment that libcurl cannot use: its credentials are not in the failure", "[curl]") {
+  // Set for this test only: libcurl reads them at each transfer.
+  struct Environment {
+    Environment() {
+      ::setenv("http_proxy", "http://alice:s3cret@[not-an-address", 1);
+      ::setenv("no_proxy", "", 1);
+    }
+    Environment(const Environment&) = delete;
+    Environment& operator=(const Environment&) = delete;
+    ~Environment() {
+      ::unsetenv("http_proxy");
+      ::unsetenv("no_proxy");
+    }
+  } environment;
+  LoopbackProvider server;
+  Call call(chat_request(server), options_for(Provider::openai));
+  try {
+    (void)call();
+    FAIL("the transfer went through the proxy");
+  } catch (const llmretry::ProviderError& error) {
+    INFO(error.what());
+    CHECK(std::string(error.what()).find("s3cret") == std::string::npos);
+    CHECK(std::string(error.what()).find("[redacted]@") != std::string::npos);
+  }
+  CHECK(server.request_count() == 0);
 }
 
 TEST_CASE("redact: every secret in any ASCII case or JSON escape, overlapping echoes included; ifind's bounds",

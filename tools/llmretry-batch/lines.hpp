@@ -63,8 +63,8 @@ inline std::string error_line(const Request& request, const std::string& code, c
 
 /// Returns the errors-file line of a request that failed for good with `failure` after `attempts` attempts:
 /// the code is the provider's (from the last answer's error body), else the failure's kind; the message is
-/// `text` (what the last attempt's failure said: "Could not resolve host: ...", "HTTP 400 invalid_request
-/// (context_length_exceeded)"), or the failure described when it is empty (no attempt failed).
+/// `text` (what the failed attempt that ended the call said: "Couldn't resolve host name: Could not resolve
+/// host: ...", "HTTP 400 context_length (context_length_exceeded)"), or the failure described when it is empty.
 inline std::string failure_line(const Request& request, const llmretry::Failure& failure, llmretry::StopReason reason,
                                 int attempts, const llmretry::curl::Response* response, const std::string& text) {
   const llmretry::ErrorFields fields =

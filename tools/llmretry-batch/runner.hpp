@@ -251,7 +251,6 @@ class Runner {
     bool begun = false;                    ///< the operation was begun in this run
     bool may_have_run = false;             ///< an attempt (of this run, or of one before) may have been processed
     bool done = false;                     ///< its line is written
-    std::string failed_with;               ///< what the last failed attempt's exception said (secrets redacted)
     std::optional<Unrecorded> unrecorded;  ///< its line, until recorded
     std::mutex mutex;
   };
@@ -277,7 +276,6 @@ class Runner {
         call_options_);
     line.engine->wake_with(line.waits.waker());
     line.started = false;
-    line.failed_with.clear();
   }
 
   /// Ends the observed call of `line`, which succeeded (counted with status "success").
@@ -515,12 +513,13 @@ class Runner {
     std::optional<llmretry::curl::Response> response;
     std::optional<llmretry::curl::Response> error_response;
     llmretry::Failure failure;
+    std::string failed_with;  // what the attempt's exception said (secrets redacted)
     try {
       response = send(line.request, engine.attempt().number);
     } catch (const std::exception& error) {
       failure = llmretry::failure_of(error).value_or(llmretry::Failure{});
       if (const auto* answer = llmretry::curl::response_of(error)) error_response = *answer;
-      line.failed_with = error.what();
+      failed_with = error.what();
     }
     if (response) {
       (void)engine.succeeded(*response);
@@ -531,7 +530,7 @@ class Runner {
     if (failure.sent == llmretry::Sent::maybe_processed) line.may_have_run = true;
     const llmretry::Step after = engine.failed(failure, rng);
     if (after.kind == llmretry::Step::Kind::done)
-      return give_up(line, job, stores, error_response ? &*error_response : nullptr);
+      return give_up(line, job, stores, error_response ? &*error_response : nullptr, failed_with);
     stats_.retried(llmretry::to_string(failure.kind));
     (void)stores.queue().retry_later(job.id, job.token, after.wait);
   }
@@ -555,14 +554,15 @@ class Runner {
                                        std::string(response.header("x-request-id").value_or("")), usage);
   }
 
-  /// Writes the errors line of a request whose engine gave up (`response`: the last attempt's error
-  /// answer, if any); an operation that certainly did not run is marked failed, one of which any attempt
-  /// may have run (not only the last) stays in flight.
+  /// Writes the errors line of a request whose engine gave up (`response` and `failed_with`: the error answer
+  /// of the attempt whose failure ended the call and what its exception said; null and empty when the call
+  /// ended without an attempt's failure, such as refused before one); an operation that certainly did not run
+  /// is marked failed, one of which any attempt may have run (not only the last) stays in flight.
   /// A call given up because the shared pacing was out of reach while outages are ridden out
   /// (Settings::is_outage) is not the request's failure: its engine starts again, its job goes back to the
   /// queue for a second, and PacingUnavailable is thrown, an outage the worker rides out as any other.
   void give_up(Line& line, const llmretry::store::Job& job, Stores& stores,
-               const llmretry::curl::Response* response = nullptr) {
+               const llmretry::curl::Response* response = nullptr, const std::string& failed_with = {}) {
     const llmretry::GiveUp& gave_up = *line.engine->gave_up();
     line.observed->gave_up(gave_up);
     if (gave_up.reason == llmretry::StopReason::pacing_unavailable && settings_.is_outage) {
@@ -570,10 +570,9 @@ class Runner {
       (void)stores.queue().retry_later(job.id, job.token, std::chrono::seconds{1});
       throw PacingUnavailable("the shared pacing in Redis was out of reach");
     }
-    if (!finish(
-            line, job, stores,
-            failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response, line.failed_with),
-            false))
+    if (!finish(line, job, stores,
+                failure_line(line.request, gave_up.failure, gave_up.reason, gave_up.attempts, response, failed_with),
+                false))
       return;
     if (!line.may_have_run && gave_up.failure.sent != llmretry::Sent::maybe_processed)
       (void)stores.operations().fail(settings_.batch_name + line.request.key);

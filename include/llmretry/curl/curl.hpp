@@ -426,6 +426,34 @@ inline std::string redact(std::string text, const std::vector<std::string>& secr
   return found ? out : text;
 }
 
+/// Returns `text` (libcurl's words for a failed transfer) with the user name and password of every URL in it
+/// replaced by "[redacted]": libcurl quotes a proxy it cannot use as given, credentials included. A URL is a
+/// run of characters without space or quote; its credentials run from its "://" (or its start) to its last '@'.
+inline std::string without_userinfo(std::string_view text) {
+  constexpr std::string_view mark = "[redacted]";
+  const auto ends_run = [](char c) { return c == ' ' || c == '\'' || c == '"' || c == '\t' || c == '\n'; };
+  std::string out;
+  for (std::size_t at = 0; at < text.size();) {
+    if (ends_run(text[at])) {
+      out.push_back(text[at++]);
+      continue;
+    }
+    std::size_t end = at;
+    while (end < text.size() && !ends_run(text[end])) ++end;
+    const std::string_view run = text.substr(at, end - at);
+    const std::size_t last_at = run.rfind('@');
+    const std::size_t scheme = run.find("://");
+    const std::size_t from = scheme == std::string_view::npos || scheme > last_at ? 0 : scheme + 3;
+    if (last_at == std::string_view::npos || last_at == from) {
+      out.append(run);
+    } else {
+      out.append(run.substr(0, from)).append(mark).append(run.substr(last_at));
+    }
+    at = end;
+  }
+  return out;
+}
+
 /// Returns the values of the request's secret headers (see Options::secret_headers), and for a value
 /// such as "Bearer KEY" the key alone; values shorter than 4 characters are left out.
 inline std::vector<std::string> secrets_of(const Request& request, const Options& options) {
@@ -540,7 +568,7 @@ inline std::pair<Failure, std::string> transfer_failure(const Transfer& transfer
   const bool sent = request_size > 0;
   const std::string_view text = error_text;
   std::string message = curl_easy_strerror(code);
-  if (!text.empty()) message.append(": ").append(text);
+  if (!text.empty()) message.append(": ").append(without_userinfo(text));
   if (transfer.cancelled)
     return {Failure::of(FailureKind::unknown, sent ? Sent::maybe_processed : Sent::not_sent),
             "cancelled by the caller (Options::cancel)"};
