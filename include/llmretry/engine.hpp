@@ -564,8 +564,10 @@ class CallEngine {
   }
 
   /// Sets up the retry state. Throws std::invalid_argument naming the field when the policy makes no sense:
-  /// the call is then over, on_give_up not told, the tickets of requests not begun given back.
-  LLMRETRY_NOINLINE void set_up_state() {
+  /// the call is then over, on_give_up not told, the tickets of requests not begun given back. Not kept out
+  /// of line: an engine whose address reaches a call the compiler cannot see into is kept in memory, and a
+  /// success would pay for writing it.
+  void set_up_state() {
 #if LLMRETRY_HAS_EXCEPTIONS
     try {
       state_.emplace(policy_, options_.safe_to_repeat);
