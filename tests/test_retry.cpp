@@ -3,10 +3,13 @@
 #include <llmretry/testing.hpp>
 
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "give_up_recorder.hpp"
@@ -38,29 +41,37 @@ class MyProviderError : public ProviderError {
   int id_;
 };
 
+// The ticket of the guards below: it learns nothing.
+struct NoTicket {
+  template <class Answer>
+  void succeeded(const Answer& /*answer*/) {}
+  void failed(const Failure& /*failure*/) {}
+};
+
 // A guard that asks every attempt to wait `wait` for capacity before it goes.
 struct WaitingGuard {
   milliseconds wait;
 
-  struct Ticket {
-    void succeeded(const int& /*answer*/) {}
-    void failed(const Failure& /*failure*/) {}
-  };
-
-  Admission<Ticket> admit(const Attempt& /*attempt*/) const { return Admission<Ticket>::go(Ticket{}, wait); }
+  Admission<NoTicket> admit(const Attempt& /*attempt*/) const { return Admission<NoTicket>::go(NoTicket{}, wait); }
 };
 
 // A guard that refuses every attempt: no capacity.
 struct RefusingGuard {
-  struct Ticket {
-    void succeeded(const int& /*answer*/) {}
-    void failed(const Failure& /*failure*/) {}
-  };
-
-  Admission<Ticket> admit(const Attempt& /*attempt*/) const {
-    return Admission<Ticket>::refuse(
+  Admission<NoTicket> admit(const Attempt& /*attempt*/) const {
+    return Admission<NoTicket>::refuse(
         Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent)});
   }
+};
+
+// A result-like value that cannot be assigned (its members are const): each attempt's is a new object.
+struct ConstResult {
+  explicit ConstResult(int number) : value(number) {}
+  explicit ConstResult(Error failure) : error_(std::move(failure)) {}
+  bool has_value() const { return !error_; }
+  const Error& error() const { return *error_; }
+
+  const int value = 0;
+  const std::optional<Error> error_;
 };
 }  // namespace
 
@@ -327,6 +338,40 @@ TEST_CASE("Return types pass through unchanged", "[retry]") {
     int calls = 0;
     call_with_retry([&] { ++calls; }, RetryPolicy{}, sleep);
     CHECK(calls == 1);
+  }
+}
+
+TEST_CASE("A result-like value that cannot be assigned", "[retry][result]") {
+  static_assert(!std::is_move_assignable_v<ConstResult> && is_result_like_v<ConstResult>);
+  FakeSleep sleep;
+  int calls = 0;
+  const auto failing_until = [&](int last_failure) {
+    return [&calls, last_failure] {
+      ++calls;
+      if (calls <= last_failure) return ConstResult(Error{classify_status(503), "attempt " + std::to_string(calls)});
+      return ConstResult(calls);
+    };
+  };
+  SECTION("retried until a value comes back") {
+    const ConstResult result = call_with_retry(failing_until(2), no_jitter(), sleep);
+    REQUIRE(result.has_value());
+    CHECK(result.value == 3);
+    CHECK(sleep.waits().size() == 2);
+  }
+  SECTION("giving up returns the last result") {
+    RetryPolicy policy = no_jitter();
+    policy.max_attempts = 2;
+    const ConstResult result = call_with_retry(failing_until(5), policy, sleep);
+    REQUIRE_FALSE(result.has_value());
+    CHECK(result.error().message == "attempt 2");
+    CHECK(calls == 2);
+  }
+  SECTION("a first attempt refused: the result is built from the refusal") {
+    RefusingGuard guard;
+    const ConstResult result = call_with_retry(failing_until(0), no_jitter(), sleep, guard);
+    REQUIRE_FALSE(result.has_value());
+    CHECK(result.error().message == "attempt refused: no_capacity");
+    CHECK(calls == 0);
   }
 }
 

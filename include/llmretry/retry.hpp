@@ -330,50 +330,57 @@ std::optional<Failure> failure_in(const R& result, const Check& check) {
   return rejected(check, result);
 }
 
+/// Returns the result of the first attempt of `engine`'s call when `made` (start() and the waits after it let it
+/// be made), else the result a refused first attempt returns (only a guard, or a deadline for a call that takes
+/// an Attempt, refuses one).
+template <class R, class Engine, class Call>
+R first_result(Engine& engine, Call& call, [[maybe_unused]] bool made) {
+  if constexpr (Engine::guarded || takes_attempt_v<Call>) {
+    if (!made) return refused_result<R>(*engine.first_refusal());
+  }
+  return invoke_attempt(call, engine.attempt());
+}
+
+/// Tells `engine` how the attempt that returned `result` went. Returns true when another attempt follows:
+/// it failed (its error, or what `check` rejects), `on_retry` was told, and the waits before the next
+/// attempt were carried out; false when the call ends with `result`.
+template <class R, class Engine, class Check, class Waits, class Rng, class OnRetry>
+bool another_attempt(Engine& engine, const R& result, const Check& check, Waits& waits, Rng& rng, OnRetry& on_retry) {
+  const std::optional<Failure> failure = failure_in(result, check);
+  if (!failure) {
+    (void)engine.succeeded(result);
+    return false;
+  }
+  const Step step = engine.failed(*failure, rng);
+  if (step.kind == Step::Kind::done) return false;
+  on_retry(engine.attempts(), *failure, step.wait);
+  return waits.wait_out(engine, step).kind != Step::Kind::done;
+}
+
+/// run_results for a result that can be assigned: one result for every attempt, a later one assigned to it.
+/// It is declared in the function's outermost scope, where compilers build it in the caller's place: a
+/// success copies nothing.
+template <class R, class Engine, class Call, class Check, class Waits, class Rng, class OnRetry>
+R run_results_in_place(Engine& engine, Call& call, const Check& check, Waits& waits, Rng& rng, OnRetry& on_retry,
+                       bool made) {
+  R result = first_result<R>(engine, call, made);
+  if (!made) return result;
+  while (another_attempt(engine, result, check, waits, rng, on_retry)) result = invoke_attempt(call, engine.attempt());
+  return result;
+}
+
 /// The blocking driver of a call that returns a result-like value: the last result comes back when it
 /// gives up. Carries out `engine`'s steps as run_throwing does.
 template <class R, class Engine, class Call, class Check, class Waits, class Rng, class OnRetry>
 R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng& rng, OnRetry& on_retry) {
-  constexpr bool can_refuse = Engine::guarded || takes_attempt_v<Call>;
-  if (waits.wait_out(engine, engine.start()).kind == Step::Kind::done) {
-    if constexpr (can_refuse) return refused_result<R>(*engine.first_refusal());
-  }
-  // Returns true when the call goes on after `failure`: the wait after it (and any before the next
-  // attempt) carried out.
-  const auto retries = [&](const Failure& failure) {
-    const Step step = engine.failed(failure, rng);
-    if (step.kind == Step::Kind::done) return false;
-    on_retry(engine.attempts(), failure, step.wait);
-    return waits.wait_out(engine, step).kind != Step::Kind::done;
-  };
+  const bool made = waits.wait_out(engine, engine.start()).kind != Step::Kind::done;
   if constexpr (std::is_move_assignable_v<R>) {
-    // One result for every attempt, built where the caller receives it: a success copies nothing, and a
-    // later attempt refused returns the last result as it stands.
-    R result = invoke_attempt(call, engine.attempt());
-    for (;;) {
-      const std::optional<Failure> failure = failure_in(result, check);
-      if (!failure) {
-        (void)engine.succeeded(result);
-        return result;
-      }
-      if (!retries(*failure)) return result;
-      result = invoke_attempt(call, engine.attempt());
-    }
+    return run_results_in_place<R>(engine, call, check, waits, rng, on_retry, made);
   } else {
-    std::optional<R> last;  // a result that cannot be assigned: the last failed one, kept to return it
+    if (!made) return first_result<R>(engine, call, made);
     for (;;) {
       R result = invoke_attempt(call, engine.attempt());
-      const std::optional<Failure> failure = failure_in(result, check);
-      if (!failure) {
-        (void)engine.succeeded(result);
-        return result;
-      }
-      const Step step = engine.failed(*failure, rng);
-      if (step.kind == Step::Kind::done) return result;
-      on_retry(engine.attempts(), *failure, step.wait);
-      last.reset();
-      last.emplace(std::move(result));
-      if (waits.wait_out(engine, step).kind == Step::Kind::done) return *std::move(last);
+      if (!another_attempt(engine, result, check, waits, rng, on_retry)) return result;
     }
   }
 }
