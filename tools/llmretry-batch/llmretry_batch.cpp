@@ -85,6 +85,7 @@ struct Options {
   std::optional<std::int64_t> rpm;
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
+  int max_attempts = llmretry::RetryPolicy::batch().max_attempts;
   llmretry::Priority priority = llmretry::Priority::interactive;
   std::string tenant;
   std::string redis;
@@ -99,6 +100,14 @@ std::string host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
   return name;
+}
+
+/// Adds --max-attempts to `app`, read into `max_attempts`.
+void add_max_attempts_option(CLI::App& app, int& max_attempts) {
+  app.add_option("--max-attempts", max_attempts,
+                 "attempts of each request at most, the first included (default 8, 1 to 100): 1 sends each "
+                 "request once and writes its failure to the errors file at once")
+      ->check(CLI::Range(1, 100));
 }
 
 /// Adds --priority to `app`, read into `priority`.
@@ -160,6 +169,7 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
   app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
       ->check(CLI::Range(1, 256));
+  add_max_attempts_option(app, options.max_attempts);
   add_priority_option(app, options.priority);
   add_tenant_option(app, options.tenant);
   app.add_option("--redis", options.redis,
@@ -443,6 +453,7 @@ int run(const Options& options) {
 
   batch::Settings settings;
   settings.workers = options.concurrency;
+  settings.policy.max_attempts = options.max_attempts;
   settings.priority = options.priority;
   settings.tenant = options.tenant;
   settings.api_key = api_key;
@@ -490,8 +501,9 @@ int run(const Options& options) {
 
 constexpr const char* fleet_description = R"(The fleet form: one batch, many workers, through one Redis.
   llmretry-batch submit  INPUT.jsonl --redis URL --batch NAME
-  llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--rpm N] [--tpm N] [--lease DURATION]
-                         [--redis-wait DURATION] [--priority CLASS] [--tenant NAME] [--metrics-file PATH]
+  llmretry-batch work    --redis URL --batch NAME [--concurrency N] [--max-attempts N] [--rpm N] [--tpm N]
+                         [--lease DURATION] [--redis-wait DURATION] [--priority CLASS] [--tenant NAME]
+                         [--metrics-file PATH]
   llmretry-batch collect --redis URL --batch NAME OUTPUT.jsonl [--errors ERRORS.jsonl]
   llmretry-batch status  --redis URL --batch NAME
 Each takes --redis-timeout DURATION too (default 1s).)";
@@ -515,6 +527,7 @@ struct FleetOptions {
   std::optional<std::int64_t> rpm;
   std::optional<std::int64_t> tpm;
   int concurrency = 8;
+  int max_attempts = llmretry::RetryPolicy::batch().max_attempts;
   llmretry::Priority priority = llmretry::Priority::interactive;
   std::string tenant;
   std::chrono::milliseconds lease = visibility_timeout;
@@ -545,6 +558,7 @@ FleetOptions parse_fleet(int argc, char** argv) {
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
     app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
         ->check(CLI::Range(1, 256));
+    add_max_attempts_option(app, options.max_attempts);
     add_priority_option(app, options.priority);
     add_tenant_option(app, options.tenant);
     llmretry_tools::add_duration_option(app, "--lease", options.lease, std::chrono::milliseconds{300},
@@ -721,6 +735,7 @@ int work(const FleetOptions& options) {
                          });
   batch::Settings settings;
   settings.workers = options.concurrency;
+  settings.policy.max_attempts = options.max_attempts;
   settings.priority = options.priority;
   settings.tenant = options.tenant;
   settings.api_key = api_key;

@@ -320,6 +320,36 @@ TEST_CASE("an attempt that failed without an error answer: the errors line says 
   CHECK(errors[0].at("error").at("attempts") == 1);
 }
 
+TEST_CASE(
+    "--max-attempts: a request that gets no answer at all is tried that many times, then written to the errors "
+    "file with what the HTTP client saw") {
+  std::string nowhere;
+  {
+    LoopbackProvider closed;  // its port, closed again: every connection is refused
+    nowhere = closed.base_url();
+  }
+  const auto dir = work_dir("max_attempts");
+  const std::string path = (dir / "input.jsonl").string();
+  std::ofstream(path) << R"({"custom_id":"lost","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n';
+  Child child({path, (dir / "output.jsonl").string(), "--concurrency", "1", "--max-attempts", "2"}, nowhere, dir);
+  CHECK(child.wait() == 1);
+  const auto errors = lines_of(dir / "output.errors.jsonl");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].at("custom_id") == "lost");
+  CHECK(errors[0].at("error").at("stop_reason") == "attempts_exhausted");
+  CHECK(errors[0].at("error").at("attempts") == 2);
+  const std::string message = errors[0].at("error").at("message");
+  CHECK_THAT(message, llmretry_catch::contains("Couldn't connect to server"));
+  CHECK(line_count(dir / "output.jsonl") == 0);
+
+  for (const char* count : {"0", "101", "two"}) {
+    Child refused({path, (dir / "again.jsonl").string(), "--max-attempts", count}, nowhere, dir);
+    CHECK(refused.wait() == 2);
+    CHECK_THAT(refused.err(), llmretry_catch::contains("--max-attempts"));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "again.jsonl"));
+}
+
 TEST_CASE("OUTPUT or --errors naming INPUT, or OUTPUT and ERRORS one file: status 2, no file touched, nothing sent") {
   LoopbackProvider provider;
   const auto dir = work_dir("same_file");
@@ -921,6 +951,7 @@ TEST_CASE("fleet: bad usage, an unknown batch, a bad input or a file not to repl
   refused({"status", "--redis", redis, "--batch", "never-submitted"}, "no such batch in Redis");
   refused({"collect", "--redis", redis, "--batch", "b"}, "OUTPUT is required");
   refused({"work", "--redis", redis, "--batch", "b", "--bogus"}, "--bogus");
+  refused({"work", "--redis", redis, "--batch", "b", "--max-attempts", "0"}, "--max-attempts");
 
   const std::string bad = (dir / "bad.jsonl").string();
   std::ofstream(bad) << R"({"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n'
