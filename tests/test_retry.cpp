@@ -55,9 +55,12 @@ struct WaitingGuard {
   Admission<NoTicket> admit(const Attempt& /*attempt*/) const { return Admission<NoTicket>::go(NoTicket{}, wait); }
 };
 
-// A guard that refuses every attempt: no capacity.
+// A guard that refuses every attempt from the `from`th on: no capacity.
 struct RefusingGuard {
-  Admission<NoTicket> admit(const Attempt& /*attempt*/) const {
+  int from = 1;
+
+  Admission<NoTicket> admit(const Attempt& attempt) const {
+    if (attempt.number < from) return Admission<NoTicket>::go(NoTicket{});
     return Admission<NoTicket>::refuse(
         Refusal{StopReason::no_capacity, Failure::of(FailureKind::rate_limited, Sent::not_sent)});
   }
@@ -372,6 +375,14 @@ TEST_CASE("A result-like value that cannot be assigned", "[retry][result]") {
     REQUIRE_FALSE(result.has_value());
     CHECK(result.error().message == "attempt refused: no_capacity");
     CHECK(calls == 0);
+  }
+  SECTION("a retry refused after its wait: the last result comes back") {
+    RefusingGuard guard{2};
+    const ConstResult result = call_with_retry(failing_until(5), no_jitter(), sleep, guard);
+    REQUIRE_FALSE(result.has_value());
+    CHECK(result.error().message == "attempt 1");
+    CHECK(calls == 1);
+    CHECK(sleep.waits().size() == 1);
   }
 }
 

@@ -330,12 +330,16 @@ std::optional<Failure> failure_in(const R& result, const Check& check) {
   return rejected(check, result);
 }
 
+/// Whether `engine` may refuse the first attempt of `Call`: only a guard, or a deadline for a call that takes an
+/// Attempt, refuses one.
+template <class Engine, class Call>
+constexpr bool may_refuse_first_v = Engine::guarded || takes_attempt_v<Call>;
+
 /// Returns the result of the first attempt of `engine`'s call when `made` (start() and the waits after it let it
-/// be made), else the result a refused first attempt returns (only a guard, or a deadline for a call that takes
-/// an Attempt, refuses one).
+/// be made), else the result a refused first attempt returns.
 template <class R, class Engine, class Call>
 R first_result(Engine& engine, Call& call, [[maybe_unused]] bool made) {
-  if constexpr (Engine::guarded || takes_attempt_v<Call>) {
+  if constexpr (may_refuse_first_v<Engine, Call>) {
     if (!made) return refused_result<R>(*engine.first_refusal());
   }
   return invoke_attempt(call, engine.attempt());
@@ -364,7 +368,9 @@ template <class R, class Engine, class Call, class Check, class Waits, class Rng
 R run_results_in_place(Engine& engine, Call& call, const Check& check, Waits& waits, Rng& rng, OnRetry& on_retry,
                        bool made) {
   R result = first_result<R>(engine, call, made);
-  if (!made) return result;
+  if constexpr (may_refuse_first_v<Engine, Call>) {
+    if (!made) return result;
+  }
   while (another_attempt(engine, result, check, waits, rng, on_retry)) result = invoke_attempt(call, engine.attempt());
   return result;
 }
@@ -373,11 +379,13 @@ R run_results_in_place(Engine& engine, Call& call, const Check& check, Waits& wa
 /// gives up. Carries out `engine`'s steps as run_throwing does.
 template <class R, class Engine, class Call, class Check, class Waits, class Rng, class OnRetry>
 R run_results(Engine& engine, Call& call, const Check& check, Waits& waits, Rng& rng, OnRetry& on_retry) {
-  const bool made = waits.wait_out(engine, engine.start()).kind != Step::Kind::done;
+  [[maybe_unused]] const bool made = waits.wait_out(engine, engine.start()).kind != Step::Kind::done;
   if constexpr (std::is_move_assignable_v<R>) {
     return run_results_in_place<R>(engine, call, check, waits, rng, on_retry, made);
   } else {
-    if (!made) return first_result<R>(engine, call, made);
+    if constexpr (may_refuse_first_v<Engine, Call>) {
+      if (!made) return first_result<R>(engine, call, made);
+    }
     for (;;) {
       R result = invoke_attempt(call, engine.attempt());
       if (!another_attempt(engine, result, check, waits, rng, on_retry)) return result;

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +53,7 @@
 #include "report.hpp"
 #include "runner.hpp"
 #include "send_again.hpp"
+#include "stop_signals.hpp"
 
 namespace {
 
@@ -70,7 +72,8 @@ constexpr const char* footer = R"(
 Environment: OPENAI_BASE_URL, OPENAI_API_KEY (required with the default base URL; never printed).
 Progress and summary go to stderr.
 Exit status: 0 every line answered, 1 some lines in the errors file, 2 bad usage, input or files,
-3 stopped by a file or Redis failure (rerun to resume).
+3 stopped by a file or Redis failure (rerun to resume), 130 / 143 stopped by SIGINT / SIGTERM with lines
+left (the requests in flight were written; a second signal quits at once; rerun to resume).
 Durations carry their unit (h, m, s, ms, us, ns): 500ms, 2s, 1m30s; 0 alone may go without.
 One batch, many workers on any hosts: llmretry-batch submit | work | collect | status (see
 llmretry-batch work --help).)";
@@ -102,11 +105,9 @@ std::string host_name() {
   return name;
 }
 
-/// Adds --max-attempts to `app`, read into `max_attempts`.
-void add_max_attempts_option(CLI::App& app, int& max_attempts) {
-  app.add_option("--max-attempts", max_attempts,
-                 "attempts of each request at most, the first included (default 8, 1 to 100): 1 sends each "
-                 "request once and writes its failure to the errors file at once")
+/// Adds --max-attempts to `app`, read into `max_attempts`, described as `what` bounds.
+void add_max_attempts_option(CLI::App& app, int& max_attempts, const std::string& what) {
+  app.add_option("--max-attempts", max_attempts, what + ", the first included (default 8, 1 to 100)")
       ->check(CLI::Range(1, 100));
 }
 
@@ -169,7 +170,9 @@ Options parse(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
   app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
       ->check(CLI::Range(1, 256));
-  add_max_attempts_option(app, options.max_attempts);
+  add_max_attempts_option(app, options.max_attempts,
+                          "the attempts of each request at most (1: each request sent once, a failure written to "
+                          "the errors file at once)");
   add_priority_option(app, options.priority);
   add_tenant_option(app, options.tenant);
   app.add_option("--redis", options.redis,
@@ -393,8 +396,17 @@ std::pair<std::string, std::string> provider_from_environment() {
   return {std::move(base_url), std::move(api_key)};
 }
 
+/// What the first SIGINT or SIGTERM writes.
+constexpr const char* stopping_words =
+    "llmretry-batch: stopping: nothing more is sent, the requests in flight finish and are written (a second "
+    "signal quits at once)\n";
+
+/// Returns the name of a stop signal.
+const char* signal_name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+
 /// Runs the batch. Returns the exit status.
 int run(const Options& options) {
+  const batch::StopSignals stop_signals(stopping_words);  // before any thread starts
   const std::pair<std::string, std::string> provider = provider_from_environment();
   const std::string& base_url = provider.first;
   const std::string& api_key = provider.second;
@@ -461,6 +473,7 @@ int run(const Options& options) {
   settings.batch_name = batch_name(options.output) + ":";
   settings.renew_every = visibility_timeout / 3;
   settings.observer = &registry;
+  settings.stop_requested = &stop_signals.requested();
   llmretry::DeploymentOptions paced = deployment_options(options);
 #if LLMRETRY_BATCH_REDIS
   std::unique_ptr<llmretry_tools::RedisPool> pacing_connections;
@@ -484,14 +497,22 @@ int run(const Options& options) {
 #endif
 
   const auto start = std::chrono::steady_clock::now();
+  std::int64_t left = 0;
   {
     std::optional<Progress> progress;
     if (::isatty(STDERR_FILENO) != 0) progress.emplace(stats, total, done_before);
     batch::FileDestination destination(*output, *errors);
-    batch::Runner(std::move(pending), destination, deployment, open_stores, settings, stats).run();
+    batch::Runner runner(std::move(pending), destination, deployment, open_stores, settings, stats);
+    runner.run();
+    left = runner.remaining();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   batch::print_summary(stats, deployment, total, done_before, seconds);
+  if (left > 0 && stop_signals.signal() != 0) {
+    std::fprintf(stderr, "llmretry-batch: stopped by %s: %lld lines without an answer; run again to send them\n",
+                 signal_name(stop_signals.signal()), static_cast<long long>(left));
+    return 128 + stop_signals.signal();
+  }
   return failed_before + stats.failed > 0 ? 1 : 0;
 }
 
@@ -515,7 +536,8 @@ a worker killed loses its jobs to the others once it lapses) and riding out Redi
 --redis-wait (default 30s) before it stops. collect writes one line per custom_id:
 exit 0 all answered, 1 some in the errors file, 4 the batch is not finished (nothing written). work reads
 OPENAI_BASE_URL and OPENAI_API_KEY. Durations carry their unit (h, m, s, ms, us, ns): 500ms, 2s, 1m30s;
-0 alone may go without. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure.)";
+0 alone may go without. Exit status 2: bad usage, input or files; 3: stopped by a Redis failure; work:
+130 / 143 stopped by SIGINT / SIGTERM (its requests in flight written first; a second signal quits at once).)";
 
 /// The command line of a fleet command.
 struct FleetOptions {
@@ -558,7 +580,9 @@ FleetOptions parse_fleet(int argc, char** argv) {
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000'000}));
     app.add_option("--concurrency", options.concurrency, "requests in flight at most (default 8)")
         ->check(CLI::Range(1, 256));
-    add_max_attempts_option(app, options.max_attempts);
+    add_max_attempts_option(app, options.max_attempts,
+                            "the attempts this worker makes of a request at most (a retry taken by another "
+                            "worker starts a new count)");
     add_priority_option(app, options.priority);
     add_tenant_option(app, options.tenant);
     llmretry_tools::add_duration_option(app, "--lease", options.lease, std::chrono::milliseconds{300},
@@ -714,6 +738,7 @@ class Heartbeat {
 
 /// llmretry-batch work: sends the batch's jobs until none is left. Returns the exit status.
 int work(const FleetOptions& options) {
+  const batch::StopSignals stop_signals(stopping_words);  // before any thread starts
   const std::pair<std::string, std::string> provider = provider_from_environment();
   const std::string& base_url = provider.first;
   const std::string& api_key = provider.second;
@@ -747,6 +772,7 @@ int work(const FleetOptions& options) {
   settings.is_outage = is_redis_outage;
   settings.outage_limit = options.redis_wait;
   settings.observer = &registry;
+  settings.stop_requested = &stop_signals.requested();
   settings.read_job = [base_url](const llmretry::store::Job& job) {
     return batch::detail::parse_line(job.payload, 0, "job " + job.id, base_url);
   };
@@ -767,10 +793,18 @@ int work(const FleetOptions& options) {
     batch::Runner({}, destination, deployment, open_stores, settings, stats).run();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "worker %s of batch %s: no job left; %lld jobs lost to other workers (lease lapsed)\n",
-               worker_name().c_str(), options.batch.c_str(), static_cast<long long>(stats.leases_lost.load()));
+  const int stopped_by = stop_signals.signal();
+  if (stopped_by != 0)
+    std::fprintf(stderr,
+                 "worker %s of batch %s: stopped by %s; a job it was waiting to send goes to another worker once "
+                 "its lease lapses; %lld jobs lost to other workers (lease lapsed)\n",
+                 worker_name().c_str(), options.batch.c_str(), signal_name(stopped_by),
+                 static_cast<long long>(stats.leases_lost.load()));
+  else
+    std::fprintf(stderr, "worker %s of batch %s: no job left; %lld jobs lost to other workers (lease lapsed)\n",
+                 worker_name().c_str(), options.batch.c_str(), static_cast<long long>(stats.leases_lost.load()));
   batch::print_summary(stats, deployment, stats.answered + stats.failed, 0, seconds);
-  return 0;
+  return stopped_by != 0 ? 128 + stopped_by : 0;
 }
 
 /// llmretry-batch collect: writes the batch's answers and errors, one line per custom_id, streamed from

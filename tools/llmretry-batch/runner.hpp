@@ -159,6 +159,10 @@ struct Settings {
   /// start of the run, or when a worker takes a submitted batch's job) and leaves it when its first attempt
   /// is sent or its line is written without one.
   llmretry::metrics::Observer* observer = nullptr;
+  /// Once set (null: never), the run stops sending: a worker takes no more jobs and leaves a wait before an
+  /// attempt (for capacity) at once, its job staying in the queue; the attempts in flight finish, and their
+  /// lines are written. Then run() returns, remaining() saying how many lines are left.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 
 /// The code and stop reason of an errors-file line whose request completed in an earlier run (the operations
@@ -179,6 +183,7 @@ class Runner {
   Runner(std::vector<Request> pending, Destination& destination, llmretry::Deployment& deployment,
          OpenStores open_stores, Settings settings, Stats& stats)
       : observer_(settings.observer != nullptr ? *settings.observer : nobody_),
+        sleep_{settings.stop_requested},
         destination_(destination),
         deployment_(deployment),
         open_stores_(std::move(open_stores)),
@@ -223,7 +228,25 @@ class Runner {
  private:
   using Engine =
       llmretry::CallEngine<llmretry::GuardSet<llmretry::metrics::ObservedCall&, llmretry::Deployment::Pacing>>;
-  static constexpr llmretry::RealSleep real_sleep{};
+
+  /// Thrown by a wait that a request to stop cut short.
+  struct Stopping {};
+
+  /// The sleep of the waits before an attempt: the real one, in slices of at most 50 ms, which throws
+  /// Stopping once Settings::stop_requested is set.
+  struct StoppableSleep {
+    const std::atomic<bool>* stop_requested = nullptr;
+
+    void operator()(std::chrono::milliseconds wait) const {
+      constexpr std::chrono::milliseconds slice{50};
+      for (;;) {
+        if (stop_requested != nullptr && *stop_requested) throw Stopping{};
+        if (wait <= std::chrono::milliseconds::zero()) return;
+        std::this_thread::sleep_for(std::min(wait, slice));
+        wait -= slice;
+      }
+    }
+  };
 
   /// A request's line not yet recorded: its text, an answer when `answered` (else an errors line).
   struct Unrecorded {
@@ -234,7 +257,7 @@ class Runner {
   /// One request and its engine. A job is handed to one worker at a time; the mutex also covers a job
   /// handed out again after its visibility timeout while its first worker still holds it.
   struct Line {
-    Line() = default;
+    explicit Line(const StoppableSleep& sleep) : waits(sleep) {}
     Line(const Line&) = delete;
     Line& operator=(const Line&) = delete;
     Line(Line&&) = delete;
@@ -242,8 +265,8 @@ class Runner {
     ~Line() = default;
 
     Request request;
-    llmretry::BlockingWaits<const llmretry::RealSleep> waits{real_sleep};  ///< outlives the engine
-    std::optional<llmretry::metrics::ObservedCall> observed;               ///< the engine's first guard; outlives it
+    llmretry::BlockingWaits<const StoppableSleep> waits;      ///< outlives the engine
+    std::optional<llmretry::metrics::ObservedCall> observed;  ///< the engine's first guard; outlives it
     std::optional<Engine> engine;
     std::optional<llmretry::Deployment::time_point>
         queued_since;                      ///< on the pacing's clock; set until it leaves the queue
@@ -257,7 +280,7 @@ class Runner {
 
   /// Returns the line of `request`, its engine ready, in the queue of requests not yet sent.
   std::shared_ptr<Line> make_line(Request request) {
-    auto line = std::make_shared<Line>();
+    auto line = std::make_shared<Line>(sleep_);
     line->request = std::move(request);
     start_engine(*line);
     line->queued_since = deployment_.now();
@@ -374,12 +397,15 @@ class Runner {
     return false;
   }
 
+  /// Returns true once the run was asked to stop (Settings::stop_requested).
+  bool stop_requested() const noexcept { return sleep_.stop_requested != nullptr && *sleep_.stop_requested; }
+
   void work() {
     try {
       std::unique_ptr<Stores> stores;
       llmretry::ThreadRng rng;
       Outage outage(settings_);
-      while (!stopped_) {
+      while (!stopped_ && !stop_requested()) {
         try {
           if (!stores) stores = open_stores_();
           if (!turn(*stores, rng)) break;
@@ -388,6 +414,8 @@ class Runner {
           if (!outage.ride_out(error, stopped_)) throw;
         }
       }
+    } catch (const Stopping&) {
+      // A wait before an attempt was cut short: its job stays in the queue, for a later run.
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
@@ -614,6 +642,7 @@ class Runner {
 
   inline static llmretry::metrics::Observer nobody_;  ///< the observer when Settings::observer is null
   llmretry::metrics::Observer& observer_;
+  const StoppableSleep sleep_;                       ///< every line's; outlives them
   llmretry_tools::BoundedLabels model_labels_{100};  ///< the first 100 models named, then "other"
   std::vector<std::string> order_;                   ///< the pending requests' keys, in the input's order
   std::mutex lines_mutex_;

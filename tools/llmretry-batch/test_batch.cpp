@@ -13,9 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -101,6 +105,17 @@ std::size_t line_count(const std::filesystem::path& path) {
   return count;
 }
 
+/// Waits until `path` holds `count` complete lines, written by `child`. REQUIREs that `child` runs meanwhile
+/// and that they come within a minute (scaled).
+void wait_for_lines(Child& child, const std::filesystem::path& path, std::size_t count) {
+  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(std::chrono::minutes{1});
+  while (line_count(path) < count) {
+    REQUIRE_FALSE(child.ended());
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(2ms);
+  }
+}
+
 /// Returns how many times each custom_id has a line in the output and errors files together.
 std::map<std::string, int> answers(const std::filesystem::path& dir) {
   std::map<std::string, int> count;
@@ -127,6 +142,37 @@ std::string answer_line(const std::string& custom_id, std::size_t padding = 0) {
          R"(","response":{"status_code":200,"request_id":"","body":{"padding":")" + std::string(padding, 'x') +
          R"("}},"error":null})";
 }
+
+/// A TCP socket bound to a port of 127.0.0.1 while it lives: listening, it takes connections into its backlog
+/// and answers none; not listening, every connection to it is refused.
+class BoundSocket {
+ public:
+  explicit BoundSocket(bool listening) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    REQUIRE(fd_ >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    if (listening) REQUIRE(::listen(fd_, 8) == 0);
+    socklen_t length = sizeof address;
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    port_ = ntohs(address.sin_port);
+  }
+  BoundSocket(const BoundSocket&) = delete;
+  BoundSocket& operator=(const BoundSocket&) = delete;
+  BoundSocket(BoundSocket&&) = delete;
+  BoundSocket& operator=(BoundSocket&&) = delete;
+  ~BoundSocket() { ::close(fd_); }
+
+  /// Returns an OpenAI base URL on its port.
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+  /// Returns the socket.
+  int fd() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
 
 /// Returns the Idempotency-Key of each request the provider received, from the `from`th on.
 std::vector<std::string> keys_received(const LoopbackProvider& provider, std::size_t from) {
@@ -183,7 +229,7 @@ TEST_CASE("killed with SIGKILL mid-run and run again: no line answered twice, no
       input, (dir / "output.jsonl").string(), "--concurrency", "16", "--rpm", "30000", "--tpm", "1800000"};
 
   Child first(arguments, provider.base_url(), dir);
-  while (line_count(dir / "output.jsonl") < 600) std::this_thread::sleep_for(5ms);
+  wait_for_lines(first, dir / "output.jsonl", 600);
   first.kill_now();
   const std::size_t sent_before = provider.request_count();
   std::set<std::string> completed;  // the keys of the lines written before the kill
@@ -203,6 +249,75 @@ TEST_CASE("killed with SIGKILL mid-run and run again: no line answered twice, no
       completed.size(), sent_before, resent.size(), resent_completed, rerun.err().c_str());
   CHECK(resent_completed == 0);
   CHECK(resent.size() < 2000 - completed.size() + 100);  // the rest, their 429s and those in flight at the kill
+}
+
+TEST_CASE("SIGINT mid-run: the requests in flight are written, status 130; a rerun sends the rest, none twice") {
+  LoopbackProvider provider;
+  LoopbackLimits slow = limits();  // no 429: every request sent is answered
+  slow.requests_per_minute = 1'000'000'000;
+  slow.tokens_per_minute = 1'000'000'000;
+  slow.latency = 20ms;
+  provider.enforce(slow);
+  const auto dir = work_dir("interrupted");
+  const std::string input = write_input(dir, 2000);
+  const std::vector<std::string> arguments{input,  (dir / "output.jsonl").string(), "--concurrency", "16", "--rpm",
+                                           "30000"};
+
+  Child first(arguments, provider.base_url(), dir);
+  wait_for_lines(first, dir / "output.jsonl", 400);
+  CHECK(first.wait(SIGINT) == 130);
+  INFO(first.err());
+  CHECK_THAT(first.err(), llmretry_catch::contains("stopping: nothing more is sent"));
+  CHECK_THAT(first.err(), llmretry_catch::contains("lines: 2000"));
+  CHECK_THAT(first.err(), llmretry_catch::contains("stopped by SIGINT"));
+  const std::size_t written = lines_of(dir / "output.jsonl").size();  // each line whole: every one parses
+  CHECK(written < 2000);
+  CHECK(provider.request_count() == written);  // no request answered but left unwritten
+
+  Child rerun(arguments, provider.base_url(), dir);
+  CHECK(rerun.wait() == 0);
+  check_answered_once(dir, 2000);
+  CHECK(provider.request_count() == 2000);  // no request sent twice
+}
+
+TEST_CASE("SIGTERM while a request waits for capacity: the wait is cut short, status 143") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("terminated");
+  const std::string input = write_input(dir, 3);
+  // One request a minute: the first goes at once, the second waits a minute for capacity.
+  Child child({input, (dir / "output.jsonl").string(), "--concurrency", "2", "--rpm", "1"}, provider.base_url(), dir);
+  wait_for_lines(child, dir / "output.jsonl", 1);
+  std::this_thread::sleep_for(200ms);  // the second request is in its wait by then (it is not sent either way)
+  child.signal(SIGTERM);
+  const std::optional<int> status = child.wait_for(llmretry_test::scaled(30s));
+  REQUIRE(status);
+  CHECK(*status == 143);
+  CHECK(provider.request_count() == 1);
+  CHECK(line_count(dir / "output.jsonl") == 1);
+  CHECK_THAT(child.err(), llmretry_catch::contains("stopped by SIGTERM: 2 lines without an answer"));
+}
+
+TEST_CASE("a second SIGINT quits at once, a request still in flight") {
+  const BoundSocket silent(true);  // takes the connection, never answers: the request stays in flight 60 s
+  const auto dir = work_dir("second_signal");
+  const std::string input = write_input(dir, 1);
+  Child child({input, (dir / "output.jsonl").string(), "--concurrency", "1"}, silent.base_url(), dir);
+  pollfd waiting{silent.fd(), POLLIN, 0};
+  REQUIRE(::poll(&waiting, 1, static_cast<int>(llmretry_test::scaled(30s).count() * 1000)) == 1);
+  const int connection = ::accept(silent.fd(), nullptr, nullptr);
+  REQUIRE(connection >= 0);
+  char request[256];
+  REQUIRE(::read(connection, request, sizeof request) > 0);  // the request is sent: it is in flight
+
+  child.signal(SIGINT);
+  CHECK_FALSE(child.wait_for(500ms));  // waiting for the request in flight
+  child.signal(SIGINT);
+  const std::optional<int> status = child.wait_for(llmretry_test::scaled(30s));
+  REQUIRE(status);
+  CHECK(*status == 130);
+  CHECK(line_count(dir / "output.jsonl") == 0);
+  ::close(connection);
 }
 
 TEST_CASE("a bad input line exits with status 2 naming the line and field, before sending anything") {
@@ -323,11 +438,8 @@ TEST_CASE("an attempt that failed without an error answer: the errors line says 
 TEST_CASE(
     "--max-attempts: a request that gets no answer at all is tried that many times, then written to the errors "
     "file with what the HTTP client saw") {
-  std::string nowhere;
-  {
-    LoopbackProvider closed;  // its port, closed again: every connection is refused
-    nowhere = closed.base_url();
-  }
+  const BoundSocket refusing(false);
+  const std::string nowhere = refusing.base_url();
   const auto dir = work_dir("max_attempts");
   const std::string path = (dir / "input.jsonl").string();
   std::ofstream(path) << R"({"custom_id":"lost","method":"POST","url":"/v1/chat/completions","body":{}})" << '\n';
@@ -775,7 +887,7 @@ TEST_CASE("--redis: killed with SIGKILL mid-run and run again at once: each line
   const std::vector<std::string> arguments{
       input, (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
   Child first(arguments, provider.base_url(), dir);
-  while (line_count(dir / "output.jsonl") < 100) std::this_thread::sleep_for(2ms);
+  wait_for_lines(first, dir / "output.jsonl", 100);
   first.kill_now();
   const std::size_t sent_before = provider.request_count();
   // The jobs the dead run held: without reclaiming them, the rerun would wait 90 s (the visibility timeout).
@@ -838,7 +950,7 @@ TEST_CASE("--redis: a second llmretry-batch on the same output is refused while 
   const std::vector<std::string> arguments{
       input, (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
   Child first(arguments, provider.base_url(), dir);
-  while (line_count(dir / "output.jsonl") < 1) std::this_thread::sleep_for(2ms);  // it holds the lock
+  wait_for_lines(first, dir / "output.jsonl", 1);  // it holds the lock
   Child second(arguments, provider.base_url(), second_dir);
   CHECK(second.wait() == 2);
   CHECK(line_count(dir / "output.jsonl") < 300);  // the first run was still running
@@ -856,7 +968,7 @@ TEST_CASE("--redis: the queue flushed mid-run stops the run with status 3 naming
   const std::vector<std::string> arguments{
       write_input(dir, 2000), (dir / "output.jsonl").string(), "--concurrency", "8", "--redis", url_of(server)};
   Child first(arguments, provider.base_url(), dir);
-  while (line_count(dir / "output.jsonl") < 200) std::this_thread::sleep_for(2ms);
+  wait_for_lines(first, dir / "output.jsonl", 200);
   llmretry::redis::Connection connection(server.connection_options());
   (void)connection.command("flushall", {"FLUSHALL"});
   const std::optional<int> status = first.wait_for(llmretry_test::scaled(30s));
