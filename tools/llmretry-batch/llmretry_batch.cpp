@@ -416,6 +416,10 @@ int run(const Options& options) {
   if (!options.metrics_file.empty())
     batch::check_metrics_file(options.metrics_file, {options.input, options.output, options.errors});
   const std::vector<batch::Request> requests = batch::read_input(options.input, base_url);
+  if (const int signal = stop_signals.signal(); signal != 0) {
+    std::fprintf(stderr, "llmretry-batch: stopped by %s before sending anything\n", signal_name(signal));
+    return 128 + signal;
+  }
   std::optional<batch::AnswerFile> output;
   std::optional<batch::AnswerFile> errors;
 #if LLMRETRY_BATCH_REDIS
@@ -498,6 +502,7 @@ int run(const Options& options) {
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t left = 0;
+  bool interrupted = false;
   {
     std::optional<Progress> progress;
     if (::isatty(STDERR_FILENO) != 0) progress.emplace(stats, total, done_before);
@@ -505,10 +510,11 @@ int run(const Options& options) {
     batch::Runner runner(std::move(pending), destination, deployment, open_stores, settings, stats);
     runner.run();
     left = runner.remaining();
+    interrupted = runner.interrupted();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   batch::print_summary(stats, deployment, total, done_before, seconds);
-  if (left > 0 && stop_signals.signal() != 0) {
+  if (interrupted && left > 0) {
     std::fprintf(stderr, "llmretry-batch: stopped by %s: %lld lines without an answer; run again to send them\n",
                  signal_name(stop_signals.signal()), static_cast<long long>(left));
     return 128 + stop_signals.signal();
@@ -788,12 +794,15 @@ int work(const FleetOptions& options) {
   };
   batch::QueueDestination destination;
   const auto start = std::chrono::steady_clock::now();
+  bool interrupted = false;
   {
     const Heartbeat heartbeat(redis, keys, options.lease, stats);
-    batch::Runner({}, destination, deployment, open_stores, settings, stats).run();
+    batch::Runner runner({}, destination, deployment, open_stores, settings, stats);
+    runner.run();
+    interrupted = runner.interrupted();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int stopped_by = stop_signals.signal();
+  const int stopped_by = interrupted ? stop_signals.signal() : 0;
   if (stopped_by != 0)
     std::fprintf(stderr,
                  "worker %s of batch %s: stopped by %s; a job it was waiting to send goes to another worker once "

@@ -209,8 +209,10 @@ class Runner {
       // This run holds the batch's run lease, so no other run uses its queue: a job taken there was taken
       // by a run that stopped, and is ready again now rather than after the visibility timeout.
       stats_.reclaimed += static_cast<std::int64_t>(stores->queue().reclaim());
-      for (const std::string& key : order_)  // in the input's order
+      for (const std::string& key : order_) {  // in the input's order
+        if (stop_requested()) break;           // the workers stop at once
         (void)stores->queue().enqueue({key, {}, 0, std::chrono::milliseconds::zero()});
+      }
     }
     {
       const auto renewer_stores = open_stores_();
@@ -224,6 +226,8 @@ class Runner {
 
   /// Returns the requests still without a line.
   [[nodiscard]] std::int64_t remaining() const noexcept { return remaining_; }
+  /// Returns true when the run ended because it was asked to stop (Settings::stop_requested) before it was done.
+  [[nodiscard]] bool interrupted() const noexcept { return interrupted_; }
 
  private:
   using Engine =
@@ -400,22 +404,47 @@ class Runner {
   /// Returns true once the run was asked to stop (Settings::stop_requested).
   bool stop_requested() const noexcept { return sleep_.stop_requested != nullptr && *sleep_.stop_requested; }
 
+  /// A line whose recording failed (its answer came, its store did not take it): what the worker records
+  /// first at its next turns, the job kept (renewed) meanwhile.
+  struct Kept {
+    std::shared_ptr<Line> line;
+    llmretry::store::Job job;
+  };
+  struct Unfinished {
+    Unfinished(Runner& runner, Kept kept_line) : kept(std::move(kept_line)), held(runner, kept.job) {}
+    Kept kept;
+    Held held;
+  };
+
   void work() {
     try {
       std::unique_ptr<Stores> stores;
       llmretry::ThreadRng rng;
       Outage outage(settings_);
-      while (!stopped_ && !stop_requested()) {
+      // Asked to stop, a worker still records the line it holds unrecorded: its answer was paid for.
+      std::optional<Unfinished> unfinished;
+      while (!stopped_) {
+        if (!unfinished && stop_requested()) {
+          interrupted_ = true;
+          break;
+        }
+        std::optional<Kept> kept;
         try {
           if (!stores) stores = open_stores_();
-          if (!turn(*stores, rng)) break;
+          if (unfinished) {
+            record_again(unfinished->kept, *stores);
+            unfinished.reset();
+          } else if (!turn(*stores, rng, kept)) {
+            break;
+          }
           outage.over();
         } catch (const std::exception& error) {
+          if (kept) unfinished.emplace(*this, std::move(*kept));
           if (!outage.ride_out(error, stopped_)) throw;
         }
       }
     } catch (const Stopping&) {
-      // A wait before an attempt was cut short: its job stays in the queue, for a later run.
+      interrupted_ = true;  // a wait before an attempt was cut short: its job stays in the queue
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
@@ -457,9 +486,26 @@ class Runner {
     std::chrono::milliseconds pause_{100};
   };
 
-  /// Takes one job and carries out its next step. Returns false once this worker has nothing left to do.
-  /// Throws what the stores throw; what a job's line holds stays true for the next turn (finish()).
-  bool turn(Stores& stores, llmretry::ThreadRng& rng) {
+  /// Records the line of `kept` again (record()). Throws as record() does.
+  void record_again(const Kept& kept, Stores& stores) {
+    Line& line = *kept.line;
+    const std::lock_guard<std::mutex> lock(line.mutex);
+    if (line.unrecorded) (void)record(line, kept.job, stores);
+    forget_if_done(line, kept.job);
+  }
+
+  /// Forgets `line`, the line of `job`, once it is written, in a submitted batch: its lines need not outlive
+  /// their job.
+  void forget_if_done(const Line& line, const llmretry::store::Job& job) {
+    if (!line.done || !settings_.read_job) return;
+    const std::lock_guard<std::mutex> lines_lock(lines_mutex_);
+    lines_.erase(job.id);
+  }
+
+  /// Takes one job and carries out its next step. Returns false once this worker has nothing left to do, or
+  /// (its job left untouched) the run is asked to stop. Throws what the stores throw; what a job's line holds
+  /// stays true for the next turn (finish()); a line whose recording threw is set in `kept`.
+  bool turn(Stores& stores, llmretry::ThreadRng& rng, std::optional<Kept>& kept) {
     if (!settings_.read_job && remaining_ <= 0) return false;
     auto job = stores.queue().take();
     if (!job) {
@@ -479,13 +525,19 @@ class Runner {
       (void)stores.queue().ack(job->id, job->token);
       return true;
     }
-    if (line.unrecorded)  // its recording failed: recorded now (its operation stays in flight)
-      (void)record(line, *job, stores);
-    else if (begin(line, *job, stores)) step(line, *job, stores, rng);
-    if (line.done && settings_.read_job) {  // a submitted batch: its lines need not outlive their job
-      const std::lock_guard<std::mutex> lines_lock(lines_mutex_);
-      lines_.erase(job->id);
+    if (!line.unrecorded && stop_requested()) {  // taken as the run stops: nothing is sent
+      interrupted_ = true;
+      return false;
     }
+    try {
+      if (line.unrecorded)  // its recording failed: recorded now (its operation stays in flight)
+        (void)record(line, *job, stores);
+      else if (begin(line, *job, stores)) step(line, *job, stores, rng);
+    } catch (const std::exception&) {
+      if (line.unrecorded) kept = Kept{found, *job};
+      throw;
+    }
+    forget_if_done(line, *job);
     return true;
   }
 
@@ -658,6 +710,7 @@ class Runner {
   llmretry::curl::Options curl_options_;
   std::atomic<std::int64_t> remaining_;
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> interrupted_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;
 };

@@ -17,7 +17,8 @@
 
 namespace batch {
 
-/// Watches SIGINT and SIGTERM on a thread of its own while it lives. Make it before any other thread starts:
+/// Watches SIGINT and SIGTERM on a thread of its own while it lives; a signal the process ignores (a command
+/// started in the background by a shell ignores SIGINT) stays ignored. Make it before any other thread starts:
 /// the signals are blocked in the thread that makes it, and threads inherit that. The first signal sets
 /// requested() and writes `first_words` to stderr; a second one ends the process at once (std::_Exit) with
 /// status 128 + its number: what is written stays valid, as after SIGKILL. When it goes, the signals are
@@ -27,8 +28,10 @@ class StopSignals {
   /// Throws std::runtime_error when the signals cannot be blocked or the thread cannot start.
   explicit StopSignals(std::string first_words) : first_words_(std::move(first_words)) {
     sigemptyset(&signals_);
-    sigaddset(&signals_, SIGINT);
-    sigaddset(&signals_, SIGTERM);
+    for (const int watched : {SIGINT, SIGTERM}) {
+      struct sigaction action {};
+      if (sigaction(watched, nullptr, &action) == 0 && action.sa_handler != SIG_IGN) sigaddset(&signals_, watched);
+    }
     if (pthread_sigmask(SIG_BLOCK, &signals_, &before_) != 0) throw std::runtime_error("cannot block SIGINT, SIGTERM");
     try {
       watcher_ = std::thread([this] { watch(); });

@@ -298,6 +298,25 @@ TEST_CASE("SIGTERM while a request waits for capacity: the wait is cut short, st
   CHECK_THAT(child.err(), llmretry_catch::contains("stopped by SIGTERM: 2 lines without an answer"));
 }
 
+TEST_CASE("a SIGINT the process was started ignoring stays ignored") {
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("ignoring");
+  const std::string input = write_input(dir, 300);
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  struct sigaction before {};
+  REQUIRE(::sigaction(SIGINT, &ignore, &before) == 0);  // inherited by the child, as from a shell's `&`
+  Child child({input, (dir / "output.jsonl").string(), "--concurrency", "4", "--rpm", "30000"}, provider.base_url(),
+              dir);
+  REQUIRE(::sigaction(SIGINT, &before, nullptr) == 0);
+  wait_for_lines(child, dir / "output.jsonl", 1);
+  child.signal(SIGINT);
+  CHECK(child.wait() == 0);
+  check_answered_once(dir, 300);
+  CHECK(child.err().find("stopping:") == std::string::npos);
+}
+
 TEST_CASE("a second SIGINT quits at once, a request still in flight") {
   const BoundSocket silent(true);  // takes the connection, never answers: the request stays in flight 60 s
   const auto dir = work_dir("second_signal");
@@ -311,7 +330,13 @@ TEST_CASE("a second SIGINT quits at once, a request still in flight") {
   REQUIRE(::read(connection, request, sizeof request) > 0);  // the request is sent: it is in flight
 
   child.signal(SIGINT);
-  CHECK_FALSE(child.wait_for(500ms));  // waiting for the request in flight
+  // Two signals sent close together may count as one: the second goes once the first was taken.
+  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(30s);
+  while (child.err().find("stopping:") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK_FALSE(child.ended());  // waiting for the request in flight
   child.signal(SIGINT);
   const std::optional<int> status = child.wait_for(llmretry_test::scaled(30s));
   REQUIRE(status);
@@ -1335,6 +1360,40 @@ TEST_CASE(
       CHECK(worker.err().find("timeout") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("fleet: SIGTERM while Redis is down: a worker still records the answers that came, once Redis is back",
+          "[redis][workers]") {
+  llmretry::testing::RedisServerOptions persisted;
+  persisted.append_only = true;
+  llmretry::testing::RedisServer server(persisted);
+  LoopbackProvider provider;
+  LoopbackLimits slow = limits();
+  slow.latency = 1500ms;  // the answers come while Redis is down
+  provider.enforce(slow);
+  const auto dir = work_dir("fleet_stopped_in_outage");
+  const std::string input = write_input(dir, 4);
+  const std::string redis = url_of(server);
+  Child submitted({"submit", input, "--redis", redis, "--batch", "t"}, provider.base_url(), dir);
+  REQUIRE(submitted.wait() == 0);
+  Child worker({"work", "--redis", redis, "--batch", "t", "--concurrency", "4", "--redis-wait", "1m"},
+               provider.base_url(), dir);
+  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(30s);
+  while (provider.request_count() < 4) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(2ms);
+  }
+  server.kill();  // before the answers come: recording them fails until it is back
+  worker.signal(SIGTERM);
+  std::this_thread::sleep_for(3s);  // on purpose: the answers come, and their recording fails at least once
+  server.restart();
+  const std::optional<int> status = worker.wait_for(llmretry_test::scaled(60s));
+  REQUIRE(status);
+  INFO(worker.err());
+  CHECK(*status == 143);
+  FleetQueue fleet(server, "t");
+  CHECK(fleet.queue.counts().done == 4);  // every answer paid for is recorded
+  CHECK(provider.request_count() == 4);   // nothing more was sent
 }
 
 TEST_CASE("fleet: work --metrics-file counts the worker's lines, with no remaining count of its own", "[redis]") {
