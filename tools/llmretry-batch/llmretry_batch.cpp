@@ -805,8 +805,8 @@ int work(const FleetOptions& options) {
   const int stopped_by = interrupted ? stop_signals.signal() : 0;
   if (stopped_by != 0)
     std::fprintf(stderr,
-                 "worker %s of batch %s: stopped by %s; a job it was waiting to send goes to another worker once "
-                 "its lease lapses; %lld jobs lost to other workers (lease lapsed)\n",
+                 "worker %s of batch %s: stopped by %s; the jobs it had not sent are back in the queue; %lld jobs "
+                 "lost to other workers (lease lapsed)\n",
                  worker_name().c_str(), options.batch.c_str(), signal_name(stopped_by),
                  static_cast<long long>(stats.leases_lost.load()));
   else

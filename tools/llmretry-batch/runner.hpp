@@ -160,8 +160,8 @@ struct Settings {
   /// is sent or its line is written without one.
   llmretry::metrics::Observer* observer = nullptr;
   /// Once set (null: never), the run stops sending: a worker takes no more jobs and leaves a wait before an
-  /// attempt (for capacity) at once, its job staying in the queue; the attempts in flight finish, and their
-  /// lines are written. Then run() returns, remaining() saying how many lines are left.
+  /// attempt (for capacity) at once, its job put back in the queue ready; the attempts in flight finish, and
+  /// their lines are written. Then run() returns, remaining() saying how many lines are left.
   const std::atomic<bool>* stop_requested = nullptr;
 };
 
@@ -444,7 +444,7 @@ class Runner {
         }
       }
     } catch (const Stopping&) {
-      interrupted_ = true;  // a wait before an attempt was cut short: its job stays in the queue
+      interrupted_ = true;  // a wait before an attempt was cut short: its job is back in the queue
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
@@ -526,6 +526,7 @@ class Runner {
       return true;
     }
     if (!line.unrecorded && stop_requested()) {  // taken as the run stops: nothing is sent
+      hand_back(*job, stores);
       interrupted_ = true;
       return false;
     }
@@ -533,12 +534,24 @@ class Runner {
       if (line.unrecorded)  // its recording failed: recorded now (its operation stays in flight)
         (void)record(line, *job, stores);
       else if (begin(line, *job, stores)) step(line, *job, stores, rng);
+    } catch (const Stopping&) {
+      hand_back(*job, stores);
+      throw;
     } catch (const std::exception&) {
       if (line.unrecorded) kept = Kept{found, *job};
       throw;
     }
     forget_if_done(line, *job);
     return true;
+  }
+
+  /// Puts `job`, which this worker will not carry on as the run stops, back in the queue ready, so that
+  /// another worker takes it at once rather than once its visibility timeout passes. A store that fails
+  /// leaves it to that timeout.
+  static void hand_back(const llmretry::store::Job& job, Stores& stores) noexcept {
+    try {
+      (void)stores.queue().retry_later(job.id, job.token, std::chrono::milliseconds::zero());
+    } catch (...) {}
   }
 
   /// Throws when the queue holds fewer jobs (ready, delayed or taken) than lines remain: every line without

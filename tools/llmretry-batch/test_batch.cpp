@@ -1396,6 +1396,37 @@ TEST_CASE("fleet: SIGTERM while Redis is down: a worker still records the answer
   CHECK(provider.request_count() == 4);   // nothing more was sent
 }
 
+TEST_CASE("fleet: SIGTERM while a worker waits for capacity: the job it held is back in the queue at once",
+          "[redis][workers]") {
+  llmretry::testing::RedisServer server;
+  LoopbackProvider provider;
+  provider.enforce(limits());
+  const auto dir = work_dir("fleet_handed_back");
+  const std::string input = write_input(dir, 3);
+  const std::string redis = url_of(server);
+  Child submitted({"submit", input, "--redis", redis, "--batch", "h"}, provider.base_url(), dir);
+  REQUIRE(submitted.wait() == 0);
+  // One request a minute: the first goes at once, the second waits a minute for capacity.
+  Child worker({"work", "--redis", redis, "--batch", "h", "--concurrency", "2", "--rpm", "1"}, provider.base_url(),
+               dir);
+  FleetQueue fleet(server, "h");
+  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(30s);
+  while (fleet.queue.counts().done < 1) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(5ms);
+  }
+  std::this_thread::sleep_for(200ms);  // the second request is in its wait by then (it is not sent either way)
+  worker.signal(SIGTERM);
+  const std::optional<int> status = worker.wait_for(llmretry_test::scaled(30s));
+  REQUIRE(status);
+  CHECK(*status == 143);
+  const auto counts = fleet.queue.counts();
+  CHECK(counts.done == 1);
+  CHECK(counts.taken == 0);  // nothing left held until a lease lapses
+  CHECK(counts.ready + counts.delayed == 2);
+  CHECK(provider.request_count() == 1);
+}
+
 TEST_CASE("fleet: work --metrics-file counts the worker's lines, with no remaining count of its own", "[redis]") {
   llmretry::testing::RedisServer server;
   LoopbackProvider provider;
