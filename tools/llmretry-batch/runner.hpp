@@ -201,8 +201,9 @@ class Runner {
 
   /// Makes the jobs an earlier run held ready again (JobQueue::reclaim: the caller holds the output file's
   /// lock, which excludes the other runs of this host only), enqueues the pending requests and runs the
-  /// workers until every one has its line. Throws the first error of a store or a file (the run stops; what
-  /// is written stays valid for a rerun).
+  /// workers until every one has its line, or until the run is asked to stop (Settings::stop_requested:
+  /// interrupted() says whether that cut it short). Throws the first error of a store or a file (the run
+  /// stops; what is written stays valid for a rerun).
   void run() {
     if (!settings_.read_job) {
       const auto stores = open_stores_();
@@ -236,18 +237,19 @@ class Runner {
   /// Thrown by a wait that a request to stop cut short.
   struct Stopping {};
 
-  /// The sleep of the waits before an attempt: the real one, in slices of at most 50 ms, which throws
-  /// Stopping once Settings::stop_requested is set.
+  /// The sleep of the waits before an attempt: the real one, until `wait` has passed on the steady clock,
+  /// looking at Settings::stop_requested every 50 ms at most; throws Stopping once it is set.
   struct StoppableSleep {
     const std::atomic<bool>* stop_requested = nullptr;
 
     void operator()(std::chrono::milliseconds wait) const {
       constexpr std::chrono::milliseconds slice{50};
+      const auto until = std::chrono::steady_clock::now() + wait;
       for (;;) {
         if (stop_requested != nullptr && *stop_requested) throw Stopping{};
-        if (wait <= std::chrono::milliseconds::zero()) return;
-        std::this_thread::sleep_for(std::min(wait, slice));
-        wait -= slice;
+        const auto left = until - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) return;
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(left, slice));
       }
     }
   };
@@ -404,12 +406,13 @@ class Runner {
   /// Returns true once the run was asked to stop (Settings::stop_requested).
   bool stop_requested() const noexcept { return sleep_.stop_requested != nullptr && *sleep_.stop_requested; }
 
-  /// A line whose recording failed (its answer came, its store did not take it): what the worker records
-  /// first at its next turns, the job kept (renewed) meanwhile.
+  /// A line whose recording threw (its answer came, its store did not take it), and its job.
   struct Kept {
     std::shared_ptr<Line> line;
     llmretry::store::Job job;
   };
+  /// A Kept line the worker records first at its next turns, its job held (renewed) meanwhile. Made once the
+  /// turn that kept it has unwound (its own hold of the job released).
   struct Unfinished {
     Unfinished(Runner& runner, Kept kept_line) : kept(std::move(kept_line)), held(runner, kept.job) {}
     Kept kept;
@@ -535,6 +538,7 @@ class Runner {
         (void)record(line, *job, stores);
       else if (begin(line, *job, stores)) step(line, *job, stores, rng);
     } catch (const Stopping&) {
+      start_engine(line);  // what its engine reserved is given back now, not when the run ends
       hand_back(*job, stores);
       throw;
     } catch (const std::exception&) {
@@ -673,8 +677,9 @@ class Runner {
   }
 
   /// Records `text`, the line of `line` (an answer when `answered`), removes its job and marks it done.
-  /// Returns false when the job was lost meanwhile (its visibility timeout passed and another worker took
-  /// it): nothing is recorded, and the line is forgotten here.
+  /// Returns false when the job was lost meanwhile (its visibility timeout passed and another take holds
+  /// it): nothing is recorded, and the line stays kept for a worker of this process that takes the job (the
+  /// holder records it; a holder in another process records its own).
   bool finish(Line& line, const llmretry::store::Job& job, Stores& stores, std::string text, bool answered) {
     line.unrecorded = Unrecorded{std::move(text), answered};
     return record(line, job, stores);
@@ -694,14 +699,14 @@ class Runner {
       ++remaining_;
       throw;
     }
-    const bool answered = line.unrecorded->answered;
-    line.unrecorded.reset();
     if (!recorded) {
+      line.done = false;
       ++remaining_;
       ++stats_.leases_lost;
       return false;
     }
-    ++(answered ? stats_.answered : stats_.failed);
+    ++(line.unrecorded->answered ? stats_.answered : stats_.failed);
+    line.unrecorded.reset();
     return true;
   }
 

@@ -116,6 +116,16 @@ void wait_for_lines(Child& child, const std::filesystem::path& path, std::size_t
   }
 }
 
+/// Waits until `condition()` holds. REQUIREs that it does within `bound` (scaled).
+template <class Condition>
+void wait_until(const Condition& condition, std::chrono::milliseconds bound) {
+  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(bound);
+  while (!condition()) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
 /// Returns how many times each custom_id has a line in the output and errors files together.
 std::map<std::string, int> answers(const std::filesystem::path& dir) {
   std::map<std::string, int> count;
@@ -265,7 +275,10 @@ TEST_CASE("SIGINT mid-run: the requests in flight are written, status 130; a rer
 
   Child first(arguments, provider.base_url(), dir);
   wait_for_lines(first, dir / "output.jsonl", 400);
-  CHECK(first.wait(SIGINT) == 130);
+  first.signal(SIGINT);
+  const std::optional<int> status = first.wait_for(llmretry_test::scaled(60s));
+  REQUIRE(status);
+  CHECK(*status == 130);
   INFO(first.err());
   CHECK_THAT(first.err(), llmretry_catch::contains("stopping: nothing more is sent"));
   CHECK_THAT(first.err(), llmretry_catch::contains("lines: 2000"));
@@ -302,7 +315,7 @@ TEST_CASE("a SIGINT the process was started ignoring stays ignored") {
   LoopbackProvider provider;
   provider.enforce(limits());
   const auto dir = work_dir("ignoring");
-  const std::string input = write_input(dir, 300);
+  const std::string input = write_input(dir, 2000);  // 4 s at least, paced: it runs when the signal comes
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   struct sigaction before {};
@@ -311,9 +324,12 @@ TEST_CASE("a SIGINT the process was started ignoring stays ignored") {
               dir);
   REQUIRE(::sigaction(SIGINT, &before, nullptr) == 0);
   wait_for_lines(child, dir / "output.jsonl", 1);
+  REQUIRE_FALSE(child.ended());
   child.signal(SIGINT);
-  CHECK(child.wait() == 0);
-  check_answered_once(dir, 300);
+  const std::optional<int> status = child.wait_for(llmretry_test::scaled(60s));
+  REQUIRE(status);
+  CHECK(*status == 0);
+  check_answered_once(dir, 2000);
   CHECK(child.err().find("stopping:") == std::string::npos);
 }
 
@@ -331,11 +347,7 @@ TEST_CASE("a second SIGINT quits at once, a request still in flight") {
 
   child.signal(SIGINT);
   // Two signals sent close together may count as one: the second goes once the first was taken.
-  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(30s);
-  while (child.err().find("stopping:") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() < end);
-    std::this_thread::sleep_for(5ms);
-  }
+  wait_until([&] { return child.err().find("stopping:") != std::string::npos; }, 30s);
   CHECK_FALSE(child.ended());  // waiting for the request in flight
   child.signal(SIGINT);
   const std::optional<int> status = child.wait_for(llmretry_test::scaled(30s));
@@ -1037,6 +1049,14 @@ TEST_CASE("--redis: --fresh forgets the batch's records, so that a batch whose f
 namespace {
 
 /// The job queue of the fleet batch `name` on `server`, as llmretry-batch names it.
+/// Submits `lines` requests (write_input, in `dir`) to `server` as batch `name`; REQUIREs that it succeeds.
+void submit_batch(const llmretry::testing::RedisServer& server, const LoopbackProvider& provider,
+                  const std::filesystem::path& dir, int lines, const std::string& name) {
+  Child submitted({"submit", write_input(dir, lines), "--redis", url_of(server), "--batch", name}, provider.base_url(),
+                  dir);
+  REQUIRE(submitted.wait() == 0);
+}
+
 struct FleetQueue {
   FleetQueue(const llmretry::testing::RedisServer& server, const std::string& name)
       : connection(server.connection_options()), queue(connection, "fleet:" + name) {}
@@ -1372,17 +1392,10 @@ TEST_CASE("fleet: SIGTERM while Redis is down: a worker still records the answer
   slow.latency = 1500ms;  // the answers come while Redis is down
   provider.enforce(slow);
   const auto dir = work_dir("fleet_stopped_in_outage");
-  const std::string input = write_input(dir, 4);
-  const std::string redis = url_of(server);
-  Child submitted({"submit", input, "--redis", redis, "--batch", "t"}, provider.base_url(), dir);
-  REQUIRE(submitted.wait() == 0);
-  Child worker({"work", "--redis", redis, "--batch", "t", "--concurrency", "4", "--redis-wait", "1m"},
+  submit_batch(server, provider, dir, 4, "t");
+  Child worker({"work", "--redis", url_of(server), "--batch", "t", "--concurrency", "4", "--redis-wait", "1m"},
                provider.base_url(), dir);
-  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(30s);
-  while (provider.request_count() < 4) {
-    REQUIRE(std::chrono::steady_clock::now() < end);
-    std::this_thread::sleep_for(2ms);
-  }
+  wait_until([&] { return provider.request_count() == 4; }, 30s);
   server.kill();  // before the answers come: recording them fails until it is back
   worker.signal(SIGTERM);
   std::this_thread::sleep_for(3s);  // on purpose: the answers come, and their recording fails at least once
@@ -1402,19 +1415,12 @@ TEST_CASE("fleet: SIGTERM while a worker waits for capacity: the job it held is 
   LoopbackProvider provider;
   provider.enforce(limits());
   const auto dir = work_dir("fleet_handed_back");
-  const std::string input = write_input(dir, 3);
-  const std::string redis = url_of(server);
-  Child submitted({"submit", input, "--redis", redis, "--batch", "h"}, provider.base_url(), dir);
-  REQUIRE(submitted.wait() == 0);
+  submit_batch(server, provider, dir, 3, "h");
   // One request a minute: the first goes at once, the second waits a minute for capacity.
-  Child worker({"work", "--redis", redis, "--batch", "h", "--concurrency", "2", "--rpm", "1"}, provider.base_url(),
-               dir);
+  Child worker({"work", "--redis", url_of(server), "--batch", "h", "--concurrency", "2", "--rpm", "1"},
+               provider.base_url(), dir);
   FleetQueue fleet(server, "h");
-  const auto end = std::chrono::steady_clock::now() + llmretry_test::scaled(30s);
-  while (fleet.queue.counts().done < 1) {
-    REQUIRE(std::chrono::steady_clock::now() < end);
-    std::this_thread::sleep_for(5ms);
-  }
+  wait_until([&] { return fleet.queue.counts().done == 1; }, 30s);
   std::this_thread::sleep_for(200ms);  // the second request is in its wait by then (it is not sent either way)
   worker.signal(SIGTERM);
   const std::optional<int> status = worker.wait_for(llmretry_test::scaled(30s));
@@ -1432,13 +1438,10 @@ TEST_CASE("fleet: work --metrics-file counts the worker's lines, with no remaini
   LoopbackProvider provider;
   provider.enforce(limits());
   const auto dir = work_dir("fleet_metrics_file");
-  const std::string input = write_input(dir, 4);
-  const std::string redis = url_of(server);
-  Child submitted({"submit", input, "--redis", redis, "--batch", "m"}, provider.base_url(), dir);
-  REQUIRE(submitted.wait() == 0);
+  submit_batch(server, provider, dir, 4, "m");
   const auto metrics = dir / "worker.prom";
-  Child worker({"work", "--redis", redis, "--batch", "m", "--concurrency", "2", "--priority", "standard", "--tenant",
-                "team-b", "--metrics-file", metrics.string()},
+  Child worker({"work", "--redis", url_of(server), "--batch", "m", "--concurrency", "2", "--priority", "standard",
+                "--tenant", "team-b", "--metrics-file", metrics.string()},
                provider.base_url(), dir);
   REQUIRE(worker.wait() == 0);
   const std::string text = llmretry_test::read_file(metrics);
