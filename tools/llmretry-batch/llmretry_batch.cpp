@@ -251,11 +251,17 @@ llmretry::redis::Options redis_options(const std::string& url, std::chrono::mill
   }
 }
 
-/// Returns true when `error` says Redis could not be reached or did not answer in time: an outage a worker
-/// rides out (batch::Settings::outage_limit) rather than stops at.
+/// Returns true when `error` says Redis could not be reached, did not answer in time, or answered that it
+/// cannot serve yet (LOADING its data after a restart, BUSY with a script, MASTERDOWN, TRYAGAIN): an outage a
+/// worker rides out (batch::Settings::outage_limit) rather than stops at.
 bool is_redis_outage(const std::exception& error) {
   const auto* failure = dynamic_cast<const llmretry::redis::RedisError*>(&error);
-  return failure != nullptr && failure->kind() != llmretry::redis::ErrorKind::reply;
+  if (failure == nullptr) return false;
+  if (failure->kind() != llmretry::redis::ErrorKind::reply) return true;
+  const std::string_view text = failure->what();  // "redis OPERATION on SERVER: reply: DETAIL"
+  for (const char* not_yet : {": reply: LOADING ", ": reply: BUSY ", ": reply: MASTERDOWN ", ": reply: TRYAGAIN "})
+    if (text.find(not_yet) != std::string_view::npos) return true;
+  return false;
 }
 
 /// Returns how many connections a process of `concurrency` workers paces through: one each, 8 at most.
