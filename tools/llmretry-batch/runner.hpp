@@ -242,11 +242,14 @@ class Runner {
   struct StoppableSleep {
     const std::atomic<bool>* stop_requested = nullptr;
 
+    /// Returns true once the run was asked to stop.
+    [[nodiscard]] bool requested() const noexcept { return stop_requested != nullptr && *stop_requested; }
+
     void operator()(std::chrono::milliseconds wait) const {
       constexpr std::chrono::milliseconds slice{50};
       const auto until = std::chrono::steady_clock::now() + wait;
       for (;;) {
-        if (stop_requested != nullptr && *stop_requested) throw Stopping{};
+        if (requested()) throw Stopping{};
         const auto left = until - std::chrono::steady_clock::now();
         if (left <= std::chrono::steady_clock::duration::zero()) return;
         std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(left, slice));
@@ -404,7 +407,7 @@ class Runner {
   }
 
   /// Returns true once the run was asked to stop (Settings::stop_requested).
-  bool stop_requested() const noexcept { return sleep_.stop_requested != nullptr && *sleep_.stop_requested; }
+  bool stop_requested() const noexcept { return sleep_.requested(); }
 
   /// A line whose recording threw (its answer came, its store did not take it), and its job.
   struct Kept {
