@@ -175,10 +175,10 @@ TEST_CASE("shared pacing: the server out of reach fails closed or open, as the d
   SECTION("fail open: paced by this process alone at the configured limits, then shared again") {
     Process a(options, "down", limits, llmretry::Learning::from_headers, SharedFailure::fail_open);
     server.kill();
-    auto first = a.deployment.reserve(Cost{}, a.deployment.now());
+    const auto now = a.deployment.now();  // one instant for both: the wait is exact whatever the reply time
+    auto first = a.deployment.reserve(Cost{}, now);
     REQUIRE(first.granted());
     CHECK_FALSE(first.shared());
-    const auto now = a.deployment.now();
     auto second = a.deployment.reserve(Cost{}, now);
     CHECK(second.wait_after(now) == 1s);  // this process's limiter, at one a second
     a.deployment.succeeded(first, std::nullopt, nullptr, now);
