@@ -86,38 +86,37 @@ class ChildProcess {
     ::kill(pid_, signal);
   }
 
-  /// Sends `signal` (none when 0), then waits for it to end. Returns its exit status (-1 when a signal
-  /// ended it). REQUIREs that it was running.
+  /// Sends `signal` (none when 0), then waits for it to end. Returns its status as a shell reports it: the
+  /// exit status, or 128 + the number of the signal that ended it (ended_by_signal() tells which). REQUIREs
+  /// that it was running.
   int wait(int signal = 0) {
     REQUIRE(pid_ != 0);
     if (signal != 0) ::kill(pid_, signal);
     int status = 0;
     struct rusage usage {};
     REQUIRE(wait4(pid_, &status, 0, &usage) == pid_);
-    pid_ = 0;
     max_rss_kib_ = usage.ru_maxrss;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return record_end(status);
   }
   /// Returns the most memory it held at once (its peak resident set, KiB), once wait() returned.
   long max_rss_kib() const noexcept { return max_rss_kib_; }
+  /// Returns true when a signal ended it, once wait() or wait_for() returned (128 + its number).
+  bool ended_by_signal() const noexcept { return ended_by_signal_; }
   /// Returns true once it has ended (then wait() may no longer be called).
   bool ended() {
     if (pid_ == 0) return true;
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-    pid_ = 0;
+    (void)record_end(status);
     return true;
   }
-  /// Waits at most `timeout` for it to end. Returns its exit status (-1 when a signal ended it), or nullopt
-  /// when it still runs. REQUIREs that it was running.
+  /// Waits at most `timeout` for it to end. Returns its status as wait() does, or nullopt when it still runs.
+  /// REQUIREs that it was running.
   std::optional<int> wait_for(std::chrono::milliseconds timeout) {
     REQUIRE(pid_ != 0);
     for (const auto end = std::chrono::steady_clock::now() + timeout;;) {
       int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = 0;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
+      if (waitpid(pid_, &status, WNOHANG) == pid_) return record_end(status);
       if (std::chrono::steady_clock::now() >= end) return std::nullopt;
       std::this_thread::sleep_for(std::chrono::milliseconds{10});
     }
@@ -129,9 +128,17 @@ class ChildProcess {
   std::string err() const { return read_file(dir_ / "stderr.txt"); }
 
  private:
+  /// Records that it ended with `status` (from waitpid). Returns its status as a shell reports it.
+  int record_end(int status) noexcept {
+    pid_ = 0;
+    ended_by_signal_ = WIFSIGNALED(status);
+    return ended_by_signal_ ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  }
+
   std::filesystem::path dir_;
   pid_t pid_ = 0;
   long max_rss_kib_ = 0;
+  bool ended_by_signal_ = false;
 };
 
 }  // namespace llmretry_test

@@ -410,7 +410,8 @@ constexpr const char* stopping_words =
 /// Returns the name of a stop signal.
 const char* signal_name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 
-/// Runs the batch. Returns the exit status.
+/// Runs the batch. Returns the exit status (128 + the signal when one stopped
+/// it: main then ends the process by that signal).
 int run(const Options& options) {
   const batch::StopSignals stop_signals(stopping_words);  // before any thread starts
   const std::pair<std::string, std::string> provider = provider_from_environment();
@@ -748,7 +749,8 @@ class Heartbeat {
   std::optional<llmretry_tools::PeriodicThread> thread_;  ///< last: it starts once the rest is ready
 };
 
-/// llmretry-batch work: sends the batch's jobs until none is left. Returns the exit status.
+/// llmretry-batch work: sends the batch's jobs until none is left. Returns the exit status (128 + the
+/// signal when one stopped it: main then ends the process by that signal).
 int work(const FleetOptions& options) {
   const batch::StopSignals stop_signals(stopping_words);  // before any thread starts
   const std::pair<std::string, std::string> provider = provider_from_environment();
@@ -926,7 +928,7 @@ int main(int argc, char** argv) {
       return {2, error.what()};
     return {3, std::string("stopped: ") + error.what() + "; what is written stays valid: rerun to resume"};
   };
-  return llmretry_tools::run_main(
+  const int status = llmretry_tools::run_main(
       "llmretry-batch",
       [&] {
         if (argc > 1 && is_fleet_command(argv[1])) {
@@ -939,4 +941,9 @@ int main(int argc, char** argv) {
         return run(parse(argc, argv));
       },
       statuses);
+  if (status == 128 + SIGINT || status == 128 + SIGTERM) {  // a run stopped by that signal, everything written
+    std::fflush(nullptr);
+    batch::end_by(status - 128);
+  }
+  return status;
 }

@@ -1,5 +1,5 @@
 // SIGINT and SIGTERM as a request to stop: the run sends nothing more, the requests in flight finish and are
-// written, then the process exits with 128 + the signal's number; a second signal ends it at once.
+// written, then the process ends by that signal; a second signal ends it at once.
 #ifndef LLMRETRY_BATCH_STOP_SIGNALS_HPP
 #define LLMRETRY_BATCH_STOP_SIGNALS_HPP
 
@@ -16,12 +16,25 @@
 
 namespace batch {
 
+/// Ends the process by `signal` (SIGINT or SIGTERM), as its default action does, so that the parent sees
+/// what stopped it (a shell reports status 128 + its number; after a Ctrl-C it also stops the script or loop
+/// it runs). Nothing is flushed: call it once everything is written.
+[[noreturn]] inline void end_by(int signal) noexcept {
+  std::signal(signal, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, signal);
+  pthread_sigmask(SIG_UNBLOCK, &only, nullptr);
+  std::raise(signal);
+  std::_Exit(128 + signal);  // not reached: the default action of both ends the process
+}
+
 /// Watches SIGINT and SIGTERM on a thread of its own while it lives; a signal the process ignores (a command
 /// started in the background by a shell ignores SIGINT) stays ignored. Make it before any other thread starts:
 /// the signals are blocked in the thread that makes it, and threads inherit that. The first signal sets
-/// requested() and writes `first_words` to stderr; a second one ends the process at once (std::_Exit) with
-/// status 128 + its number: what is written stays valid, as after SIGKILL. When it goes, the signals are
-/// unblocked again (one that came after the watch ended then acts as it would have).
+/// requested() and writes `first_words` to stderr; a second one ends the process at once by that signal
+/// (end_by): what is written stays valid, as after SIGKILL. When it goes, the signals are unblocked again
+/// (one that came after the watch ended then acts as it would have).
 class StopSignals {
  public:
   /// Throws std::runtime_error when the signals cannot be blocked or the thread cannot start.
@@ -61,7 +74,7 @@ class StopSignals {
     while (!over_) {
       const int caught = sigtimedwait(&signals_, nullptr, &slice);
       if (caught <= 0) continue;  // the slice passed, or EINTR
-      if (requested_) std::_Exit(128 + caught);
+      if (requested_) end_by(caught);
       signal_ = caught;
       requested_ = true;
       (void)!::write(STDERR_FILENO, first_words_.data(), first_words_.size());

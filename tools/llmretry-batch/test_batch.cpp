@@ -86,7 +86,10 @@ class Child : public llmretry_test::ChildProcess {
             base_url.empty() ? std::vector<std::string>{} : std::vector<std::string>{"OPENAI_BASE_URL=" + base_url}) {}
 
   /// Kills it with SIGKILL and waits for it.
-  void kill_now() { CHECK(wait(SIGKILL) == -1); }
+  void kill_now() {
+    CHECK(wait(SIGKILL) == 128 + SIGKILL);
+    CHECK(ended_by_signal());
+  }
 };
 
 /// Returns the parsed lines of a JSONL file (none when it does not exist).
@@ -279,6 +282,7 @@ TEST_CASE("SIGINT mid-run: the requests in flight are written, status 130; a rer
   const std::optional<int> status = first.wait_for(llmretry_test::scaled(60s));
   REQUIRE(status);
   CHECK(*status == 130);
+  CHECK(first.ended_by_signal());  // so that a shell stops the script or loop that ran it
   INFO(first.err());
   CHECK_THAT(first.err(), llmretry_catch::contains("stopping: nothing more is sent"));
   CHECK_THAT(first.err(), llmretry_catch::contains("lines: 2000"));
@@ -306,6 +310,7 @@ TEST_CASE("SIGTERM while a request waits for capacity: the wait is cut short, st
   const std::optional<int> status = child.wait_for(llmretry_test::scaled(30s));
   REQUIRE(status);
   CHECK(*status == 143);
+  CHECK(child.ended_by_signal());
   CHECK(provider.request_count() == 1);
   CHECK(line_count(dir / "output.jsonl") == 1);
   CHECK_THAT(child.err(), llmretry_catch::contains("stopped by SIGTERM: 2 lines without an answer"));
@@ -353,6 +358,7 @@ TEST_CASE("a second SIGINT quits at once, a request still in flight") {
   const std::optional<int> status = child.wait_for(llmretry_test::scaled(30s));
   REQUIRE(status);
   CHECK(*status == 130);
+  CHECK(child.ended_by_signal());
   CHECK(line_count(dir / "output.jsonl") == 0);
   ::close(connection);
 }
@@ -1404,6 +1410,7 @@ TEST_CASE("fleet: SIGTERM while Redis is down: a worker still records the answer
   REQUIRE(status);
   INFO(worker.err());
   CHECK(*status == 143);
+  CHECK(worker.ended_by_signal());
   FleetQueue fleet(server, "t");
   CHECK(fleet.queue.counts().done == 4);  // every answer paid for is recorded
   CHECK(provider.request_count() == 4);   // nothing more was sent
@@ -1426,11 +1433,25 @@ TEST_CASE("fleet: SIGTERM while a worker waits for capacity: the job it held is 
   const std::optional<int> status = worker.wait_for(llmretry_test::scaled(30s));
   REQUIRE(status);
   CHECK(*status == 143);
+  CHECK(worker.ended_by_signal());
   const auto counts = fleet.queue.counts();
   CHECK(counts.done == 1);
   CHECK(counts.taken == 0);  // nothing left held until a lease lapses
   CHECK(counts.ready + counts.delayed == 2);
   CHECK(provider.request_count() == 1);
+
+  // Its pacing (one a minute) is kept in Redis under the name every worker of this provider shares, and workers
+  // sharing it give it the same limits: forgotten, so that the next one paces afresh at its own.
+  const auto paced = fleet.connection.command("keys", {"KEYS", "*limit:{*"});
+  REQUIRE(paced.size() > 0);
+  for (std::size_t i = 0; i < paced.size(); ++i) (void)fleet.connection.command("del", {"DEL", paced[i].text()});
+  Child next({"work", "--redis", url_of(server), "--batch", "h", "--rpm", "30000"}, provider.base_url(), dir);
+  CHECK(next.wait() == 0);
+  CHECK(fleet.queue.counts().done == 3);
+  CHECK(provider.request_count() == 3);
+  INFO(next.err());
+  // Neither of the two was sent: their operations were marked failed, not left in flight as possibly sent.
+  CHECK_THAT(next.err(), llmretry_catch::contains(", 0 left in flight by an earlier run"));
 }
 
 TEST_CASE("fleet: work --metrics-file counts the worker's lines, with no remaining count of its own", "[redis]") {

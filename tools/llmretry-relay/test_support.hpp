@@ -81,7 +81,7 @@ class Relay : public llmretry_test::ChildProcess {
     return *this;
   }
 
-  /// Sends SIGTERM and waits for the relay to end. Returns its exit status (-1 when killed by a signal).
+  /// Sends SIGTERM and waits for the relay to end. Returns its status as ChildProcess::wait does.
   int stop() { return wait(SIGTERM); }
 
   int port() const { return port_; }
