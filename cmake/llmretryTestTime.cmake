@@ -2,7 +2,8 @@
 # the bounds they put on their own waits for real time (tests/support/test_time.hpp). ThreadSanitizer runs
 # the suite's threaded tests about 5-10 times slower, AddressSanitizer about 3 times; both on a busy machine.
 # LLMRETRY_TEST_TIME_SCALE sets the factor; empty: 10 under -fsanitize=thread, 4 under -fsanitize=address,
-# else 1. Only bounds scale: what a test waits for on purpose (a lease, a delay it measures) does not.
+# else 1. Only bounds scale: what a test waits for on purpose (a lease it lets run out, a delay it measures)
+# does not.
 set(LLMRETRY_TEST_TIME_SCALE "" CACHE STRING
   "Factor of the tests' timeouts and of their bounds on real time (empty: chosen from the sanitizer flags)")
 if(LLMRETRY_TEST_TIME_SCALE STREQUAL "")

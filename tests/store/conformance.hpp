@@ -32,12 +32,13 @@ using namespace std::chrono_literals;
 namespace store = llmretry::store;
 using llmretry::Cost;
 
-// A lease, retention or timeout that the tests outlive. On Redis the time really passes (the fixture sleeps),
-// and a check that a renewed lease still holds has a quarter of it to spare against a late wake-up: 1 s
-// leaves 250 ms, which a loaded machine running the suite two tests at a time needs (300 ms, leaving 75 ms,
-// was not always enough).
+// A lease, retention or timeout that the tests outlive. On Redis the time really passes (the fixture sleeps).
 inline constexpr auto short_time = 1000ms;
 inline constexpr auto past_it = 1500ms;  // more than short_time
+// Waited after short_time / 2 and a write that starts short_time again: past the first one's end, with 450 ms
+// to spare against a late wake-up before the second's (300 ms leases leaving 75 ms were not always enough on a
+// loaded machine running the suite two tests at a time).
+inline constexpr auto just_past_half = short_time / 2 + 50ms;
 
 inline store::IdempotencyOptions short_idempotency() {
   store::IdempotencyOptions options;
@@ -114,7 +115,7 @@ TEMPLATE_TEST_CASE("idempotency: a claim is a lease; a completed key is forgotte
   SECTION("renew starts the lease again") {
     fixture.advance(short_time / 2);
     CHECK(keys->renew("k", "dead-worker"));
-    fixture.advance(short_time * 3 / 4);
+    fixture.advance(just_past_half);
     CHECK(keys->claim("k", fp, "next").status == store::ClaimStatus::in_flight);
     CHECK_FALSE(keys->renew("k", "next"));
   }
@@ -219,7 +220,7 @@ TEMPLATE_TEST_CASE("operations: records are forgotten after the retention", "[st
   REQUIRE(table->begin("op", "p", "m").started);
   fixture.advance(short_time / 2);
   REQUIRE(table->complete("op", "req", Cost{1, 1, 2}));  // a write starts the retention again
-  fixture.advance(short_time * 3 / 4);
+  fixture.advance(just_past_half);
   CHECK(table->find("op"));
   fixture.advance(past_it);
   CHECK_FALSE(table->find("op"));
@@ -337,7 +338,7 @@ TEMPLATE_TEST_CASE("queue: ack, retry_later, bury and extend need the holder's t
   SECTION("extend keeps it") {
     fixture.advance(short_time / 2);
     CHECK(queue->extend("job", job->token));
-    fixture.advance(short_time * 3 / 4);
+    fixture.advance(just_past_half);
     CHECK_FALSE(queue->take());
     CHECK(queue->ack("job", job->token));
   }

@@ -147,7 +147,7 @@ TEST_CASE("redis: a shared rate limiter fails closed when the server is gone or 
     server.restart();          // not append-only: every limit is full again
     CHECK(limiter.reserve(llmretry::Cost{}, now).wait_after(now) == 0ms);
     auto next = limiter.reserve(llmretry::Cost{}, now);
-    CHECK(next.wait_after(now) > 900ms);
+    CHECK(next.wait_after(now) > 500ms);  // a second, less the server time between the two
     server.kill();
     error_of([&] { limiter.cancel(next); }, ErrorKind::connection, "rate limiter cancel");
     CHECK_FALSE(next.open());

@@ -189,13 +189,13 @@ TEST_CASE("redis rate limiter: one name is one limit for every connection, whate
 TEST_CASE("redis rate limiter: the state expires once every limit is full again", "[redis][rate_limiter]") {
   Fixture f;
   llmretry::redis::RateLimiter limiter(f.connection, "idle",
-                                       only(Dimension::requests_per_minute, Limit{10, 200ms, std::nullopt}));
-  REQUIRE(limiter.reserve(Cost{}, t0).granted());  // 20 ms to refill, then a period
+                                       only(Dimension::requests_per_minute, Limit{10, 1s, std::nullopt}));
+  REQUIRE(limiter.reserve(Cost{}, t0).granted());  // 100 ms to refill, then a period
   const std::string key = f.connection.options().prefix + "limit:{idle}";
   const auto ttl = f.connection.command("pttl", {"PTTL", key}).integer();
   CHECK(ttl > 0);
-  CHECK(ttl <= 220);
-  std::this_thread::sleep_for(300ms);
+  CHECK(ttl <= 1100);
+  std::this_thread::sleep_for(1300ms);
   CHECK(f.connection.command("exists", {"EXISTS", key}).integer() == 0);
   CHECK(limiter.reserve(Cost{}, t0).wait_after(t0) == 0ms);
 }
@@ -272,8 +272,8 @@ TEST_CASE("redis rate limiter: a reservation's snapshot tells the fleet's load, 
   auto first = deployment.reserve(Cost{}, deployment.now());
   REQUIRE(first.granted());
   REQUIRE(deployment.shared_snapshot());
-  CHECK(deployment.shared_snapshot()->headroom > 0.09);  // one of 10 left, and what refilled since
-  CHECK(deployment.shared_snapshot()->headroom < 0.11);
+  CHECK(deployment.shared_snapshot()->headroom > 0.09);  // one of 10 left, and what refilled since (0.01 a second)
+  CHECK(deployment.shared_snapshot()->headroom < 0.15);
   CHECK(deployment.shared_snapshot()->queue_wait == 0ms);
   CHECK(deployment.shared_snapshot()->refill == std::chrono::microseconds{100s});
   CHECK(llmretry::pressure(deployment) == llmretry::Pressure::light);  // under a quarter of the burst free

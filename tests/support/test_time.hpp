@@ -2,8 +2,9 @@
 #define LLMRETRY_TESTS_TEST_TIME_HPP
 
 // The bounds a test puts on its waits for real time, scaled for the build it runs in: a sanitizer build runs
-// several times slower (cmake/llmretryTestTime.cmake sets the factor). Only bounds scale, never what a test
-// waits for on purpose (a lease it lets run out, a delay it measures).
+// several times slower (cmake/llmretryTestTime.cmake sets the factor). Only bounds scale (the longest something
+// may take, or a time that must outlast what the program under test does meanwhile, such as a lease its timer
+// renews), never what a test waits for on purpose (a lease it lets run out, a delay it measures).
 
 #include <chrono>
 

@@ -216,7 +216,8 @@ TEST_CASE("2,000 lines against the rate-limited loopback provider: each answered
               first.err().c_str());
   check_answered_once(dir, 2000);
   CHECK(provider.served() == 2000);
-  CHECK(share <= 0.01);
+  // Under a sanitizer requests reach the provider late after their reservation, some of them together.
+  CHECK(share <= (llmretry_test::time_scale == 1 ? 0.01 : 0.05));
   CHECK(first.err().find("wall time") != std::string::npos);
 
   // Every Idempotency-Key is the request's own, the same on its retries.
@@ -915,7 +916,9 @@ TEST_CASE("--redis: processes on one key pace as one, from limits they learn", "
                      << 100 * share_429 << " %), " << took.count() << " s for a bound of " << bound << " s ("
                      << took.count() / bound << "x)");
       CHECK(provider.served() == 300 * processes);
-      CHECK(share_429 <= 0.02);
+      // Under a sanitizer requests reach the provider late after their reservation, some of them together;
+      // processes pacing alone would see about a third refused.
+      CHECK(share_429 <= (llmretry_test::time_scale == 1 ? 0.02 : 0.10));
     }
   }
 }
@@ -1263,7 +1266,7 @@ TEST_CASE("fleet: 1,200 lines, 3 workers, one killed with SIGKILL a third of the
        << " jobs held at the kill, " << completed.size() << " completed before it");
   CHECK(served_twice >= 0);
   CHECK(served_twice <= 4);
-  CHECK(share_429 <= 0.02);
+  CHECK(share_429 <= (llmretry_test::time_scale == 1 ? 0.02 : 0.10));  // sanitizers: see the test above
   const auto counts = fleet.queue.counts();
   CHECK(counts.done == 1200);
   CHECK(counts.ready + counts.delayed + counts.taken + counts.dead == 0);

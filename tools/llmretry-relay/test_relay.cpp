@@ -299,11 +299,14 @@ TEST_CASE("a give-up on 5xx frees the Idempotency-Key: the client's retry is sen
 
 TEST_CASE("a request longer than the idempotency lease keeps its key: a duplicate meanwhile gets 409") {
   LoopbackProvider provider;
+  // Renewed every third of it by the relay's timer: scaled (a bound on how late that timer may be).
+  const std::chrono::milliseconds lease = llmretry_test::scaled(300ms);
   ScriptedResponse slow = LoopbackProvider::chat_completion("slow");
-  slow.delay = 2000ms;
+  slow.delay = 3 * lease + llmretry_test::scaled(1000ms);
   provider.then(slow);
   provider.then(LoopbackProvider::chat_completion("sent twice"));
-  Relay relay("lease", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--idempotency-lease", "300ms"});
+  Relay relay("lease", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url(), "--idempotency-lease",
+                        std::to_string(lease.count()) + "ms"});
   relay.started();
   int first = 0;
   std::thread client([&] {
@@ -312,7 +315,7 @@ TEST_CASE("a request longer than the idempotency lease keeps its key: a duplicat
     first = result ? result->status : -1;
   });
   while (provider.request_count() == 0) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(900ms);  // three leases: only a renewed claim still holds the key
+  std::this_thread::sleep_for(3 * lease);  // only a renewed claim still holds the key
   const auto duplicate = post(relay, "/v1/chat/completions", chat(), {{"Idempotency-Key", "long"}});
   client.join();
   CHECK(first == 200);
@@ -323,7 +326,7 @@ TEST_CASE("a request longer than the idempotency lease keeps its key: a duplicat
 TEST_CASE("a streamed request holds its Idempotency-Key while it streams, and frees it at the end") {
   LoopbackProvider provider;
   ScriptedResponse slow = LoopbackProvider::stream({"a", "b"});
-  slow.chunk_interval = 600ms;
+  slow.chunk_interval = llmretry_test::scaled(300ms) + 300ms;  // the duplicate comes while it streams
   provider.then(slow);
   provider.then(LoopbackProvider::stream({"again"}));
   Relay relay("stream_key", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
@@ -711,7 +714,7 @@ TEST_CASE("\"stream\": true is passed through as server-sent events, chunk by ch
   LoopbackProvider provider;
   provider.then(LoopbackProvider::service_unavailable());
   ScriptedResponse stream = LoopbackProvider::stream({"Hel", "lo", "!"});
-  stream.chunk_interval = 100ms;
+  stream.chunk_interval = llmretry_test::scaled(100ms);  // longer than a slow build's relay takes to pass one on
   stream.headers = {{"x-request-id", "req_stream"}, {"x-ratelimit-remaining-tokens", "900"}, {"set-cookie", "no"}};
   provider.then(stream);
   Relay relay("stream", {"--listen", "127.0.0.1:0", "--upstream", provider.base_url()});
