@@ -1453,7 +1453,7 @@ TEST_CASE("fleet: SIGTERM while a worker waits for capacity: the job it held is 
   CHECK(fleet.queue.counts().done == 3);
   CHECK(provider.request_count() == 3);
   INFO(next.err());
-  // Neither of the two was sent: their operations were marked failed, not left in flight as possibly sent.
+  // Neither job left was sent: none is counted as possibly sent by an earlier worker.
   CHECK_THAT(next.err(), llmretry_catch::contains(", 0 left in flight by an earlier run"));
 }
 
