@@ -281,7 +281,6 @@ class Runner {
         queued_since;                      ///< on the pacing's clock; set until it leaves the queue
     bool started = false;                  ///< its engine has given its first step
     bool begun = false;                    ///< the operation was begun in this run
-    std::string begun_by;                  ///< the token of the take that began it anew (empty: none did)
     bool may_have_run = false;             ///< an attempt (of this run, or of one before) may have been processed
     bool done = false;                     ///< its line is written
     std::optional<Unrecorded> unrecorded;  ///< its line, until recorded
@@ -537,13 +536,14 @@ class Runner {
       interrupted_ = true;
       return false;
     }
+    const bool begins = !line.begun;  // its operation is begun by this take, if at all
     try {
       if (line.unrecorded)  // its recording failed: recorded now (its operation stays in flight)
         (void)record(line, *job, stores);
       else if (begin(line, *job, stores)) step(line, *job, stores, rng);
     } catch (const Stopping&) {
       start_engine(line);  // what its engine reserved is given back now, not when the run ends
-      unbegin(line, *job, stores);
+      if (begins) unbegin(line, *job, stores);
       hand_back(*job, stores);
       throw;
     } catch (const std::exception&) {
@@ -584,10 +584,7 @@ class Runner {
     const auto result =
         stores.operations().begin(settings_.batch_name + request.key, settings_.provider, request.model);
     line.begun = true;
-    if (result.started) {
-      line.begun_by = job.token;
-      return true;
-    }
+    if (result.started) return true;
     if (result.operation.status == llmretry::store::OperationStatus::in_flight) {
       ++stats_.resumed_in_flight;  // an earlier run may have sent it: the same Idempotency-Key goes again
       line.may_have_run = true;
@@ -603,13 +600,13 @@ class Runner {
     return false;
   }
 
-  /// Marks the operation of `line` failed when `job`, still held, is the take that began it anew and
+  /// Marks the operation of `line` failed when it was begun anew by the take of `job`, still held, and
   /// nothing was sent since (its first wait for capacity was cut short by the stop), so that whoever sends
-  /// it next begins it anew instead of resuming a request that may have run. Any other operation stays in
-  /// flight: an earlier take (here or in another worker) may have sent it, or another worker may hold the
-  /// job now. A store that fails leaves it in flight too.
+  /// it next begins it anew instead of resuming a request that may have run. Requires that the operation
+  /// was not begun before that take: an earlier take (here or in another worker) may have sent it. Any other
+  /// operation stays in flight, as one whose job another worker holds now, or whose store fails.
   void unbegin(Line& line, const llmretry::store::Job& job, Stores& stores) noexcept {
-    if (!line.begun || line.may_have_run || line.begun_by != job.token) return;
+    if (!line.begun || line.may_have_run) return;  // not begun, or found in flight: it may have run
     try {
       if (stores.queue().extend(job.id, job.token) &&  // still held: no one else can take it meanwhile
           stores.operations().fail(settings_.batch_name + line.request.key))

@@ -1057,7 +1057,6 @@ TEST_CASE("--redis: --fresh forgets the batch's records, so that a batch whose f
 
 namespace {
 
-/// The job queue of the fleet batch `name` on `server`, as llmretry-batch names it.
 /// Submits `lines` requests (write_input, in `dir`) to `server` as batch `name`; REQUIREs that it succeeds.
 void submit_batch(const llmretry::testing::RedisServer& server, const LoopbackProvider& provider,
                   const std::filesystem::path& dir, int lines, const std::string& name) {
@@ -1066,6 +1065,7 @@ void submit_batch(const llmretry::testing::RedisServer& server, const LoopbackPr
   REQUIRE(submitted.wait() == 0);
 }
 
+/// The job queue of the fleet batch `name` on `server`, as llmretry-batch names it.
 struct FleetQueue {
   FleetQueue(const llmretry::testing::RedisServer& server, const std::string& name)
       : connection(server.connection_options()), queue(connection, "fleet:" + name) {}
